@@ -1,0 +1,49 @@
+# Two commands do all set-up on a fresh Debian machine with Python 3.11:
+#   make run   - create .venv, install mqgate, serve on the default ports
+#   make test  - install everything the suite needs, run the whole suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+ARGS   ?=
+
+.PHONY: run test bench install install-dev system-deps clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.installed: $(PY) pyproject.toml
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
+	$(PIP) install --quiet -e '.[dev,spark]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev system-deps
+
+# Debian packages the suite uses as real peers: mosquitto (broker to compare
+# against) and mosquitto-clients (mosquitto_pub / mosquitto_sub).
+system-deps:
+	@if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto >/dev/null \
+	     || ! command -v java >/dev/null; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      mosquitto mosquitto-clients default-jre-headless >/dev/null; \
+	fi
+
+run: install
+	$(VENV)/bin/mqgate serve $(ARGS)
+
+test: install-dev
+	$(PY) -m pytest $(ARGS)
+
+bench: install-dev
+	$(PY) -m loadtest bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
