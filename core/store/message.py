@@ -1,0 +1,434 @@
+"""One commit-log entry in RocketMQ 4.x message layout (magic V1).
+
+The same bytes are a commit-log entry, a PULL / QUERY / VIEW response body
+item, and what Spark decodes. Layout (big-endian, IPv4 hosts)::
+
+    0  TOTALSIZE int32           56 STORETIMESTAMP int64
+    4  MAGICCODE int32           64 STOREHOST 4 ip + int32 port
+    8  BODYCRC int32 (& 0x7FFFFFFF)  72 RECONSUMETIMES int32
+    12 QUEUEID int32             76 PREPAREDTRANSACTIONOFFSET int64
+    16 FLAG int32                84 BODY int32 length + bytes
+    20 QUEUEOFFSET int64         .. TOPIC int8 length + bytes
+    28 PHYSICALOFFSET int64      .. PROPERTIES int16 length + UTF-8 text
+    36 SYSFLAG int32
+    40 BORNTIMESTAMP int64
+    48 BORNHOST 4 ip + int32 port
+
+An IPv6 born or store host takes 16 address bytes instead of 4 and sets
+SYSFLAG bit 0x10 or 0x20; every later field moves by 12.
+
+Invariants kept here:
+- ``TOTALSIZE == entry_length(sysflag, len(body), len(topic), len(props))``
+  for every entry we write, and `check_entry` rejects any entry where it is
+  not (that is how a torn or corrupt entry is told from a good one).
+- Properties text is ``k\\x01v`` items joined by ``\\x02`` with no trailing
+  separator; parsing accepts only items of >= 3 characters whose ``\\x01`` is
+  neither first nor last, like ``MessageDecoder.string2messageProperties``.
+- A BLANK filler is ``[int32 remaining][int32 BLANK_MAGIC]``; it is never a
+  message and readers move to the next segment when they meet it.
+- Nothing here does I/O: functions take and return bytes.
+"""
+
+from __future__ import annotations
+
+import operator
+import socket
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+MAGIC_V1 = -626843481  # 0xDAA320A7 as a Java int
+MAGIC_V2 = -626843477  # 0xDAA320AB, RocketMQ 5.x long topics; never written here
+BLANK_MAGIC = -875286124  # 0xCBD43194
+
+# SYSFLAG bits (MessageSysFlag)
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+TRANSACTION_MASK = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOST_V6_FLAG = 0x20
+
+# Offsets of fixed fields (valid whatever the host sizes, up to BORNHOST)
+TOTALSIZE_POS = 0
+MAGIC_POS = 4
+BODYCRC_POS = 8
+QUEUEID_POS = 12
+FLAG_POS = 16
+QUEUEOFFSET_POS = 20
+PHYSICALOFFSET_POS = 28
+SYSFLAG_POS = 36
+BORNTIMESTAMP_POS = 40
+BORNHOST_POS = 48
+
+MAX_PROPERTIES_BYTES = 32767
+MAX_TOPIC_BYTES = 127
+
+PROPERTY_SEPARATOR = "\x02"
+NAME_VALUE_SEPARATOR = "\x01"
+
+# Well-known property keys (reference section 4.9)
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QID = "REAL_QID"
+PROPERTY_TRAN_MSG = "TRAN_MSG"
+PROPERTY_PGROUP = "PGROUP"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_MQTT_TOPIC = "mqttTopic"  # ours: the full MQTT topic of a message
+
+_HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")  # TOTALSIZE .. BODY length
+_HEAD_BORN = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_BLANK = struct.Struct(">ii")
+BLANK_SIZE = _BLANK.size
+
+
+class MessageFormatError(ValueError):
+    """Bytes that are not a valid entry; ``offset`` is the position in the buffer."""
+
+    def __init__(self, reason: str, offset: int):
+        super().__init__(f"{reason} at offset {offset}")
+        self.reason = reason
+        self.offset = offset
+
+
+def java_string_hash(text: str) -> int:
+    """Java ``String.hashCode()``: 32-bit signed, over UTF-16 code units.
+
+    The sum ``s[i] * 31**(n-1-i)`` is taken with ``map`` over precomputed
+    powers (a C-level loop), then reduced mod 2**32; this is the hot path
+    of index building, one call per key.
+    """
+    if text.isascii():
+        units = text.encode("ascii")
+    else:
+        raw = text.encode("utf-16-be")
+        units = [(raw[i] << 8) | raw[i + 1] for i in range(0, len(raw), 2)]
+    n = len(units)
+    if n > len(_POW31):
+        _extend_powers(n)
+    h = sum(map(operator.mul, units, _POW31[-n:] if n else ())) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+_POW31: list[int] = []
+
+
+def _extend_powers(n: int) -> None:
+    """_POW31[-k:] holds 31**(k-1) .. 31**0 (mod 2**32) for every k <= len."""
+    global _POW31
+    size = max(n, 2 * len(_POW31), 256)
+    _POW31 = [pow(31, e, 1 << 32) for e in range(size - 1, -1, -1)]
+
+
+_extend_powers(256)
+
+
+def tags_code(tags: str | None) -> int:
+    """Consume-queue tag hash: 0 for no tags."""
+    return java_string_hash(tags) if tags else 0
+
+
+def body_crc(body: bytes) -> int:
+    """``UtilAll.crc32``: CRC32 masked to a non-negative Java int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def encode_properties(props: dict[str, str]) -> str:
+    return PROPERTY_SEPARATOR.join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None
+    )
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if not text:
+        return props
+    for item in text.split(PROPERTY_SEPARATOR):
+        i = item.find(NAME_VALUE_SEPARATOR)
+        if len(item) >= 3 and 0 < i < len(item) - 1:
+            props[item[:i]] = item[i + 1 :]
+    return props
+
+
+def entry_length(sysflag: int, body_len: int, topic_len: int, props_len: int) -> int:
+    """``CommitLog.calMsgLength`` for magic V1."""
+    born = 20 if sysflag & BORNHOST_V6_FLAG else 8
+    store = 20 if sysflag & STOREHOST_V6_FLAG else 8
+    return 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8 + 4 + body_len + 1 + topic_len + 2 + props_len
+
+
+def pack_host(host: str, port: int) -> bytes:
+    """``ip:port`` as stored: 4 or 16 address bytes then an int32 port."""
+    try:
+        ip = socket.inet_pton(socket.AF_INET, host)
+    except OSError:
+        ip = socket.inet_pton(socket.AF_INET6, host)
+    return ip + _INT.pack(port)
+
+
+def unpack_host(raw: bytes) -> tuple[str, int]:
+    family = socket.AF_INET if len(raw) == 8 else socket.AF_INET6
+    return socket.inet_ntop(family, raw[:-4]), _INT.unpack(raw[-4:])[0]
+
+
+def offset_msg_id(store_host: bytes, physical_offset: int) -> str:
+    """Offset message id: store ip + port + physical offset, uppercase hex."""
+    return (store_host + struct.pack(">q", physical_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[bytes, int]:
+    """Inverse of `offset_msg_id`: (packed store host, physical offset)."""
+    raw = bytes.fromhex(msg_id)
+    if len(raw) not in (16, 28):
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    return raw[:-8], struct.unpack(">q", raw[-8:])[0]
+
+
+@dataclass(slots=True)
+class Message:
+    """What a producer hands the store; offsets and store time are stamped on append.
+
+    ``born_host`` / ``store_host`` are packed with `pack_host`. ``properties``
+    keeps insertion order, which is the order written to disk.
+    """
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sysflag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    store_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return self.properties.get(PROPERTY_KEYS, "").split()
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+
+class EncodedMessage:
+    """A message encoded once, with offsets and store time patched at append.
+
+    Encoding the variable part (body, topic, properties) and the CRC is the
+    expensive step; it happens outside the append lock. `stamp` then writes
+    QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place.
+    """
+
+    __slots__ = ("buf", "size", "topic", "queue_id", "tags_code", "keys", "uniq_key", "sysflag", "_store_ts_pos")
+
+    def __init__(self, msg: Message):
+        topic_b = msg.topic.encode()
+        if not topic_b or len(topic_b) > MAX_TOPIC_BYTES:
+            raise ValueError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes: {msg.topic!r}")
+        props_b = encode_properties(msg.properties).encode()
+        if len(props_b) > MAX_PROPERTIES_BYTES:
+            raise ValueError(f"properties are {len(props_b)} bytes, more than {MAX_PROPERTIES_BYTES}")
+        sysflag = msg.sysflag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+        if len(msg.born_host) == 20:
+            sysflag |= BORNHOST_V6_FLAG
+        if len(msg.store_host) == 20:
+            sysflag |= STOREHOST_V6_FLAG
+        body = msg.body
+        size = entry_length(sysflag, len(body), len(topic_b), len(props_b))
+        head = struct.pack(">iiiiiqqiq", size, MAGIC_V1, body_crc(body), msg.queue_id, msg.flag, 0, 0, sysflag, msg.born_timestamp)
+        store_ts_pos = len(head) + len(msg.born_host)
+        mid = struct.pack(">q", 0) + msg.store_host + struct.pack(">iqi", msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+        self.buf = bytearray(b"".join((head, msg.born_host, mid, body, bytes((len(topic_b),)), topic_b, _SHORT.pack(len(props_b)), props_b)))
+        assert len(self.buf) == size
+        self.size = size
+        self.topic = msg.topic
+        self.queue_id = msg.queue_id
+        self.sysflag = sysflag
+        self.tags_code = tags_code(msg.tags)
+        self.keys = msg.keys
+        self.uniq_key = msg.uniq_key
+        self._store_ts_pos = store_ts_pos
+
+    def stamp(self, queue_offset: int, physical_offset: int, store_timestamp: int, queue_id: int | None = None) -> bytearray:
+        buf = self.buf
+        if queue_id is not None:
+            struct.pack_into(">i", buf, QUEUEID_POS, queue_id)
+            self.queue_id = queue_id
+        struct.pack_into(">qq", buf, QUEUEOFFSET_POS, queue_offset, physical_offset)
+        struct.pack_into(">q", buf, self._store_ts_pos, store_timestamp)
+        return buf
+
+
+def encode_message(msg: Message, queue_offset: int = 0, physical_offset: int = 0, store_timestamp: int = 0) -> bytes:
+    """The stored bytes of one message (a convenience over `EncodedMessage`)."""
+    return bytes(EncodedMessage(msg).stamp(queue_offset, physical_offset, store_timestamp))
+
+
+def encode_blank(remaining: int) -> bytes:
+    """End-of-segment filler: the rest of the segment is not a message."""
+    return _BLANK.pack(remaining, BLANK_MAGIC)
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A decoded entry (``MessageExt``)."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sysflag: int
+    born_timestamp: int
+    born_host: bytes
+    store_timestamp: int
+    store_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    properties: dict[str, str]
+    size: int
+    body_crc: int
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id (what Java calls offsetMsgId)."""
+        return offset_msg_id(self.store_host, self.physical_offset)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return self.properties.get(PROPERTY_KEYS, "").split()
+
+    @property
+    def transaction_type(self) -> int:
+        return self.sysflag & TRANSACTION_MASK
+
+    def to_message(self) -> Message:
+        return Message(
+            topic=self.topic, body=self.body, queue_id=self.queue_id, flag=self.flag,
+            properties=dict(self.properties), sysflag=self.sysflag, born_timestamp=self.born_timestamp,
+            born_host=self.born_host, store_host=self.store_host, reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+        )
+
+
+def decode_message(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False) -> StoredMessage:
+    """Decode the entry at ``pos``; raise `MessageFormatError` if it is not one."""
+    view = memoryview(buf)
+    end = len(view)
+    if end - pos < _HEAD_BORN.size:
+        raise MessageFormatError("truncated entry header", pos)
+    size, magic, crc, queue_id, flag, qoff, poff, sysflag, born_ts = _HEAD_BORN.unpack_from(view, pos)
+    if magic == BLANK_MAGIC:
+        raise MessageFormatError("blank filler, not a message", pos)
+    if magic != MAGIC_V1:
+        raise MessageFormatError(f"bad magic 0x{magic & 0xFFFFFFFF:08X}", pos)
+    if size < 0 or pos + size > end:
+        raise MessageFormatError(f"entry size {size} runs past the end of the data", pos)
+    p = pos + _HEAD_BORN.size
+    born_len = 20 if sysflag & BORNHOST_V6_FLAG else 8
+    born_host = bytes(view[p : p + born_len])
+    p += born_len
+    (store_ts,) = struct.unpack_from(">q", view, p)
+    p += 8
+    store_len = 20 if sysflag & STOREHOST_V6_FLAG else 8
+    store_host = bytes(view[p : p + store_len])
+    p += store_len
+    reconsume, prepared, body_len = struct.unpack_from(">iqi", view, p)
+    p += 16
+    if body_len < 0 or p + body_len > pos + size:
+        raise MessageFormatError(f"body length {body_len} does not fit the entry", pos)
+    body = bytes(view[p : p + body_len])
+    p += body_len
+    topic_len = view[p]
+    p += 1
+    topic = bytes(view[p : p + topic_len]).decode()
+    p += topic_len
+    (props_len,) = _SHORT.unpack_from(view, p)
+    p += 2
+    if props_len < 0 or p + props_len > pos + size:
+        raise MessageFormatError(f"properties length {props_len} does not fit the entry", pos)
+    props = decode_properties(bytes(view[p : p + props_len]).decode())
+    p += props_len
+    if p - pos != size or entry_length(sysflag, body_len, topic_len, props_len) != size:
+        raise MessageFormatError(f"total size {size} disagrees with the field lengths", pos)
+    if check_crc and body_crc(body) != crc:
+        raise MessageFormatError("body CRC mismatch", pos)
+    return StoredMessage(
+        topic=topic, body=body, queue_id=queue_id, flag=flag, queue_offset=qoff, physical_offset=poff,
+        sysflag=sysflag, born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
+        store_host=store_host, reconsume_times=reconsume, prepared_transaction_offset=prepared,
+        properties=props, size=size, body_crc=crc,
+    )
+
+
+def decode_messages(buf: bytes | bytearray | memoryview) -> list[StoredMessage]:
+    """Decode concatenated entries (a PULL / QUERY response body)."""
+    out = []
+    pos = 0
+    while pos < len(buf):
+        m = decode_message(buf, pos)
+        out.append(m)
+        pos += m.size
+    return out
+
+
+# ---- batch encoding (SEND_BATCH_MESSAGE body, reference section 4.7) ----
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC(0), BODYCRC(0), FLAG, BODY length
+
+
+def encode_batch(items: list[tuple[bytes, int, dict[str, str]]]) -> bytes:
+    """Items of (body, flag, properties) in the client batch layout."""
+    parts = []
+    for body, flag, props in items:
+        props_b = encode_properties(props).encode()
+        total = 4 + 4 + 4 + 4 + 4 + len(body) + 2 + len(props_b)
+        parts.append(_BATCH_HEAD.pack(total, 0, 0, flag, len(body)) + body + _SHORT.pack(len(props_b)) + props_b)
+    return b"".join(parts)
+
+
+def decode_batch(data: bytes) -> list[tuple[bytes, int, dict[str, str]]]:
+    """Split a batch body into (body, flag, properties); `MessageFormatError` if malformed."""
+    out = []
+    pos = 0
+    view = memoryview(data)
+    while pos < len(view):
+        if len(view) - pos < _BATCH_HEAD.size:
+            raise MessageFormatError("truncated batch item", pos)
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
+        p = pos + _BATCH_HEAD.size
+        if total < _BATCH_HEAD.size + 2 or pos + total > len(view) or body_len < 0 or p + body_len + 2 > pos + total:
+            raise MessageFormatError(f"batch item size {total} is inconsistent", pos)
+        body = bytes(view[p : p + body_len])
+        p += body_len
+        (props_len,) = _SHORT.unpack_from(view, p)
+        p += 2
+        if props_len < 0 or p + props_len != pos + total:
+            raise MessageFormatError(f"batch item properties length {props_len} is inconsistent", pos)
+        props = decode_properties(bytes(view[p : p + props_len]).decode())
+        out.append((body, flag, props))
+        pos += total
+    return out
