@@ -1,0 +1,105 @@
+"""`mqgate`: the command line. `serve` assembles the whole server.
+
+Subcommands:
+    serve      name server + broker + MQTT gateway in one process (the default)
+    namesrv    the name server alone
+    broker     a broker alone, registering with --namesrv
+    passwd     manage the MQTT password file (argon2 hashes)
+    admin      topics, routes, groups, messages (over the native protocol)
+    telemetry  the Spark telemetry job (runs `python -m spark.telemetry`)
+
+`telemetry` is started as a separate Python process on purpose: `spark/` is a
+room above `gateway/` and the gateway never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from .config import ConfigError, build_serve_config, load_file
+
+
+def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, broker: bool) -> None:
+    p.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    p.add_argument("--data-dir", metavar="DIR", help="store root (default ./data)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    if mqtt:
+        p.add_argument("--mqtt-port", type=int, metavar="PORT", help="MQTT over TCP (default 1883; 0 = off)")
+        p.add_argument("--ws-port", type=int, metavar="PORT", help="MQTT over WebSocket, path /mqtt (default 8083; 0 = off)")
+    if namesrv:
+        p.add_argument("--namesrv-port", type=int, metavar="PORT", help="name server (default 9876; 0 = off)")
+    if broker:
+        p.add_argument("--broker-port", type=int, metavar="PORT", help="RocketMQ remoting (default 10911; 0 = off)")
+        p.add_argument("--flush", choices=("sync", "async"), help="flushDiskType: sync = SYNC_FLUSH, async = ASYNC_FLUSH (default)")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mqgate", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser("serve", help="name server + broker + MQTT gateway in one process")
+    _add_serve_flags(p, mqtt=True, namesrv=True, broker=True)
+    p.add_argument("--namesrv", metavar="ADDRS", help="extra name servers to register with, host:port;host:port")
+    p = sub.add_parser("namesrv", help="run the name server alone")
+    _add_serve_flags(p, mqtt=False, namesrv=True, broker=False)
+    p = sub.add_parser("broker", help="run a broker alone")
+    _add_serve_flags(p, mqtt=False, namesrv=False, broker=True)
+    p.add_argument("--namesrv", metavar="ADDRS", help="name servers, host:port;host:port")
+    sub.add_parser("passwd", help="manage the password file", add_help=False)
+    sub.add_parser("admin", help="administration over the native protocol", add_help=False)
+    sub.add_parser("telemetry", help="Spark telemetry aggregation job", add_help=False)
+    return parser
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = ["serve"]
+    command, rest = argv[0], argv[1:]
+    if command == "passwd":
+        from .auth import passwd_main
+
+        return passwd_main(rest)
+    if command == "admin":
+        from core.admin import admin_main
+
+        return admin_main(rest)
+    if command == "telemetry":
+        os.execv(sys.executable, [sys.executable, "-m", "spark.telemetry", *rest])
+
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "log_level")}
+    try:
+        file_data = load_file(args.config) if args.config else None
+        cfg = build_serve_config(file_data, flags)
+    except ConfigError as e:
+        print(f"mqgate: {e}", file=sys.stderr)
+        return 2
+    if args.command == "namesrv":
+        cfg.mqtt_port = cfg.ws_port = cfg.broker_port = 0
+    elif args.command == "broker":
+        cfg.mqtt_port = cfg.ws_port = cfg.namesrv_port = 0
+
+    from .serve import run_server
+
+    try:
+        return run_server(cfg, role=args.command)
+    except ConfigError as e:
+        print(f"mqgate: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The one configuration file (TOML) and its command-line overrides.
+
+Layout of the file; every key is optional and documented in README.md::
+
+    dataDir = "./data"          # storePathRootDir
+
+    [broker]                    # RocketMQ BrokerConfig / MessageStoreConfig names
+    brokerName = "broker-a"
+    flushDiskType = "ASYNC_FLUSH"
+    listenPort = 10911          # native remoting port; 0 disables it
+
+    [namesrv]
+    listenPort = 9876           # 0 disables the embedded name server
+
+    [mqtt]                      # listeners, security and limits of the MQTT edge
+    port = 1883
+    wsPort = 8083
+
+Rules kept here:
+- A key the file does not know is an error naming the key and its table,
+  never silently ignored (a typo must not leave a default in force).
+- Command-line flags override the file; the file overrides defaults.
+- Port 0 means "this listener is off".
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """The configuration file or a flag is wrong; the message says where."""
+
+
+DEFAULT_MQTT_PORT = 1883
+DEFAULT_WS_PORT = 8083
+DEFAULT_TLS_PORT = 8883
+DEFAULT_NAMESRV_PORT = 9876
+DEFAULT_BROKER_PORT = 10911
+
+
+@dataclass
+class ServeConfig:
+    """What `mqgate serve` runs: tables are passed on to their rooms as dicts."""
+
+    data_dir: Path = Path("./data")
+    host: str = "127.0.0.1"
+    mqtt_port: int = DEFAULT_MQTT_PORT
+    ws_port: int = DEFAULT_WS_PORT
+    namesrv_port: int = DEFAULT_NAMESRV_PORT
+    broker_port: int = DEFAULT_BROKER_PORT
+    flush: str = "async"  # "async" | "sync"
+    broker: dict[str, Any] = field(default_factory=dict)
+    namesrv: dict[str, Any] = field(default_factory=dict)
+    mqtt: dict[str, Any] = field(default_factory=dict)
+    namesrv_addrs: list[str] = field(default_factory=list)
+
+    @property
+    def flush_disk_type(self) -> str:
+        return "SYNC_FLUSH" if self.flush == "sync" else "ASYNC_FLUSH"
+
+
+_TOP_KEYS = {"dataDir", "host", "broker", "namesrv", "mqtt", "namesrvAddr"}
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"configuration file {path}: {e}") from None
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ConfigError(f"configuration file {path}: unknown top-level key(s) {sorted(unknown)}; "
+                          f"known: {sorted(_TOP_KEYS)}")
+    for table in ("broker", "namesrv", "mqtt"):
+        if table in data and not isinstance(data[table], dict):
+            raise ConfigError(f"configuration file {path}: [{table}] must be a table")
+    return data
+
+
+def _port(value: Any, what: str) -> int:
+    if not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ConfigError(f"{what} must be a port number 0..65535, not {value!r}")
+    return value
+
+
+def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) -> ServeConfig:
+    """Merge defaults, the file, then flags (flags given as None are absent)."""
+    cfg = ServeConfig()
+    data = file_data or {}
+    if "dataDir" in data:
+        cfg.data_dir = Path(data["dataDir"])
+    if "host" in data:
+        cfg.host = str(data["host"])
+    cfg.broker = dict(data.get("broker", {}))
+    cfg.namesrv = dict(data.get("namesrv", {}))
+    cfg.mqtt = dict(data.get("mqtt", {}))
+    addrs = data.get("namesrvAddr")
+    if isinstance(addrs, str):
+        cfg.namesrv_addrs = [a for a in addrs.split(";") if a]
+    # Ports and flush live inside their tables in the file.
+    cfg.broker_port = _port(cfg.broker.pop("listenPort", cfg.broker_port), "[broker] listenPort")
+    cfg.namesrv_port = _port(cfg.namesrv.pop("listenPort", cfg.namesrv_port), "[namesrv] listenPort")
+    cfg.mqtt_port = _port(cfg.mqtt.pop("port", cfg.mqtt_port), "[mqtt] port")
+    cfg.ws_port = _port(cfg.mqtt.pop("wsPort", cfg.ws_port), "[mqtt] wsPort")
+    fdt = cfg.broker.pop("flushDiskType", None)
+    if fdt is not None:
+        if fdt not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            raise ConfigError(f"[broker] flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, not {fdt!r}")
+        cfg.flush = "sync" if fdt == "SYNC_FLUSH" else "async"
+
+    if flags.get("data_dir") is not None:
+        cfg.data_dir = Path(flags["data_dir"])
+    if flags.get("host") is not None:
+        cfg.host = flags["host"]
+    for name in ("mqtt_port", "ws_port", "namesrv_port", "broker_port"):
+        if flags.get(name) is not None:
+            setattr(cfg, name, _port(flags[name], "--" + name.replace("_", "-")))
+    if flags.get("flush") is not None:
+        cfg.flush = flags["flush"]
+    if flags.get("namesrv") is not None:
+        cfg.namesrv_addrs = [a for a in flags["namesrv"].split(";") if a]
+    return cfg
