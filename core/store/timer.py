@@ -1,0 +1,347 @@
+"""Timer wheel, timer log and timer checkpoint (RocketMQ 5 on-disk layout).
+
+A timer message is first stored in the commit log (topic
+``rmq_sys_wheel_timer``); this module only keeps *when* each such entry is due:
+
+``timerlog/``  segment files named by 20-digit start offset; 52-byte units::
+
+    size int32 (=52) | prevPos int64 | magic int32 | currWriteTimeMs int64 |
+    delayedTime int32 | offsetPy int64 | sizePy int32 | topicHash int32 |
+    reserved int64
+
+  ``prevPos`` links every unit to the previous unit of the same slot, so a
+  slot is a list walked backwards from its ``lastPos``. A unit that does not
+  fit (with 16 bytes to spare) is preceded by a 16-byte BLANK filler
+  ``[int32 remaining][int64 0][int32 BLANK_MAGIC]`` and goes to the next file.
+
+``timerwheel`` one file of ``2 * slots_total`` slots of 32 bytes::
+
+    timeMs / precisionMs int64 | firstPos int64 | lastPos int64 | num int32 | magic int32
+
+  slot index = ``(time_ms // precision_ms) % (2 * slots_total)``. A slot whose
+  stored time is not the asked time is empty (it belongs to another lap).
+
+``config/timercheck`` 4 KiB: lastReadTimeMs, lastTimerLogFlushPos,
+  lastTimerQueueOffset, masterTimerQueueOffset, stateVersion, timestamp,
+  counter (int64 each).
+
+Rules kept here:
+- A unit's slot time is its target rounded *up* to the precision, so a
+  timer never fires early and fires at most one precision late (RocketMQ
+  rounds down; the layout is the same, the guarantee is stronger).
+- Delays at or beyond the roll window are parked at ``now + window`` (or
+  half the window when the excess is under a third of it) with the ROLL bit;
+  the caller re-enqueues them when that slot comes due.
+- Everything is derived from the commit log: the caller replays the
+  ``rmq_sys_wheel_timer`` queue from the checkpoint's queue offset, so a unit
+  written twice around a crash fires twice (same UNIQ_KEY); none is lost.
+- No threads, no clock: times are passed in.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from .message import BLANK_MAGIC
+
+MAGIC_DEFAULT = 1
+MAGIC_ROLL = 2
+MAGIC_DELETE = 4
+
+UNIT_SIZE = 52
+_UNIT = struct.Struct(">iqiqiqiiq")
+_SLOT = struct.Struct(">qqqii")
+_BLANK = struct.Struct(">iqi")
+_CHECKPOINT = struct.Struct(">qqqqqqq")
+BLANK_SIZE = _BLANK.size  # 16
+assert _UNIT.size == UNIT_SIZE and _SLOT.size == 32
+
+PRECISIONS_MS = (100, 200, 500, 1000)
+
+
+def normalise_precision(precision_ms: int) -> int:
+    """RocketMQ's rule: the largest candidate not above the asked value (min 100)."""
+    best = PRECISIONS_MS[0]
+    for p in PRECISIONS_MS:
+        if p <= precision_ms:
+            best = p
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    time_ms: int
+    first_pos: int
+    last_pos: int
+    num: int
+    magic: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimerUnit:
+    pos: int
+    prev_pos: int
+    magic: int
+    write_time_ms: int
+    delayed_ms: int
+    offset_py: int
+    size_py: int
+    topic_hash: int
+
+    @property
+    def target_ms(self) -> int:
+        return self.write_time_ms + self.delayed_ms
+
+    @property
+    def is_roll(self) -> bool:
+        return bool(self.magic & MAGIC_ROLL)
+
+
+class TimerWheel:
+    """The slot file; a slot is the head and tail of one list in the timer log."""
+
+    def __init__(self, path: Path, slots_total: int, precision_ms: int):
+        self.path = Path(path)
+        self.slots_total = slots_total
+        self.precision_ms = precision_ms
+        self.slot_count = 2 * slots_total
+        size = self.slot_count * _SLOT.size
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != size:
+                os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+
+    def _pos(self, time_ms: int) -> int:
+        return ((time_ms // self.precision_ms) % self.slot_count) * _SLOT.size
+
+    def get(self, time_ms: int) -> Slot | None:
+        stamp, first, last, num, magic = _SLOT.unpack_from(self._map, self._pos(time_ms))
+        if num <= 0 or stamp != time_ms // self.precision_ms:
+            return None
+        return Slot(stamp * self.precision_ms, first, last, num, magic)
+
+    def put(self, time_ms: int, first_pos: int, last_pos: int, num: int, magic: int = 0) -> None:
+        _SLOT.pack_into(self._map, self._pos(time_ms), time_ms // self.precision_ms, first_pos, last_pos, num, magic)
+
+    def clear(self, time_ms: int) -> None:
+        _SLOT.pack_into(self._map, self._pos(time_ms), 0, -1, -1, 0, 0)
+
+    def flush(self) -> None:
+        self._map.flush()
+
+    def close(self) -> None:
+        self._map.flush()
+        self._map.close()
+
+
+def _plausible(buf, pos: int) -> bool:
+    """A unit written whole: known magic bits, a real commit-log entry."""
+    _, _, magic, _, _, offset_py, size_py, _, _ = _UNIT.unpack_from(buf, pos)
+    return 0 < magic <= (MAGIC_DEFAULT | MAGIC_ROLL | MAGIC_DELETE) and offset_py >= 0 and size_py > 0
+
+
+class TimerLog:
+    """Append-only 52-byte units in fixed-size segment files."""
+
+    def __init__(self, directory: Path, file_size: int):
+        if file_size < UNIT_SIZE + BLANK_SIZE:
+            raise ValueError(f"timer log file size {file_size} cannot hold a unit")
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.file_size = file_size
+        self._files: dict[int, mmap.mmap] = {}
+        starts = sorted(int(p.name) for p in self.dir.iterdir() if p.name.isdigit() and len(p.name) == 20)
+        for start in starts:
+            self._files[start] = self._open(start)
+        self.write_pos = self._recover(starts[-1]) if starts else 0
+
+    def _path(self, start: int) -> Path:
+        return self.dir / f"{start:020d}"
+
+    def _open(self, start: int) -> mmap.mmap:
+        fd = os.open(self._path(start), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != self.file_size:
+                os.ftruncate(fd, self.file_size)
+            return mmap.mmap(fd, self.file_size)
+        finally:
+            os.close(fd)
+
+    def _recover(self, start: int) -> int:
+        """Write position after the last whole unit of the last file."""
+        m = self._files[start]
+        pos = 0
+        while pos + 4 <= self.file_size:
+            (size,) = struct.unpack_from(">i", m, pos)
+            if size == UNIT_SIZE and pos + UNIT_SIZE <= self.file_size and _plausible(m, pos):
+                pos += UNIT_SIZE
+                continue
+            if pos + BLANK_SIZE <= self.file_size and _BLANK.unpack_from(m, pos)[2] == BLANK_MAGIC and size == self.file_size - pos:
+                return start + self.file_size
+            break
+        m[pos : min(pos + UNIT_SIZE, self.file_size)] = bytes(min(UNIT_SIZE, self.file_size - pos))
+        return start + pos
+
+    def append(self, prev_pos: int, magic: int, write_time_ms: int, delayed_ms: int,
+               offset_py: int, size_py: int, topic_hash: int) -> int:
+        start = self.write_pos - self.write_pos % self.file_size
+        within = self.write_pos - start
+        if start not in self._files:
+            self._files[start] = self._open(start)
+        if self.file_size - within < UNIT_SIZE + BLANK_SIZE:
+            _BLANK.pack_into(self._files[start], within, self.file_size - within, 0, BLANK_MAGIC)
+            start += self.file_size
+            within = 0
+            self._files[start] = self._open(start)
+        _UNIT.pack_into(self._files[start], within, UNIT_SIZE, prev_pos, magic, write_time_ms,
+                        delayed_ms, offset_py, size_py, topic_hash, 0)
+        pos = start + within
+        self.write_pos = pos + UNIT_SIZE
+        return pos
+
+    def read(self, pos: int) -> TimerUnit:
+        start = pos - pos % self.file_size
+        m = self._files.get(start)
+        if m is None or pos % self.file_size + UNIT_SIZE > self.file_size:
+            raise ValueError(f"no timer log unit at {pos}")
+        size, prev, magic, wt, delayed, off, sz, th, _ = _UNIT.unpack_from(m, pos - start)
+        if size != UNIT_SIZE:
+            raise ValueError(f"corrupt timer log unit at {pos} in {self._path(start)}")
+        return TimerUnit(pos, prev, magic, wt, delayed, off, sz, th)
+
+    def delete_before(self, pos: int) -> None:
+        """Drop whole files that end at or before ``pos`` (all their slots fired)."""
+        for start in sorted(self._files):
+            if start + self.file_size <= pos and start + self.file_size <= self.write_pos - self.write_pos % self.file_size:
+                self._files.pop(start).close()
+                self._path(start).unlink(missing_ok=True)
+
+    def flush(self) -> None:
+        for m in self._files.values():
+            m.flush()
+
+    def close(self) -> None:
+        for m in self._files.values():
+            m.flush()
+            m.close()
+        self._files.clear()
+
+
+@dataclass
+class TimerCheckpoint:
+    path: Path
+    last_read_time_ms: int = 0
+    last_timerlog_flush_pos: int = 0
+    last_timer_queue_offset: int = 0
+    master_timer_queue_offset: int = 0
+    state_version: int = 0
+    timestamp: int = 0
+    counter: int = 0
+
+    @classmethod
+    def load(cls, path: Path) -> "TimerCheckpoint":
+        path = Path(path)
+        cp = cls(path)
+        if path.exists() and path.stat().st_size >= _CHECKPOINT.size:
+            (cp.last_read_time_ms, cp.last_timerlog_flush_pos, cp.last_timer_queue_offset,
+             cp.master_timer_queue_offset, cp.state_version, cp.timestamp, cp.counter) = _CHECKPOINT.unpack_from(path.read_bytes())
+        return cp
+
+    def save(self) -> None:
+        """Write the 4 KiB page to a temp file, fsync, rename: never half-written."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = _CHECKPOINT.pack(self.last_read_time_ms, self.last_timerlog_flush_pos, self.last_timer_queue_offset,
+                                self.master_timer_queue_offset, self.state_version, self.timestamp, self.counter)
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data.ljust(4096, b"\0"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+class TimerWheelStore:
+    """When each timer entry is due: the wheel, the log and their checkpoint.
+
+    ``schedule`` files a commit-log entry (``offset_py``/``size_py``) under its
+    slot; ``due(slot_time)`` returns the units of one slot in the order they
+    were scheduled. The caller owns the clock and the read position
+    (``checkpoint.last_read_time_ms``): a target at or before a slot already
+    read must be delivered by the caller at once, not scheduled.
+    """
+
+    def __init__(self, root: Path, *, precision_ms: int = 1000, slots_total: int = 7 * 86400,
+                 roll_window_slots: int | None = None, timerlog_file_size: int = 100 * 1024 * 1024):
+        self.root = Path(root)
+        self.precision_ms = normalise_precision(precision_ms)
+        self.slots_total = slots_total
+        window = 2 * 86400 if roll_window_slots is None else roll_window_slots
+        self.roll_window_slots = max(1, min(window, slots_total - 60 if slots_total > 120 else slots_total // 2))
+        self.wheel = TimerWheel(self.root / "timerwheel", slots_total, self.precision_ms)
+        self.log = TimerLog(self.root / "timerlog", timerlog_file_size)
+        self.checkpoint = TimerCheckpoint.load(self.root / "config" / "timercheck")
+
+    @property
+    def roll_window_ms(self) -> int:
+        return self.roll_window_slots * self.precision_ms
+
+    def slot_time(self, target_ms: int) -> int:
+        p = self.precision_ms
+        return -(-target_ms // p) * p
+
+    def schedule(self, target_ms: int, now_ms: int, offset_py: int, size_py: int, topic_hash: int = 0,
+                 magic: int = MAGIC_DEFAULT) -> int:
+        """File one entry; returns the slot time it will fire at."""
+        delay = target_ms - now_ms
+        if delay >= self.roll_window_ms:
+            magic |= MAGIC_ROLL
+            excess = delay - self.roll_window_ms
+            park = self.roll_window_ms // 2 if excess < self.roll_window_ms // 3 else self.roll_window_ms
+            fire_at = self.slot_time(now_ms + park)
+        else:
+            fire_at = self.slot_time(max(target_ms, now_ms))
+        slot = self.wheel.get(fire_at)
+        prev = slot.last_pos if slot else -1
+        pos = self.log.append(prev, magic, now_ms, target_ms - now_ms, offset_py, size_py, topic_hash)
+        self.wheel.put(fire_at, slot.first_pos if slot else pos, pos, (slot.num if slot else 0) + 1)
+        return fire_at
+
+    def due(self, slot_time: int) -> list[TimerUnit]:
+        """The units filed under ``slot_time``, in the order they were scheduled.
+
+        Slots are not cleared when read: which slots have fired is the
+        checkpoint's ``last_read_time_ms``, so a crash between reading a slot
+        and storing its messages loses nothing (the slot is read again).
+        A slot from an earlier lap of the wheel reads as empty.
+        """
+        slot = self.wheel.get(slot_time)
+        if slot is None:
+            return []
+        units = []
+        pos = slot.last_pos
+        while pos >= 0 and len(units) < slot.num:
+            u = self.log.read(pos)
+            units.append(u)
+            if pos == slot.first_pos:
+                break
+            pos = u.prev_pos
+        units.reverse()
+        return units
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.wheel.flush()
+        self.checkpoint.last_timerlog_flush_pos = self.log.write_pos
+        self.checkpoint.save()
+
+    def close(self) -> None:
+        self.flush()
+        self.log.close()
+        self.wheel.close()

@@ -1,0 +1,117 @@
+"""Timer wheel, timer log and checkpoint: on-disk layout and scheduling rules."""
+
+import random
+import struct
+
+import pytest
+
+from core.store.timer import (
+    BLANK_SIZE, MAGIC_DEFAULT, MAGIC_ROLL, UNIT_SIZE, TimerCheckpoint, TimerLog,
+    TimerWheelStore, normalise_precision,
+)
+
+BLANK_MAGIC_BYTES = bytes.fromhex("CBD43194")
+
+
+def make(tmp_path, **kw):
+    kw.setdefault("precision_ms", 100)
+    kw.setdefault("slots_total", 600)
+    kw.setdefault("roll_window_slots", 100)
+    kw.setdefault("timerlog_file_size", 10 * UNIT_SIZE + BLANK_SIZE + 8)
+    return TimerWheelStore(tmp_path, **kw)
+
+
+def test_unit_bytes_follow_the_reference_layout(tmp_path):
+    log = TimerLog(tmp_path / "timerlog", 4096)
+    pos = log.append(-1, MAGIC_DEFAULT, 1_000, 2_500, 123456, 200, -7)
+    log.flush()
+    raw = (tmp_path / "timerlog" / ("0" * 20)).read_bytes()[:UNIT_SIZE]
+    expected = (
+        struct.pack(">i", 52) + struct.pack(">q", -1) + struct.pack(">i", 1) + struct.pack(">q", 1000)
+        + struct.pack(">i", 2500) + struct.pack(">q", 123456) + struct.pack(">i", 200) + struct.pack(">i", -7)
+        + bytes(8)
+    )
+    assert pos == 0 and raw == expected
+
+
+def test_wheel_file_size_and_slot_bytes(tmp_path):
+    store = make(tmp_path, slots_total=50)
+    assert (tmp_path / "timerwheel").stat().st_size == 2 * 50 * 32
+    store.schedule(target_ms=250, now_ms=0, offset_py=9, size_py=90)
+    store.flush()
+    slot_index = (300 // 100) % 100  # rounded up to the precision
+    raw = (tmp_path / "timerwheel").read_bytes()[slot_index * 32:(slot_index + 1) * 32]
+    assert struct.unpack(">qqqii", raw) == (3, 0, 0, 1, 0)
+
+
+def test_never_early_at_most_one_precision_late(tmp_path):
+    store = make(tmp_path)
+    rnd = random.Random(7)
+    targets = {}
+    for i in range(500):
+        t = rnd.randrange(1, 9_000)
+        fire = store.schedule(target_ms=t, now_ms=0, offset_py=i, size_py=1)
+        assert t <= fire < t + 100
+        targets[i] = t
+    seen = []
+    for slot in range(0, 9_100, 100):
+        for u in store.due(slot):
+            assert u.target_ms == targets[u.offset_py] and slot >= u.target_ms
+            seen.append(u.offset_py)
+    assert sorted(seen) == list(range(500))
+
+
+def test_units_of_a_slot_come_back_in_schedule_order(tmp_path):
+    store = make(tmp_path)
+    for i in range(25):  # spans several timer log files, with BLANK fillers
+        store.schedule(target_ms=500, now_ms=0, offset_py=i, size_py=1)
+    assert [u.offset_py for u in store.due(500)] == list(range(25))
+    files = sorted((tmp_path / "timerlog").iterdir())
+    assert len(files) == 3
+    first = files[0].read_bytes()
+    assert first[10 * UNIT_SIZE + 12:10 * UNIT_SIZE + 16] == BLANK_MAGIC_BYTES
+
+
+def test_long_delays_roll(tmp_path):
+    store = make(tmp_path)  # window = 100 slots x 100 ms = 10 s
+    fire = store.schedule(target_ms=50_000, now_ms=0, offset_py=1, size_py=1)
+    assert fire == 10_000
+    (u,) = store.due(10_000)
+    assert u.magic & MAGIC_ROLL and u.target_ms == 50_000
+    # excess under a third of the window: parked at half the window
+    fire = store.schedule(target_ms=12_000, now_ms=0, offset_py=2, size_py=1)
+    assert fire == 5_000
+
+
+def test_a_slot_from_an_earlier_lap_reads_empty(tmp_path):
+    store = make(tmp_path, slots_total=10, roll_window_slots=5)  # 20 slots: lap = 2 s
+    store.schedule(target_ms=300, now_ms=0, offset_py=1, size_py=1)
+    assert store.due(300) and store.due(2_300) == []
+
+
+def test_reopen_keeps_slots_and_truncates_a_torn_unit(tmp_path):
+    store = make(tmp_path, timerlog_file_size=4096)
+    for i in range(3):
+        store.schedule(target_ms=700, now_ms=0, offset_py=i, size_py=1)
+    store.checkpoint.last_timer_queue_offset = 3
+    store.close()
+    path = tmp_path / "timerlog" / ("0" * 20)
+    data = bytearray(path.read_bytes())
+    data[3 * UNIT_SIZE:3 * UNIT_SIZE + 10] = struct.pack(">i", 52) + b"\x01" * 6  # a torn 4th unit
+    path.write_bytes(bytes(data))
+    again = make(tmp_path, timerlog_file_size=4096)
+    assert again.log.write_pos == 3 * UNIT_SIZE
+    assert [u.offset_py for u in again.due(700)] == [0, 1, 2]
+    assert again.checkpoint.last_timer_queue_offset == 3
+
+
+def test_checkpoint_round_trip(tmp_path):
+    cp = TimerCheckpoint(tmp_path / "config" / "timercheck", 1, 2, 3, 4, 5, 6, 7)
+    cp.save()
+    assert (tmp_path / "config" / "timercheck").stat().st_size == 4096
+    assert TimerCheckpoint.load(tmp_path / "config" / "timercheck") == cp
+
+
+@pytest.mark.parametrize("asked, got", [(1000, 1000), (100, 100), (300, 200), (999, 500), (50, 100), (5000, 1000)])
+def test_precision_candidates(asked, got):
+    assert normalise_precision(asked) == got
