@@ -1,0 +1,6 @@
+"""``python -m loadtest`` and the ``mqgate-loadtest`` console script."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

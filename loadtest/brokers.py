@@ -1,0 +1,197 @@
+"""Starts the brokers we compare on free loopback ports, and always stops them.
+
+Known brokers: ``mosquitto`` (Debian package, /usr/sbin/mosquitto), ``amqtt``
+(the PyPI broker, its ``amqtt`` script next to this Python) and ``ours``
+(``python -m gateway serve``, started as a separate process: loadtest never
+imports project code).
+
+Rules it keeps:
+
+- Brokers listen on 127.0.0.1 only, on a port that was free a moment before.
+- ``Broker`` is a context manager; leaving it (normally, by error or Ctrl-C)
+  terminates the process, kills it after 5 s, and deletes its temp dir. Each
+  broker runs in its own session (Ctrl-C reaches only us) and dies with us
+  (PR_SET_PDEATHSIG) even if we are killed with SIGKILL.
+- ``start`` returns only once the port accepts connections, or raises
+  ``BrokerStartError`` with the command and the tail of its output.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KNOWN = ("ours", "mosquitto", "amqtt")
+MOSQUITTO = "/usr/sbin/mosquitto"
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def mosquitto_binary() -> str | None:
+    return shutil.which("mosquitto") or (MOSQUITTO if os.path.exists(MOSQUITTO) else None)
+
+
+def amqtt_binary() -> str | None:
+    here = Path(sys.executable).parent / "amqtt"
+    return str(here) if here.exists() else shutil.which("amqtt")
+
+
+def available(name: str) -> bool:
+    return {"mosquitto": mosquitto_binary, "amqtt": amqtt_binary}.get(
+        name, lambda: True)() is not None
+
+
+def _mosquitto(port: int, tmp: Path, _opts: dict) -> list[str]:
+    binary = mosquitto_binary()
+    if binary is None:
+        raise BrokerStartError("mosquitto is not installed (apt-get install mosquitto)")
+    conf = tmp / "mosquitto.conf"
+    conf.write_text(
+        f"listener {port} 127.0.0.1\n"
+        "allow_anonymous true\n"
+        "persistence false\n"
+        # generous queues, as our gateway has, so that neither drops first
+        "max_queued_messages 1000000\n"
+        "max_inflight_messages 1000\n"
+        "max_keepalive 65535\n"
+        "set_tcp_nodelay true\n"
+        "log_dest stderr\n"
+        "log_type error\n"
+        "log_type warning\n")
+    return [binary, "-c", str(conf)]
+
+
+def _amqtt(port: int, tmp: Path, _opts: dict) -> list[str]:
+    binary = amqtt_binary()
+    if binary is None:
+        raise BrokerStartError("amqtt is not installed (pip install amqtt)")
+    conf = tmp / "amqtt.yaml"
+    conf.write_text(
+        "listeners:\n"
+        "  default:\n"
+        "    type: tcp\n"
+        f"    bind: 127.0.0.1:{port}\n"
+        "plugins:\n"
+        "  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
+        "    allow_anonymous: true\n")
+    return [binary, "-c", str(conf)]
+
+
+def _ours(port: int, tmp: Path, opts: dict) -> list[str]:
+    cmd = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp / "data"),
+           "--mqtt-port", str(port), "--ws-port", "0", "--namesrv-port", "0",
+           "--broker-port", "0"]
+    if opts.get("flush_sync"):
+        cmd += ["--flush", "sync"]
+    return cmd
+
+
+_COMMANDS = {"mosquitto": _mosquitto, "amqtt": _amqtt, "ours": _ours}
+
+
+class Broker:
+    """One broker process on 127.0.0.1:port; use as a context manager."""
+
+    def __init__(self, name: str, *, flush_sync: bool = False, startup_timeout: float = 20.0,
+                 cwd: str | None = None) -> None:
+        if name not in _COMMANDS:
+            raise ValueError(f"unknown broker {name!r}; one of {', '.join(KNOWN)}")
+        self.name = name
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.opts = {"flush_sync": flush_sync}
+        self.startup_timeout = startup_timeout
+        self.cwd = cwd
+        self.proc: subprocess.Popen | None = None
+        self.tmp: Path | None = None
+        self.cmd: list[str] = []
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> "Broker":
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"loadtest-{self.name}-"))
+        self.port = free_port()
+        self.cmd = _COMMANDS[self.name](self.port, self.tmp, self.opts)
+        self._log = open(self.tmp / "broker.log", "wb")
+        try:
+            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                         stderr=subprocess.STDOUT, cwd=self.cwd,
+                                         start_new_session=True, preexec_fn=_die_with_parent)
+        except OSError as exc:
+            self.stop()
+            raise BrokerStartError(f"{self.name}: cannot run {self.cmd[0]}: {exc}") from None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        why = ("exited with code %s" % self.proc.returncode if self.proc.poll() is not None
+               else f"did not listen on {self.host}:{self.port} within "
+                    f"{self.startup_timeout:g}s")
+        tail = self.output_tail()
+        self.stop()
+        raise BrokerStartError(f"{self.name} {why}\n  command: {' '.join(self.cmd)}\n"
+                               f"  output (tail):\n{tail}")
+
+    def output_tail(self, lines: int = 15) -> str:
+        try:
+            text = (self.tmp / "broker.log").read_text(errors="replace")
+        except (OSError, TypeError):
+            return ""
+        return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=5)
+        if getattr(self, "_log", None):
+            self._log.close()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+    def __enter__(self) -> "Broker":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
