@@ -1,0 +1,77 @@
+"""MQTT 5.0 topic aliases, one table per direction per network connection.
+
+Rules kept here (5.0 section 3.3.2.3.4):
+
+* Aliases live for one network connection only; a new connection starts
+  with empty tables, whatever the session.
+* Inbound (client -> server): an alias is 1..Topic Alias Maximum, the value
+  the server sent in CONNACK (0 = none allowed). Anything else is Topic
+  Alias Invalid (0x94). A PUBLISH with a topic name and an alias (re)binds
+  the alias; one with an empty topic name uses the binding, and an unbound
+  alias is a Protocol Error.
+* Outbound (server -> client): optional. Aliases are 1..the client's Topic
+  Alias Maximum from CONNECT. The first PUBLISH on a topic sends the name
+  with a fresh alias; later ones send an empty name with the alias. When
+  all aliases are bound the least recently used one is rebound (sent with
+  the new name).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import replace
+
+from ._reasons import ReasonCode, RemoteProtocolError
+
+
+class InboundTopicAliases:
+    def __init__(self, maximum: int) -> None:
+        self.maximum = maximum
+        self._topics: dict[int, str] = {}
+
+    def resolve(self, topic: str, alias: int) -> str:
+        """The full topic name of a PUBLISH carrying ``alias``."""
+        if not 1 <= alias <= self.maximum:
+            raise RemoteProtocolError(
+                f"topic alias {alias} outside 1..{self.maximum}", ReasonCode.TOPIC_ALIAS_INVALID
+            )
+        if topic:
+            self._topics[alias] = topic
+            return topic
+        try:
+            return self._topics[alias]
+        except KeyError:
+            raise RemoteProtocolError(f"topic alias {alias} is not bound", ReasonCode.PROTOCOL_ERROR) from None
+
+
+class OutboundTopicAliases:
+    def __init__(self, maximum: int) -> None:
+        self.maximum = maximum
+        self._aliases: OrderedDict[str, int] = OrderedDict()
+        self._free: list[int] = []
+        self._next = 1
+
+    def apply(self, publish):
+        """``publish`` rewritten to use an alias (unchanged if none allowed)."""
+        if not self.maximum or publish.topic_alias is not None:
+            return publish
+        topic = publish.topic
+        alias = self._aliases.get(topic)
+        if alias is not None:
+            self._aliases.move_to_end(topic)
+            return replace(publish, topic="", topic_alias=alias)
+        if self._free:
+            alias = self._free.pop()
+        elif self._next <= self.maximum:
+            alias = self._next
+            self._next += 1
+        else:
+            _, alias = self._aliases.popitem(last=False)
+        self._aliases[topic] = alias
+        return replace(publish, topic_alias=alias)
+
+    def forget(self, topic: str) -> None:
+        """Drop a binding whose PUBLISH was never sent (e.g. too large)."""
+        alias = self._aliases.pop(topic, None)
+        if alias is not None:
+            self._free.append(alias)

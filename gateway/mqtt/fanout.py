@@ -1,0 +1,86 @@
+"""Encode a fanned-out PUBLISH once, stamp each subscriber's packet id.
+
+Rules kept here:
+
+* A ``PublishTemplate`` holds the PUBLISH bytes for one key:
+  (protocol version, QoS, retain flag, subscription identifiers). Those are
+  everything that can differ between subscribers of one message: QoS is
+  min(message, subscription); 5.0 Retain As Published decides the RETAIN
+  flag; 5.0 subscription identifiers are per subscription. Keep one
+  template per distinct key (a dict keyed by that tuple works) and reuse
+  it for every subscriber with that key.
+* The packet identifier is the only per-delivery field at QoS 1/2. It sits
+  at a fixed offset (``packet_id_offset``) right after the topic name, and
+  the remaining length does not depend on its value, so ``render`` splices
+  two bytes (and the DUP bit of the first byte) without re-encoding.
+* QoS 0 has no packet identifier: ``data`` is the finished packet.
+* Topic aliases are per connection and so do not mix with templates; the
+  template always carries the full topic name and no alias.
+* Send rendered bytes through ``MQTTConnection.send_encoded_publish``,
+  which checks the state and the client's Maximum Packet Size (``size``).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+
+from ._encode import publish_parts
+from ._reasons import LocalProtocolError
+from ._wire import encode_varint
+
+_U16 = struct.Struct(">H").pack
+
+
+class PublishTemplate:
+    """One PUBLISH encoded once.
+
+    ``event`` supplies topic, payload and properties; ``qos``, ``retain`` and
+    ``subscription_identifiers`` override the event's (its packet id, dup
+    flag and topic alias are ignored).
+    """
+
+    __slots__ = ("version", "qos", "retain", "data", "size", "packet_id_offset", "_first", "_head", "_tail")
+
+    def __init__(
+        self, event, version: int, *, qos: int | None = None, retain: bool | None = None,
+        subscription_identifiers: tuple | None = None,
+    ) -> None:
+        qos = event.qos if qos is None else qos
+        retain = event.retain if retain is None else retain
+        if qos not in (0, 1, 2):
+            raise LocalProtocolError(f"QoS {qos!r}")
+        if subscription_identifiers is not None:
+            event = replace(event, subscription_identifiers=tuple(subscription_identifiers))
+        if event.topic_alias is not None:
+            event = replace(event, topic_alias=None)
+        self.version = version
+        self.qos = qos
+        self.retain = bool(retain)
+        parts = publish_parts(event, version, qos, 0)
+        self._first = 0x30 | (qos << 1) | self.retain
+        length = encode_varint(sum(map(len, parts)))
+        if qos:
+            # parts = [topic length, topic, packet id, (properties,) payload]
+            self._head = length + parts[0] + parts[1]
+            self._tail = b"".join(parts[3:])
+            self.packet_id_offset = 1 + len(self._head)
+            self.data = None
+        else:
+            self._head = self._tail = b""
+            self.packet_id_offset = None
+            self.data = b"".join([bytes((self._first,)), length, *parts])
+        self.size = 1 + len(length) + sum(map(len, parts))
+
+    def render(self, packet_id: int, dup: bool = False) -> bytes:
+        """The packet for one QoS 1/2 delivery with ``packet_id``."""
+        if not self.qos:
+            raise LocalProtocolError("a QoS 0 PUBLISH has no packet id; use .data")
+        if not 0 < packet_id <= 0xFFFF:
+            raise LocalProtocolError(f"packet id {packet_id!r}")
+        first = _FIRST[self._first | (dup << 3)]
+        return b"".join((first, self._head, _U16(packet_id), self._tail))
+
+
+_FIRST = [bytes((i,)) for i in range(256)]
+

@@ -1,0 +1,243 @@
+"""QoS 1 and 2 flow bookkeeping, both directions, as plain serialisable state.
+
+Rules kept here (3.1.1 section 4.3-4.6, 5.0 section 4.3-4.9):
+
+* State is plain data: ``to_state()`` returns ints, lists and dicts with
+  str keys (msgpack-friendly, ``strict_map_key`` safe), ``from_state()``
+  rebuilds an equal object. The ``ref`` a caller attaches to an outbound
+  message is stored as given, so it must be plain data too (e.g. a queue
+  offset). Sessions persist this across connections and restarts.
+* Every change follows ``OUTBOUND`` or ``INBOUND``: (stage, input) ->
+  (next stage, what to do). A pair missing from the table is a protocol
+  error: ``RemoteProtocolError`` when the client caused it,
+  ``LocalProtocolError`` when we did.
+* Outbound (server -> client): packet ids are 1..65535, never two in flight
+  at once, allocated round-robin. At most the client's Receive Maximum
+  QoS 1/2 PUBLISHes are unacknowledged. QoS 1: PUBLISH -> PUBACK. QoS 2:
+  PUBLISH -> PUBREC -> (we send PUBREL) -> PUBCOMP; a PUBREC with a failure
+  code ends the flow. On reconnect, ``redeliveries()`` lists, in original
+  order, the PUBLISHes to resend with DUP and the PUBRELs to resend.
+* Inbound (client -> server): at most our Receive Maximum QoS 1/2 messages
+  are unacknowledged (0x93 Receive Maximum exceeded). QoS 2 is exactly
+  once: the packet id is remembered from delivery until PUBREL, so a
+  PUBLISH re-sent with DUP in between is answered but not delivered again.
+  ``reset_unacked()`` (on reconnect) forgets messages we never acknowledged:
+  the client will resend them. Call ``pubrec`` only once the message is
+  stored, and persist the state with it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+from typing import Any, NamedTuple
+
+from ._events import PubAck, PubComp, PubRec, PubRel, Publish
+from ._reasons import LocalProtocolError, ReasonCode, RemoteProtocolError
+
+__all__ = [
+    "OutboundStage", "OutboundFlows", "OutboundAck", "Redelivery", "OUTBOUND",
+    "InboundStage", "InboundAction", "InboundFlows", "INBOUND",
+]
+
+_PROTO = ReasonCode.PROTOCOL_ERROR
+_NOT_FOUND = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+
+
+class OutboundStage(IntEnum):
+    DONE = 0  # not in the table any more
+    AWAIT_PUBACK = 1
+    AWAIT_PUBREC = 2
+    AWAIT_PUBCOMP = 3
+
+
+O = OutboundStage
+# (stage, ack type, ack reason < 0x80) -> (next stage, send PUBREL?)
+OUTBOUND: dict[tuple[OutboundStage, type, bool], tuple[OutboundStage, bool]] = {
+    (O.AWAIT_PUBACK, PubAck, True): (O.DONE, False),
+    (O.AWAIT_PUBACK, PubAck, False): (O.DONE, False),
+    (O.AWAIT_PUBREC, PubRec, True): (O.AWAIT_PUBCOMP, True),
+    (O.AWAIT_PUBREC, PubRec, False): (O.DONE, False),
+    (O.AWAIT_PUBCOMP, PubRec, True): (O.AWAIT_PUBCOMP, True),  # our PUBREL was lost
+    (O.AWAIT_PUBCOMP, PubComp, True): (O.DONE, False),
+    (O.AWAIT_PUBCOMP, PubComp, False): (O.DONE, False),
+}
+
+
+class OutboundAck(NamedTuple):
+    packet_id: int
+    ref: Any  # the caller's ref, or None for an unknown packet id
+    completed: bool  # the flow is over; the id is free again
+    reply: PubRel | None  # send this, if not None
+
+
+class Redelivery(NamedTuple):
+    packet_id: int
+    qos: int
+    ref: Any
+    release: bool  # True: resend PubRel(packet_id); False: resend the PUBLISH with dup=True
+
+
+class OutboundFlows:
+    def __init__(self, receive_maximum: int = 65535) -> None:
+        self.receive_maximum = receive_maximum
+        self._next = 1
+        self._flows: dict[int, list] = {}  # packet id -> [qos, stage, ref]
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def available(self) -> int:
+        """How many more QoS 1/2 PUBLISHes the client's window allows now."""
+        return max(0, self.receive_maximum - len(self._flows))
+
+    def start(self, qos: int, ref: Any = None) -> int:
+        """Allocate a packet id for a QoS 1/2 PUBLISH about to be sent."""
+        if qos not in (1, 2):
+            raise LocalProtocolError(f"QoS {qos!r} has no flow")
+        if len(self._flows) >= self.receive_maximum:
+            raise LocalProtocolError("the client's Receive Maximum is reached")
+        packet_id = self._next
+        while packet_id in self._flows:
+            packet_id = packet_id % 65535 + 1
+        self._next = packet_id % 65535 + 1
+        self._flows[packet_id] = [qos, O.AWAIT_PUBACK if qos == 1 else O.AWAIT_PUBREC, ref]
+        return packet_id
+
+    def on_ack(self, event) -> OutboundAck:
+        """Apply a PubAck, PubRec or PubComp received from the client."""
+        packet_id = event.packet_id
+        flow = self._flows.get(packet_id)
+        if flow is None:
+            # Late or duplicate ack (e.g. across a reconnect). A PUBREC still
+            # needs its PUBREL so the client can finish.
+            reply = PubRel(packet_id=packet_id, reason_code=_NOT_FOUND) if type(event) is PubRec else None
+            return OutboundAck(packet_id, None, False, reply)
+        step = OUTBOUND.get((flow[1], type(event), event.reason_code < 0x80))
+        if step is None:
+            raise RemoteProtocolError(
+                f"{type(event).__name__} for packet {packet_id} in stage {O(flow[1]).name}", _PROTO
+            )
+        stage, release = step
+        if stage is O.DONE:
+            del self._flows[packet_id]
+        else:
+            flow[1] = stage
+        return OutboundAck(packet_id, flow[2], stage is O.DONE, PubRel(packet_id=packet_id) if release else None)
+
+    def redeliveries(self) -> list[Redelivery]:
+        """What to resend after the client reconnects, in original order."""
+        return [
+            Redelivery(pid, qos, ref, stage == O.AWAIT_PUBCOMP) for pid, (qos, stage, ref) in self._flows.items()
+        ]
+
+    def to_state(self) -> dict:
+        flows = [[pid, qos, int(stage), ref] for pid, (qos, stage, ref) in self._flows.items()]
+        return {"receive_maximum": self.receive_maximum, "next": self._next, "flows": flows}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "OutboundFlows":
+        self = cls(state["receive_maximum"])
+        self._next = state["next"]
+        self._flows = {pid: [qos, O(stage), ref] for pid, qos, stage, ref in state["flows"]}
+        return self
+
+
+class InboundStage(IntEnum):
+    ABSENT = 0
+    QOS1_UNACKED = 1  # delivered, PUBACK not sent yet
+    QOS2_UNACKED = 2  # delivered, PUBREC not sent yet
+    QOS2_RECEIVED = 3  # PUBREC sent, waiting for PUBREL
+
+
+class InboundAction(Enum):
+    DELIVER = "deliver"  # new message: deliver it, then puback()/pubrec()
+    ACK_PENDING = "ack pending"  # duplicate; the ack of the first copy will answer it
+    RESEND_PUBREC = "resend pubrec"  # duplicate of an acknowledged QoS 2 message
+    NONE = "none"
+
+
+I = InboundStage
+A = InboundAction
+# Inputs: "publish1"/"publish2"/"pubrel" come from the client;
+# "puback"/"pubrec"/"pubrec_failed" are our acknowledgements.
+INBOUND: dict[tuple[InboundStage, str], tuple[InboundStage, InboundAction]] = {
+    (I.ABSENT, "publish1"): (I.QOS1_UNACKED, A.DELIVER),
+    (I.QOS1_UNACKED, "publish1"): (I.QOS1_UNACKED, A.ACK_PENDING),
+    (I.QOS1_UNACKED, "puback"): (I.ABSENT, A.NONE),
+    (I.ABSENT, "publish2"): (I.QOS2_UNACKED, A.DELIVER),
+    (I.QOS2_UNACKED, "publish2"): (I.QOS2_UNACKED, A.ACK_PENDING),
+    (I.QOS2_UNACKED, "pubrec"): (I.QOS2_RECEIVED, A.NONE),
+    (I.QOS2_UNACKED, "pubrec_failed"): (I.ABSENT, A.NONE),
+    (I.QOS2_RECEIVED, "publish2"): (I.QOS2_RECEIVED, A.RESEND_PUBREC),
+    (I.QOS2_RECEIVED, "pubrel"): (I.ABSENT, A.NONE),
+    (I.ABSENT, "pubrel"): (I.ABSENT, A.NONE),  # answered with PUBCOMP 0x92
+}
+_CLIENT_INPUTS = frozenset({"publish1", "publish2", "pubrel"})
+
+
+class InboundFlows:
+    def __init__(self, receive_maximum: int = 65535) -> None:
+        self.receive_maximum = receive_maximum
+        self._flows: dict[int, InboundStage] = {}
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def stage(self, packet_id: int) -> InboundStage:
+        return self._flows.get(packet_id, I.ABSENT)
+
+    def _step(self, packet_id: int, what: str) -> InboundAction:
+        stage = self._flows.get(packet_id, I.ABSENT)
+        step = INBOUND.get((stage, what))
+        if step is None:
+            msg = f"{what} for packet {packet_id} in stage {stage.name}"
+            if what in _CLIENT_INPUTS:
+                raise RemoteProtocolError(msg, _PROTO)
+            raise LocalProtocolError(msg)
+        new, action = step
+        if new is I.ABSENT:
+            self._flows.pop(packet_id, None)
+        else:
+            if stage is I.ABSENT and len(self._flows) >= self.receive_maximum:
+                raise RemoteProtocolError("Receive Maximum exceeded", ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)
+            self._flows[packet_id] = new
+        return action
+
+    def on_publish(self, event: Publish) -> InboundAction:
+        """What to do with a PUBLISH received from the client."""
+        if not event.qos:
+            return A.DELIVER
+        return self._step(event.packet_id, "publish1" if event.qos == 1 else "publish2")
+
+    def puback(self, packet_id: int, reason_code: int = ReasonCode.SUCCESS, **props) -> PubAck:
+        """Finish a QoS 1 message (after it is stored); returns the PubAck to send."""
+        self._step(packet_id, "puback")
+        return PubAck(packet_id=packet_id, reason_code=reason_code, **props)
+
+    def pubrec(self, packet_id: int, reason_code: int = ReasonCode.SUCCESS, **props) -> PubRec:
+        """Acknowledge a QoS 2 message (after it is stored); returns the PubRec to send.
+
+        Also use it to build the PubRec for ``RESEND_PUBREC``.
+        """
+        if self._flows.get(packet_id) is not I.QOS2_RECEIVED:
+            self._step(packet_id, "pubrec" if reason_code < 0x80 else "pubrec_failed")
+        return PubRec(packet_id=packet_id, reason_code=reason_code, **props)
+
+    def on_pubrel(self, event: PubRel) -> PubComp:
+        """Release a QoS 2 packet id; returns the PubComp to send."""
+        known = event.packet_id in self._flows
+        self._step(event.packet_id, "pubrel")
+        return PubComp(packet_id=event.packet_id, reason_code=ReasonCode.SUCCESS if known else _NOT_FOUND)
+
+    def reset_unacked(self) -> None:
+        """On a new connection: forget messages we never acknowledged."""
+        self._flows = {pid: st for pid, st in self._flows.items() if st is I.QOS2_RECEIVED}
+
+    def to_state(self) -> dict:
+        return {"receive_maximum": self.receive_maximum, "flows": [[p, int(s)] for p, s in self._flows.items()]}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "InboundFlows":
+        self = cls(state["receive_maximum"])
+        self._flows = {pid: I(stage) for pid, stage in state["flows"]}
+        return self
