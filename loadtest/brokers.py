@@ -19,6 +19,7 @@ Rules it keeps:
 from __future__ import annotations
 
 import ctypes
+import getpass
 import os
 import shutil
 import signal
@@ -73,6 +74,8 @@ def _mosquitto(port: int, tmp: Path, _opts: dict) -> list[str]:
         f"listener {port} 127.0.0.1\n"
         "allow_anonymous true\n"
         "persistence false\n"
+        # stay the user we are: a change of user would clear PR_SET_PDEATHSIG
+        f"user {getpass.getuser()}\n"
         # generous queues, as our gateway has, so that neither drops first
         "max_queued_messages 1000000\n"
         "max_inflight_messages 1000\n"

@@ -110,6 +110,8 @@ def _on_sigterm(_signum, _frame):
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # a shell starting us in the background ignores SIGINT; Ctrl-C must still stop us
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if args.command == "run":
             return _run(args)
