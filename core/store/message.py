@@ -85,6 +85,8 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_MQTT_TOPIC = "mqttTopic"  # ours: the full MQTT topic of a message
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"  # comma-separated extra queues (LMQ)
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 
 _HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")  # TOTALSIZE .. BODY length
 _HEAD_BORN = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
@@ -237,7 +239,7 @@ class EncodedMessage:
     QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place.
     """
 
-    __slots__ = ("buf", "size", "topic", "queue_id", "tags_code", "keys", "uniq_key", "sysflag", "_store_ts_pos")
+    __slots__ = ("buf", "size", "topic", "queue_id", "tags_code", "keys", "uniq_key", "sysflag", "multi_dispatch", "_store_ts_pos")
 
     def __init__(self, msg: Message):
         topic_b = msg.topic.encode()
@@ -265,6 +267,7 @@ class EncodedMessage:
         self.tags_code = tags_code(msg.tags)
         self.keys = msg.keys
         self.uniq_key = msg.uniq_key
+        self.multi_dispatch = multi_dispatch_queues(msg.properties)
         self._store_ts_pos = store_ts_pos
 
     def stamp(self, queue_offset: int, physical_offset: int, store_timestamp: int, queue_id: int | None = None) -> bytearray:
@@ -275,6 +278,15 @@ class EncodedMessage:
         struct.pack_into(">qq", buf, QUEUEOFFSET_POS, queue_offset, physical_offset)
         struct.pack_into(">q", buf, self._store_ts_pos, store_timestamp)
         return buf
+
+
+def multi_dispatch_queues(properties: dict[str, str]) -> tuple[str, ...]:
+    """The extra queue names of ``INNER_MULTI_DISPATCH`` (each gets a unit in
+    consume queue (name, 0)); empty names are ignored, duplicates kept once."""
+    text = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
+    if not text:
+        return ()
+    return tuple(dict.fromkeys(n for n in text.split(",") if n))
 
 
 def encode_message(msg: Message, queue_offset: int = 0, physical_offset: int = 0, store_timestamp: int = 0) -> bytes:

@@ -1,0 +1,259 @@
+"""`CommitLog`: the segmented, append-only message log and its group commit.
+
+Rules kept:
+- Segments are contiguous: segment i starts at ``first.start + i * size`` and
+  is named by that offset.  Only the last one is written to.
+- An entry is written only where it fits with 8 bytes to spare; otherwise a
+  BLANK filler ``[remaining][BLANK_MAGIC]`` closes the segment and the entry
+  goes to the start of the next (reference 4.3).  So every segment has room
+  for a BLANK and readers never see an entry cross a file boundary.
+- ``write_pos`` only moves after the entry's bytes are in the map: a reader
+  (or the flusher) that sees ``write_pos`` sees complete entries before it.
+- ``flushed`` only moves after ``fdatasync`` of every segment below it.
+  `wait_flushed` is leader/follower group commit: the first waiter to find
+  no flush running syncs everything written so far (its own entry and all
+  that arrived meanwhile) while the others wait on the condition; one
+  ``fdatasync`` serves them all.
+- The caller serialises writers with ``lock`` (a ``threading.Lock``);
+  flushing takes it only to snapshot positions, never across a sync.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+import zlib
+
+from .errors import StoreConfigError
+from .mapped_file import MappedFile, list_offset_files
+from .message import BLANK_MAGIC, MAGIC_V1, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, EncodedMessage
+
+_II = struct.Struct(">ii")
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+_H = struct.Struct(">h")
+_MIN_ENTRY = 91  # entry_length of an empty message with IPv4 hosts, minus topic bytes (>= 1)
+
+BLANK = 0  # check_entry: a BLANK filler, the segment ends here
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def check_entry(mm, rel: int, seg_size: int, phys: int, check_crc: bool) -> tuple[int, str]:
+    """Validate the entry at ``rel``: (size, "") if good, (BLANK, "") for a
+    filler, (-1, reason) otherwise.  Checks magic, size against the field
+    lengths (``calMsgLength``), the PHYSICALOFFSET field against where it
+    sits (so stale bytes from another position never pass), and the CRC."""
+    if rel + 8 > seg_size:
+        return -1, "no room for an entry header"
+    size, magic = _II.unpack_from(mm, rel)
+    if magic == BLANK_MAGIC:
+        return (BLANK, "") if size == seg_size - rel else (-1, f"BLANK of {size} bytes does not end the segment")
+    if magic != MAGIC_V1:
+        return -1, ("end of data" if size == 0 and magic == 0 else f"bad magic 0x{magic & 0xFFFFFFFF:08X}")
+    if size < _MIN_ENTRY or rel + size > seg_size:
+        return -1, f"entry size {size} out of range"
+    (phys_field,) = _Q.unpack_from(mm, rel + 28)
+    if phys_field != phys:
+        return -1, f"PHYSICALOFFSET field {phys_field} is not the entry's position {phys}"
+    (sysflag,) = _I.unpack_from(mm, rel + 36)
+    p = rel + 68 + (20 if sysflag & BORNHOST_V6_FLAG else 8) + (20 if sysflag & STOREHOST_V6_FLAG else 8)
+    end = rel + size
+    (body_len,) = _I.unpack_from(mm, p)
+    body = p + 4
+    p = body + body_len
+    if body_len < 0 or p + 3 > end:
+        return -1, f"body length {body_len} does not fit the entry"
+    topic_len = mm[p]
+    p += 1 + topic_len
+    if p + 2 > end:
+        return -1, "topic length does not fit the entry"
+    (props_len,) = _H.unpack_from(mm, p)
+    if props_len < 0 or p + 2 + props_len != end:
+        return -1, f"total size {size} disagrees with the field lengths"
+    if check_crc:
+        (crc,) = _I.unpack_from(mm, rel + 8)
+        if zlib.crc32(mm[body : body + body_len]) & 0x7FFFFFFF != crc:
+            return -1, "body CRC mismatch"
+    return size, ""
+
+
+class CommitLog:
+    def __init__(self, directory: str, segment_size: int):
+        self.directory = directory
+        self.segment_size = segment_size
+        self.lock = threading.Lock()
+        self.segments: list[MappedFile] = []
+        self.write_pos = 0
+        self.last_store_ts = 0  # store timestamp of the entry just before write_pos
+        self.flushed = 0
+        self.flushed_store_ts = 0
+        self._flush_cond = threading.Condition(threading.Lock())
+        self._flushing = False
+        self.sync_count = 0  # number of flush rounds that synced something (tests, bench)
+
+    # ---- files ----
+
+    def load(self) -> None:
+        """Map the existing segments; the write position is set by recovery."""
+        os.makedirs(self.directory, exist_ok=True)
+        files = list_offset_files(self.directory)
+        prev_end = None
+        for start, path in files:
+            st = os.stat(path).st_size
+            if start % self.segment_size or (prev_end is not None and start != prev_end):
+                raise StoreConfigError(f"{path}: segment name does not follow mappedFileSizeCommitLog={self.segment_size}")
+            if st not in (self.segment_size, 0):
+                raise StoreConfigError(f"{path} is {st} bytes but mappedFileSizeCommitLog is {self.segment_size}")
+            self.segments.append(MappedFile(path, start, self.segment_size))
+            prev_end = start + self.segment_size
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        self.segments = []
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].start if self.segments else self.write_pos
+
+    def segment_for(self, phys: int) -> MappedFile | None:
+        segs = self.segments
+        if not segs:
+            return None
+        i = (phys - segs[0].start) // self.segment_size
+        if 0 <= i < len(segs):
+            return segs[i]
+        return None
+
+    def _roll(self, start: int) -> MappedFile:
+        seg = MappedFile.create(self.directory, start, self.segment_size)
+        self.segments.append(seg)
+        fsync_dir(self.directory)
+        return seg
+
+    def set_write_pos(self, pos: int, last_store_ts: int) -> None:
+        """After recovery: writing resumes at ``pos`` (everything before is durable or re-checked)."""
+        if not self.segments:
+            self._roll(pos - pos % self.segment_size)
+        elif pos >= self.segments[-1].end:
+            self._roll(self.segments[-1].end)
+        self.write_pos = pos
+        self.last_store_ts = last_store_ts
+        self.flushed = pos
+        self.flushed_store_ts = last_store_ts
+
+    # ---- writing (caller holds self.lock) ----
+
+    def append(self, enc: EncodedMessage, queue_offset: int, store_ts: int) -> int:
+        """Write ``enc`` stamped with its offsets; return its physical offset."""
+        size = enc.size
+        pos = self.write_pos
+        seg = self.segments[-1]
+        rel = pos - seg.start
+        if rel + size + 8 > self.segment_size:
+            _II.pack_into(seg.mm, rel, self.segment_size - rel, BLANK_MAGIC)
+            seg = self._roll(seg.end)
+            pos = seg.start
+            rel = 0
+        seg.mm[rel : rel + size] = enc.stamp(queue_offset, pos, store_ts)
+        self.write_pos = pos + size
+        self.last_store_ts = store_ts
+        return pos
+
+    # ---- reading ----
+
+    def read(self, phys: int, size: int) -> bytes | None:
+        seg = self.segment_for(phys)
+        if seg is None or phys + size > self.write_pos:
+            return None
+        rel = phys - seg.start
+        return seg.mm[rel : rel + size]
+
+    def read_entry(self, phys: int) -> bytes | None:
+        """The entry starting at ``phys``, or None if there is none there."""
+        seg = self.segment_for(phys)
+        if seg is None or phys + 8 > self.write_pos:
+            return None
+        rel = phys - seg.start
+        size, magic = _II.unpack_from(seg.mm, rel)
+        if magic != MAGIC_V1 or size < _MIN_ENTRY or phys + size > self.write_pos:
+            return None
+        return seg.mm[rel : rel + size]
+
+    def store_ts_at(self, phys: int) -> int:
+        seg = self.segment_for(phys)
+        if seg is None:
+            return -1
+        rel = phys - seg.start
+        (sysflag,) = _I.unpack_from(seg.mm, rel + 36)
+        return _Q.unpack_from(seg.mm, rel + (68 if sysflag & BORNHOST_V6_FLAG else 56))[0]
+
+    # ---- flushing ----
+
+    def _sync_written(self) -> None:
+        """fdatasync every segment holding bytes between ``flushed`` and now."""
+        with self.lock:
+            target = self.write_pos
+            ts = self.last_store_ts
+            segs = [s for s in self.segments if s.end > self.flushed and s.start < target]
+        if target <= self.flushed:
+            return
+        for seg in segs:
+            seg.sync()
+        self.sync_count += 1
+        with self._flush_cond:
+            if target > self.flushed:
+                self.flushed = target
+                self.flushed_store_ts = ts
+
+    def wait_flushed(self, offset: int, timeout_s: float) -> bool:
+        """Block until everything below ``offset`` is on disk.  Thread-safe;
+        concurrent callers share one sync.  False if it took longer than
+        ``timeout_s`` (the entry may still become durable: FLUSH_DISK_TIMEOUT)."""
+        if self.flushed >= offset:
+            return True
+        deadline = time.monotonic() + timeout_s
+        cond = self._flush_cond
+        with cond:
+            while self.flushed < offset:
+                if not self._flushing:
+                    self._flushing = True
+                    cond.release()
+                    try:
+                        self._sync_written()
+                    finally:
+                        cond.acquire()
+                        self._flushing = False
+                        cond.notify_all()
+                else:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    cond.wait(remaining)
+        return time.monotonic() <= deadline
+
+    def flush(self) -> int:
+        """Sync everything written so far (joining a running group commit); return ``flushed``."""
+        self.wait_flushed(self.write_pos, 1e9)
+        return self.flushed
+
+    # ---- retention ----
+
+    def delete_head_segments(self, should_delete, max_files: int = 10) -> list[str]:
+        """Delete leading segments while ``should_delete(seg)``; never the last one."""
+        deleted = []
+        with self.lock:
+            while len(self.segments) > 1 and len(deleted) < max_files and should_delete(self.segments[0]):
+                seg = self.segments.pop(0)
+                seg.delete()
+                deleted.append(seg.path)
+        return deleted

@@ -1,0 +1,230 @@
+"""Index files: message keys to commit-log offsets (reference 5.3 layout).
+
+File layout (big-endian)::
+
+    header  40 bytes: beginTimestamp int64, endTimestamp int64,
+                      beginPhyOffset int64, endPhyOffset int64,
+                      hashSlotCount int32 (slots in use), indexCount int32
+    slots   maxHashSlotNum * 4: int32 number of the latest entry (0 = empty)
+    entries maxIndexNum * 20: keyHash int32, phyOffset int64,
+                      timeDiff int32 (s since beginTimestamp), prevIndex int32
+
+Rules kept:
+- The key is ``topic + "#" + key``; hash = abs(Java String.hashCode), 0 when
+  still negative; slot = hash % slots.  indexCount starts at 1: entry 0 is
+  never used, so prevIndex 0 ends a chain.
+- Lookups walk a slot's chain backwards and stop at prevIndex <= 0,
+  > indexCount, == self, or a time before ``begin``.
+- Files are named by creation time ``yyyyMMddHHmmssSSS`` (local time); a full
+  file is never written again.  ``endPhyOffset`` is the end of the last
+  indexed entry, so replaying the log skips what is already indexed.
+- Hash collisions are expected: callers verify each hit against the entry.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+
+from .message import java_string_hash
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = 40
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = 20
+_I = struct.Struct(">i")
+
+
+def key_hash(text: str) -> int:
+    h = abs(java_string_hash(text))
+    return 0 if h > 0x7FFFFFFF else h  # Java: Math.abs(Integer.MIN_VALUE) < 0
+
+
+class IndexFile:
+    __slots__ = ("path", "slots", "max_entries", "fd", "mm", "begin_ts", "end_ts", "begin_phys", "end_phys", "slot_count", "count")
+
+    def __init__(self, path: str, slots: int, max_entries: int, create: bool):
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = HEADER_SIZE + slots * 4 + max_entries * ENTRY_SIZE
+        if create:
+            os.ftruncate(self.fd, size)
+        else:
+            size = os.fstat(self.fd).st_size
+        self.mm = mmap.mmap(self.fd, size)
+        self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slot_count, self.count = HEADER.unpack_from(self.mm, 0)
+        if create or self.count < 1:
+            self.count = 1
+        self.slots = slots
+        self.max_entries = (size - HEADER_SIZE - slots * 4) // ENTRY_SIZE
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.max_entries
+
+    def put(self, hash_: int, phys: int, store_ts: int) -> None:
+        mm = self.mm
+        slot_pos = HEADER_SIZE + (hash_ % self.slots) * 4
+        (prev,) = _I.unpack_from(mm, slot_pos)
+        if prev <= 0 or prev > self.count:
+            prev = 0
+            self.slot_count += 1
+        if self.count <= 1 or self.begin_ts == 0:
+            self.begin_ts = store_ts
+            self.begin_phys = phys
+        diff = (store_ts - self.begin_ts) // 1000
+        n = self.count
+        ENTRY.pack_into(mm, HEADER_SIZE + self.slots * 4 + n * ENTRY_SIZE, hash_, phys, max(diff, 0), prev)
+        _I.pack_into(mm, slot_pos, n)
+        self.count = n + 1
+        self.end_ts = store_ts
+
+    def finish_entry(self, end_phys: int, store_ts: int) -> None:
+        """Record that the log is indexed up to ``end_phys`` (written to the header)."""
+        if self.begin_ts == 0:
+            self.begin_ts = store_ts
+            self.begin_phys = end_phys
+        self.end_phys = end_phys
+        self.end_ts = max(self.end_ts, store_ts)
+
+    def write_header(self) -> None:
+        HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slot_count, self.count)
+
+    def select(self, hash_: int, max_num: int, begin: int, end: int, out: list[int]) -> None:
+        mm = self.mm
+        (n,) = _I.unpack_from(mm, HEADER_SIZE + (hash_ % self.slots) * 4)
+        base = HEADER_SIZE + self.slots * 4
+        seen = 0
+        while 0 < n < self.count and len(out) < max_num and seen < self.count:
+            h, phys, diff, prev = ENTRY.unpack_from(mm, base + n * ENTRY_SIZE)
+            ts = self.begin_ts + diff * 1000
+            if ts < begin - 999:  # timeDiff is truncated to seconds
+                break
+            if h == hash_ and ts <= end:
+                out.append(phys)
+            if prev <= 0 or prev > self.count or prev == n:
+                break
+            n = prev
+            seen += 1
+
+    def sync(self) -> None:
+        self.write_header()
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.write_header()
+            self.mm.close()
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _file_name(now_ms: int) -> str:
+    t = time.localtime(now_ms // 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
+
+
+class IndexService:
+    """The list of index files; the newest one is written."""
+
+    def __init__(self, directory: str, slots: int, max_entries: int):
+        self.directory = directory
+        self.slots = slots
+        self.max_entries = max_entries
+        self.files: list[IndexFile] = []
+
+    def load(self, abnormal: bool, checkpoint_index_ts: int) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        expected = HEADER_SIZE + self.slots * 4 + self.max_entries * ENTRY_SIZE
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            if not (len(name) == 17 and name.isdigit()):
+                continue
+            if os.path.getsize(path) != expected:
+                os.unlink(path)  # other geometry: derived data, rebuilt by replay
+                continue
+            f = IndexFile(path, self.slots, self.max_entries, create=False)
+            if abnormal and f.end_ts > checkpoint_index_ts:
+                f.delete()  # may hold entries the checkpoint does not vouch for
+                continue
+            self.files.append(f)
+
+    @property
+    def end_phys(self) -> int:
+        """The log is indexed below this offset."""
+        return self.files[-1].end_phys if self.files else 0
+
+    @property
+    def last_ts(self) -> int:
+        return self.files[-1].end_ts if self.files else 0
+
+    def new_file(self, begin_phys: int) -> IndexFile:
+        """An empty file covering the log from ``begin_phys`` (a fresh or rebuilt index)."""
+        f = self._writable(int(time.time() * 1000))
+        f.begin_phys = f.end_phys = begin_phys
+        return f
+
+    def _writable(self, now_ms: int) -> IndexFile:
+        if self.files and not self.files[-1].full:
+            return self.files[-1]
+        prev = self.files[-1] if self.files else None
+        name = _file_name(now_ms)
+        while os.path.exists(os.path.join(self.directory, name)) or (prev and name <= os.path.basename(prev.path)):
+            now_ms += 1
+            name = _file_name(now_ms)
+        f = IndexFile(os.path.join(self.directory, name), self.slots, self.max_entries, create=True)
+        if prev is not None:
+            prev.write_header()
+            f.begin_phys = prev.end_phys
+            f.end_phys = prev.end_phys
+            f.begin_ts = f.end_ts = prev.end_ts
+        self.files.append(f)
+        return f
+
+    def build(self, prefix_hash_keys: list[str], phys: int, size: int, store_ts: int) -> None:
+        """Index one entry under each of its ``topic#key`` strings."""
+        if phys < self.end_phys:
+            return  # already indexed (replay)
+        f = self._writable(store_ts)
+        for text in prefix_hash_keys:
+            if f.full:
+                f.finish_entry(phys, store_ts)
+                f = self._writable(store_ts)
+            f.put(key_hash(text), phys, store_ts)
+        f.finish_entry(phys + size, store_ts)
+
+    def query(self, text: str, max_num: int, begin: int, end: int) -> list[int]:
+        h = key_hash(text)
+        out: list[int] = []
+        for f in reversed(self.files):
+            if len(out) >= max_num:
+                break
+            if f.count <= 1 or f.end_ts < begin or f.begin_ts > end:
+                continue
+            f.select(h, max_num, begin, end, out)
+        return out
+
+    def delete_below(self, log_min: int) -> int:
+        n = 0
+        while len(self.files) > 1 and self.files[0].end_phys <= log_min:
+            self.files.pop(0).delete()
+            n += 1
+        return n
+
+    def sync(self) -> None:
+        for f in self.files[-2:]:
+            f.sync()
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []
