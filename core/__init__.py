@@ -1,1 +1,24 @@
-"""core."""
+"""core: the broker room.
+
+What other rooms use is re-exported here lazily (PEP 562), so that
+``import core.store`` (Spark's record decoding) does not pull in trio:
+
+    from core import Broker, BrokerConfig, open_broker, Message, StoreConfig
+
+The full list is ``core.broker.__all__`` plus the store's `Message`,
+`StoredMessage`, `StoreConfig`, `FlushDiskType`, `decode_message(s)`.
+"""
+
+import importlib
+
+_STORE_NAMES = frozenset({"Message", "StoredMessage", "StoreConfig", "FlushDiskType", "decode_message", "decode_messages"})
+
+
+def __getattr__(name: str):
+    if name in _STORE_NAMES:
+        return getattr(importlib.import_module("core.store"), name)
+    if not name.startswith("_") and name not in ("broker", "store"):
+        broker = importlib.import_module("core.broker")
+        if name in broker.__all__:
+            return getattr(broker, name)
+    raise AttributeError(f"module 'core' has no attribute {name!r}")

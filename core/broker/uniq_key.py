@@ -1,0 +1,58 @@
+"""UNIQ_KEY for messages that arrive without one (MQTT publishes, ali-ons sends).
+
+Same 16-byte layout as Java's ``MessageClientIDSetter`` so tools that parse
+it see sensible fields: ip (4) + low 16 bits of pid (2) + a random int
+(4, the classloader hash in Java) written once as a prefix; then int32 ms
+since the start of the current month + int16 counter. Uppercase hex, 32
+characters.
+
+Invariant: within one process the (time, counter) pair strictly increases,
+so ids never repeat; when the counter wraps inside one millisecond the time
+part moves forward by one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import socket
+import struct
+import time
+
+
+class UniqKeyGenerator:
+    def __init__(self, ip: str = "127.0.0.1"):
+        try:
+            ip_b = socket.inet_aton(ip)
+        except OSError:
+            ip_b = b"\x7f\x00\x00\x01"
+        self._prefix = (ip_b + struct.pack(">HI", os.getpid() & 0xFFFF, random.getrandbits(32))).hex().upper()
+        self._month_start_ms = 0
+        self._next_month_ms = 0
+        self._last_ms = -1
+        self._counter = 0
+
+    def _roll_month(self, now_ms: int) -> None:
+        now = datetime.datetime.fromtimestamp(now_ms / 1000)
+        start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        nxt = (start + datetime.timedelta(days=32)).replace(day=1)
+        self._month_start_ms = int(start.timestamp() * 1000)
+        self._next_month_ms = int(nxt.timestamp() * 1000)
+
+    def next(self) -> str:
+        now_ms = int(time.time() * 1000)
+        if now_ms >= self._next_month_ms or now_ms < self._month_start_ms:
+            self._roll_month(now_ms)
+            self._last_ms = -1
+        rel = now_ms - self._month_start_ms
+        if rel <= self._last_ms:
+            rel = self._last_ms
+            self._counter += 1
+            if self._counter > 0xFFFF:
+                rel += 1
+                self._counter = 0
+        else:
+            self._counter = 0
+        self._last_ms = rel
+        return self._prefix + struct.pack(">iH", rel & 0x7FFFFFFF, self._counter).hex().upper()
