@@ -1,0 +1,181 @@
+"""Accept loops: one task per listening socket, one task per connection."""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+
+import trio
+
+from gateway.config import ConfigError
+from gateway.listeners._spec import ConnectionInfo, ListenerSpec, ListenerStats
+from gateway.listeners._tls import identity_from_peercert
+from gateway.listeners._websocket import HandshakeError, accept_websocket
+
+log = logging.getLogger("mqgate.gateway")
+
+Handler = Callable[[trio.abc.Stream, ConnectionInfo], Awaitable[None]]
+
+DEFAULT_MAX_CONNECTIONS = 100_000
+CLOSE_TIMEOUT = 2.0
+# accept() failing for want of a file descriptor or memory: wait, go on.
+_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+_HANDSHAKE_ERRORS = (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
+                     HandshakeError, ssl.SSLError, OSError)
+_connection_ids = itertools.count(1)
+
+
+class _Gate:
+    """The connection count shared by every listener of one serve_listeners."""
+
+    def __init__(self, max_connections: int, stats: ListenerStats) -> None:
+        self.max_connections = max_connections
+        self.stats = stats
+        self._last_refusal_log = -1e9
+        self._unlogged = 0
+
+    def try_enter(self) -> bool:
+        self.stats.accepted += 1
+        if self.stats.active >= self.max_connections:
+            self.stats.refused += 1
+            return False
+        self.stats.active += 1
+        return True
+
+    def leave(self) -> None:
+        self.stats.active -= 1
+
+    def log_refusal(self, spec: ListenerSpec) -> None:
+        # One line a second at most: a flood must not become a log flood.
+        now = trio.current_time()
+        self._unlogged += 1
+        if now - self._last_refusal_log >= 1.0:
+            log.warning("%s listener: maxConnections (%d) reached, refused %d connection(s) "
+                        "(%d refused in all)", spec.name, self.max_connections, self._unlogged,
+                        self.stats.refused)
+            self._last_refusal_log = now
+            self._unlogged = 0
+
+
+async def serve_listeners(specs: Sequence[ListenerSpec], handler: Handler, *,
+                          max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                          stats: ListenerStats | None = None,
+                          task_status: trio.TaskStatus[dict[str, int]] = trio.TASK_STATUS_IGNORED,
+                          ) -> None:
+    """Run the enabled listeners until cancelled; ``task_status.started`` gets
+    ``{spec.name: bound port}``. A listener that cannot start (port in use,
+    bad certificate) makes this raise before ``started``."""
+    enabled = [s for s in specs if s.enabled]
+    names = [s.name for s in enabled]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"listener names must be unique, got {names}")
+    gate = _Gate(max_connections, stats if stats is not None else ListenerStats())
+    for spec in specs:
+        if not spec.enabled:
+            log.info("MQTT %s listener off (port 0)", spec.name)
+    # Bind everything first, so a bad port or certificate is one plain error
+    # before started(), not an exception group from a half-started nursery.
+    opened: list[tuple[ListenerSpec, ssl.SSLContext | None, list[trio.SocketListener]]] = []
+    try:
+        for spec in enabled:
+            ctx = spec.tls.server_context() if spec.tls is not None and spec.is_tls else None
+            opened.append((spec, ctx, await _open(spec)))
+    except BaseException:
+        for _, _, listeners in opened:
+            for listener in listeners:
+                listener.socket.close()
+        raise
+    bound: dict[str, int] = {}
+    async with trio.open_nursery() as nursery:
+        for spec, ctx, listeners in opened:
+            for listener in listeners:
+                host, port = listener.socket.getsockname()[:2]
+                log.info("MQTT %s listener on %s://%s:%d%s", spec.name, spec.transport, host, port,
+                         spec.ws_path if spec.is_websocket else "")
+                nursery.start_soon(_accept_loop, listener, spec, ctx, handler, gate, nursery)
+            bound[spec.name] = listeners[0].socket.getsockname()[1]
+        task_status.started(bound)
+
+
+async def _open(spec: ListenerSpec) -> list[trio.SocketListener]:
+    port = 0 if spec.ephemeral else spec.port
+    try:
+        return await trio.open_tcp_listeners(port, host=spec.host, backlog=spec.backlog)
+    except OSError as e:
+        raise OSError(e.errno, f"MQTT {spec.name} listener cannot listen on "
+                               f"{spec.host}:{port}: {e.strerror}") from None
+
+
+async def _accept_loop(listener: trio.SocketListener, spec: ListenerSpec, ctx: ssl.SSLContext | None,
+                       handler: Handler, gate: _Gate, nursery: trio.Nursery) -> None:
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as e:
+                if e.errno not in _CAPACITY_ERRNOS:
+                    raise
+                log.error("%s listener: accept failed (%s), retrying in 0.1 s", spec.name, e)
+                await trio.sleep(0.1)
+                continue
+            if not gate.try_enter():
+                gate.log_refusal(spec)
+                await trio.aclose_forcefully(stream)
+                continue
+            nursery.start_soon(_connection, stream, spec, ctx, handler, gate)
+
+
+async def _connection(sock: trio.SocketStream, spec: ListenerSpec, ctx: ssl.SSLContext | None,
+                      handler: Handler, gate: _Gate) -> None:
+    conn_id = next(_connection_ids)
+    stream: trio.abc.Stream = sock
+    try:
+        try:
+            peer = sock.socket.getpeername()[:2]
+            local_port = sock.socket.getsockname()[1]
+            identity = subprotocol = None
+            with trio.fail_after(spec.handshake_timeout):
+                if ctx is not None:
+                    tls = trio.SSLStream(sock, ctx, server_side=True)
+                    stream = tls
+                    await tls.do_handshake()
+                    identity = identity_from_peercert(tls.getpeercert())
+                if spec.is_websocket:
+                    stream = await accept_websocket(stream, spec.ws_path, spec.ws_subprotocols)
+                    subprotocol = stream.subprotocol
+        except _HANDSHAKE_ERRORS as e:
+            gate.stats.handshake_failures += 1
+            cause = e.__cause__ or e
+            log.info("%s connection %d: handshake failed: %s", spec.name, conn_id,
+                     "timed out" if isinstance(e, trio.TooSlowError) else cause)
+            return
+        except Exception:
+            gate.stats.handshake_failures += 1
+            log.exception("%s connection %d: handshake failed", spec.name, conn_id)
+            return
+        info = ConnectionInfo(transport=spec.transport, listener=spec.name, peer=peer,
+                              local_port=local_port, connection_id=conn_id,
+                              certificate=identity, ws_subprotocol=subprotocol)
+        try:
+            await handler(stream, info)
+        except Exception:
+            gate.stats.handler_errors += 1
+            log.exception("%s connection %d from %s: handler failed", spec.name, conn_id, peer)
+    finally:
+        try:
+            await _close(stream)
+        finally:
+            gate.leave()
+
+
+async def _close(stream: trio.abc.Stream) -> None:
+    with trio.move_on_after(CLOSE_TIMEOUT) as scope:
+        try:
+            await stream.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await trio.aclose_forcefully(stream)
+    if scope.cancelled_caught:
+        await trio.aclose_forcefully(stream)
