@@ -1,0 +1,283 @@
+"""Who may connect: anonymous access, a password file, TLS client certificates.
+
+The password file is like ``mosquitto_passwd``'s but with argon2id hashes, one
+user a line, ``#`` comments and blank lines ignored::
+
+    alice:$argon2id$v=19$m=65536,t=3,p=4$<salt>$<hash>
+
+It is written only by ``mqgate passwd`` (``passwd_main``): a new file, then
+fsync and rename, mode 0600, so a reader never sees half a file.
+
+Rules kept here (``Authenticator.authenticate``, first match wins):
+
+1. ``use_identity_as_username`` and a verified TLS client certificate with a
+   common name: accepted, the username is the certificate's CN (the MQTT
+   username and password, if any, are ignored, like Mosquitto).
+2. No username: accepted iff ``allow_anonymous``.
+3. A password file is configured: the user must be in it and the password
+   must verify; an unknown user or a wrong or missing password is refused.
+4. No password file: accepted iff ``allow_anonymous`` (the username is then
+   only a name for the ACL's ``%u``, not a proof).
+
+Verification is slow on purpose (argon2id, ~50 ms of CPU): it runs in a
+worker thread (``trio.to_thread``, at most ``verify_threads`` at once) so it
+never stalls the event loop, and a *successful* verification is remembered
+in memory, keyed by (username, stored hash), as an HMAC of the password under
+a key made at start-up; a reconnect storm of known devices then costs one
+HMAC each. A changed hash in the file (reload) makes the old entry useless.
+Failures are never cached: each wrong guess costs the guesser a full argon2.
+
+The file is re-read when it changes (checked with one ``stat`` per
+authentication) or when ``reload()`` is called (SIGHUP). A file that fails
+to parse on reload leaves the previous users in force and is logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import argon2
+import trio
+
+from gateway.config import ConfigError
+from gateway.listeners import CertIdentity
+
+log = logging.getLogger("mqgate.gateway")
+
+SECURITY_KEYS = frozenset({"allowAnonymous", "passwordFile", "aclFile", "useIdentityAsUsername"})
+_CACHE_SIZE = 100_000
+
+
+class PasswordFileError(ValueError):
+    """The password file is wrong; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class AuthResult:
+    ok: bool
+    username: str | None  # the name the ACL sees as %u (None: anonymous)
+    method: str  # "anonymous", "password", "certificate", "refused"
+
+
+def hash_password(password: str | bytes, *, hasher: argon2.PasswordHasher | None = None) -> str:
+    return (hasher or argon2.PasswordHasher()).hash(password)
+
+
+def read_password_file(path: str | Path) -> dict[str, str]:
+    """{username: argon2 hash}; raises PasswordFileError naming the line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise PasswordFileError(f"password file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise PasswordFileError(f"password file {path}: not UTF-8 ({e})") from None
+    users: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, stored = line.partition(":")
+        if not sep or not user or not stored.startswith("$argon2"):
+            raise PasswordFileError(f"{path}:{number}: expected 'username:$argon2id$...'")
+        if user in users:
+            raise PasswordFileError(f"{path}:{number}: user {user!r} appears twice")
+        users[user] = stored
+    return users
+
+
+def write_password_file(path: str | Path, users: Mapping[str, str]) -> None:
+    """Replace the file atomically (temp file, fsync, rename), mode 0600."""
+    path = Path(path)
+    body = "".join(f"{user}:{stored}\n" for user, stored in users.items())
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(path.parent or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class Authenticator:
+    def __init__(self, password_file: str | Path | None = None, *, allow_anonymous: bool = True,
+                 use_identity_as_username: bool = False, verify_threads: int = 2) -> None:
+        self.password_file = Path(password_file) if password_file else None
+        self.allow_anonymous = allow_anonymous
+        self.use_identity_as_username = use_identity_as_username
+        self._users: dict[str, str] = {}
+        self._stat: tuple[int, int, int] | None = None
+        self._hasher = argon2.PasswordHasher()
+        self._limiter = trio.CapacityLimiter(verify_threads)
+        self._hmac_key = secrets.token_bytes(32)
+        self._verified: dict[tuple[str, str], bytes] = {}
+        if self.password_file is not None:
+            self._users = read_password_file(self.password_file)  # fail at start-up
+            self._stat = self._file_stat()
+
+    @classmethod
+    def from_dict(cls, table: Mapping[str, Any]) -> Authenticator:
+        """From the ``[mqtt]`` table: ``allowAnonymous`` (default true),
+        ``passwordFile`` (default none), ``useIdentityAsUsername`` (false).
+        Other keys are ignored here (``Limits.from_dict`` rejects strangers)."""
+        allow = table.get("allowAnonymous", True)
+        ident = table.get("useIdentityAsUsername", False)
+        pw = table.get("passwordFile", "")
+        for key, value, kind in (("allowAnonymous", allow, bool),
+                                 ("useIdentityAsUsername", ident, bool), ("passwordFile", pw, str)):
+            if not isinstance(value, kind):
+                raise ConfigError(f"[mqtt] {key} must be a {kind.__name__}, not {value!r}")
+        try:
+            return cls(pw or None, allow_anonymous=allow, use_identity_as_username=ident)
+        except PasswordFileError as e:
+            raise ConfigError(f"[mqtt] passwordFile: {e}") from None
+
+    def _file_stat(self) -> tuple[int, int, int] | None:
+        assert self.password_file is not None
+        try:
+            st = self.password_file.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def reload(self) -> bool:
+        """Re-read the password file; False (and a log line) if it is bad."""
+        if self.password_file is None:
+            return True
+        stat = self._file_stat()
+        try:
+            users = read_password_file(self.password_file)
+        except PasswordFileError as e:
+            log.error("password file not reloaded, keeping %d users: %s", len(self._users), e)
+            self._stat = stat
+            return False
+        self._users, self._stat = users, stat
+        log.info("password file %s loaded: %d users", self.password_file, len(users))
+        return True
+
+    def _reload_if_changed(self) -> None:
+        if self.password_file is not None and self._file_stat() != self._stat:
+            self.reload()
+
+    async def authenticate(self, username: str | None, password: bytes | str | None,
+                           cert_identity: CertIdentity | None = None) -> AuthResult:
+        if self.use_identity_as_username and cert_identity is not None and cert_identity.common_name:
+            return AuthResult(True, cert_identity.common_name, "certificate")
+        if username is None:
+            return AuthResult(self.allow_anonymous, None,
+                              "anonymous" if self.allow_anonymous else "refused")
+        if self.password_file is None:
+            return AuthResult(self.allow_anonymous, username,
+                              "anonymous" if self.allow_anonymous else "refused")
+        self._reload_if_changed()
+        stored = self._users.get(username)
+        if stored is None or password is None:
+            return AuthResult(False, username, "refused")
+        if isinstance(password, str):
+            password = password.encode("utf-8")
+        key = (username, stored)
+        tag = hmac.new(self._hmac_key, password, hashlib.sha256).digest()
+        known = self._verified.get(key)
+        if known is not None and hmac.compare_digest(known, tag):
+            return AuthResult(True, username, "password")
+        ok = await trio.to_thread.run_sync(self._verify, stored, password, limiter=self._limiter)
+        if ok:
+            if len(self._verified) >= _CACHE_SIZE:
+                self._verified.pop(next(iter(self._verified)))
+            self._verified[key] = tag
+        return AuthResult(ok, username, "password" if ok else "refused")
+
+    async def check(self, username: str | None, password: bytes | str | None,
+                    cert_identity: CertIdentity | None = None) -> bool:
+        return (await self.authenticate(username, password, cert_identity)).ok
+
+    def _verify(self, stored: str, password: bytes) -> bool:
+        try:
+            return self._hasher.verify(stored, password)
+        except argon2.exceptions.VerificationError:
+            return False
+        except argon2.exceptions.InvalidHashError:
+            log.error("password file %s holds an invalid hash", self.password_file)
+            return False
+
+
+# --- mqgate passwd ---------------------------------------------------------------
+
+def passwd_main(argv: list[str], *, hasher: argon2.PasswordHasher | None = None) -> int:
+    """``mqgate passwd FILE USER [-b PASSWORD] [-D]``: add or update USER (the
+    file is created if missing; without -b the password is asked twice) or
+    delete USER (-D). Returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="mqgate passwd", description="Manage an mqgate password file (argon2id hashes).")
+    parser.add_argument("file", help="password file (created if missing)")
+    parser.add_argument("user", help="username")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-b", dest="password", metavar="PASSWORD",
+                       help="take the password from the command line (batch mode)")
+    group.add_argument("-D", dest="delete", action="store_true", help="delete the user")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    path = Path(args.file)
+    user: str = args.user
+    if not user or ":" in user or user != user.strip() or any(ord(c) < 32 for c in user):
+        print(f"mqgate passwd: invalid username {user!r} (no ':', control characters or "
+              "surrounding spaces)", file=sys.stderr)
+        return 1
+    try:
+        users = read_password_file(path) if path.exists() else {}
+    except PasswordFileError as e:
+        print(f"mqgate passwd: {e}", file=sys.stderr)
+        return 1
+    if args.delete:
+        if user not in users:
+            print(f"mqgate passwd: user {user!r} not found in {path}", file=sys.stderr)
+            return 1
+        del users[user]
+    else:
+        password = args.password
+        if password is None:
+            try:
+                password = getpass.getpass("Password: ")
+                again = getpass.getpass("Reenter password: ")
+            except (EOFError, KeyboardInterrupt):
+                print("mqgate passwd: no password given", file=sys.stderr)
+                return 1
+            if password != again:
+                print("mqgate passwd: passwords do not match", file=sys.stderr)
+                return 1
+        if not password:
+            print("mqgate passwd: empty password", file=sys.stderr)
+            return 1
+        users[user] = hash_password(password, hasher=hasher)
+    try:
+        write_password_file(path, users)
+    except OSError as e:
+        print(f"mqgate passwd: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return 0
