@@ -50,6 +50,8 @@ __all__ = ["PropertyId", "PropertyType", "PROPERTY_TYPES", "PROPERTY_PACKETS"]
 
 
 class PropertyId(IntEnum):
+    """MQTT 5.0 property identifiers (5.0 table 2-4)."""
+
     PAYLOAD_FORMAT_INDICATOR = 0x01
     MESSAGE_EXPIRY_INTERVAL = 0x02
     CONTENT_TYPE = 0x03
@@ -80,6 +82,8 @@ class PropertyId(IntEnum):
 
 
 class PropertyType(IntEnum):
+    """The data type of a property's value."""
+
     BYTE = 1
     TWO_BYTE_INTEGER = 2
     FOUR_BYTE_INTEGER = 3

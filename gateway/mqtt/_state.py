@@ -44,6 +44,8 @@ from ._events import (
 
 
 class ConnectionState(Enum):
+    """Where a server connection is; see ``RECEIVE`` and ``SEND``."""
+
     AWAIT_CONNECT = "AWAIT_CONNECT"
     CONNECTING = "CONNECTING"
     CONNECTED = "CONNECTED"

@@ -25,6 +25,8 @@ from ._reasons import ReasonCode, RemoteProtocolError
 
 
 class InboundTopicAliases:
+    """Client-to-server aliases; ``MQTTConnection`` resolves them itself."""
+
     def __init__(self, maximum: int) -> None:
         self.maximum = maximum
         self._topics: dict[int, str] = {}
@@ -45,6 +47,8 @@ class InboundTopicAliases:
 
 
 class OutboundTopicAliases:
+    """Server-to-client aliases, least recently used rebound first."""
+
     def __init__(self, maximum: int) -> None:
         self.maximum = maximum
         self._aliases: OrderedDict[str, int] = OrderedDict()

@@ -44,6 +44,8 @@ _NOT_FOUND = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
 
 
 class OutboundStage(IntEnum):
+    """Where a server-to-client QoS 1/2 message is in its flow."""
+
     DONE = 0  # not in the table any more
     AWAIT_PUBACK = 1
     AWAIT_PUBREC = 2
@@ -78,6 +80,8 @@ class Redelivery(NamedTuple):
 
 
 class OutboundFlows:
+    """Server-to-client flows of one session: packet ids, window, redelivery."""
+
     def __init__(self, receive_maximum: int = 65535) -> None:
         self.receive_maximum = receive_maximum
         self._next = 1
@@ -143,6 +147,8 @@ class OutboundFlows:
 
 
 class InboundStage(IntEnum):
+    """Where a client-to-server QoS 1/2 packet id is in its flow."""
+
     ABSENT = 0
     QOS1_UNACKED = 1  # delivered, PUBACK not sent yet
     QOS2_UNACKED = 2  # delivered, PUBREC not sent yet
@@ -150,6 +156,8 @@ class InboundStage(IntEnum):
 
 
 class InboundAction(Enum):
+    """What the server does with a PUBLISH received from the client."""
+
     DELIVER = "deliver"  # new message: deliver it, then puback()/pubrec()
     ACK_PENDING = "ack pending"  # duplicate; the ack of the first copy will answer it
     RESEND_PUBREC = "resend pubrec"  # duplicate of an acknowledged QoS 2 message
@@ -176,6 +184,8 @@ _CLIENT_INPUTS = frozenset({"publish1", "publish2", "pubrel"})
 
 
 class InboundFlows:
+    """Client-to-server flows of one session: window and QoS 2 exactly once."""
+
     def __init__(self, receive_maximum: int = 65535) -> None:
         self.receive_maximum = receive_maximum
         self._flows: dict[int, InboundStage] = {}
