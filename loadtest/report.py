@@ -72,7 +72,7 @@ def format_ratios(rows) -> str:
              "broker_cpu_s", "connects_per_s", "rss_per_1000_mib")
     lines = []
     for row in rows:
-        parts = [f"{m}={row[m]:.2f}x" for m in shown if row.get(m) is not None]
+        parts = [f"{m}={row[m]:.3g}x" for m in shown if row.get(m) is not None]
         lines.append(f"{row['label']}: {row['reference']} / {row['other']}: "
                      + (" ".join(parts) or "no comparable metric"))
     return "\n".join(lines)
