@@ -112,6 +112,9 @@ class WebSocketStream(trio.abc.Stream):
                 raise trio.ClosedResourceError("WebSocket closed")
             if self._broken or self._ws.state is not ConnectionState.OPEN:
                 raise trio.BrokenResourceError(self._broken or "WebSocket closing")
+            if not data:
+                await trio.lowlevel.checkpoint()
+                return
             frame = self._ws.send(BytesMessage(data=bytes(data)))
             async with self._send_lock:
                 await self.transport.send_all(frame)

@@ -350,6 +350,31 @@ async def test_plain_http_request_is_refused():
     assert stats.handshake_failures == 1
 
 
+@pytest.mark.parametrize("garbage", [
+    b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00\r\n\r\n",  # MQTT on the WebSocket port
+    b"GET /mqtt HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 20000 + b"\r\n\r\n",  # header block too big
+    b"GET /mqtt HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n",  # no Connection: Upgrade
+])
+async def test_garbage_on_the_websocket_port_gets_an_http_error(garbage):
+    stats = ListenerStats()
+    echo = Echo()
+    async with serving([spec("ws")], echo, stats=stats) as ports:
+        with trio.fail_after(5):
+            client = await trio.open_tcp_stream("127.0.0.1", ports["ws"])
+            await client.send_all(garbage)
+            try:
+                answer = await receive_exactly(client, 100000)  # up to the close
+                assert answer.startswith(b"HTTP/1.1 4"), answer
+            except trio.BrokenResourceError:
+                # closing with unread input resets the connection, which may
+                # overtake our answer; only the oversized request leaves input
+                assert len(garbage) > 16384
+            ws = await WsClient.connect(ports["ws"])  # the listener still serves
+            await ws.send(b"\xc0\x00")
+            assert await ws.read(2) == b"\xc0\x00"
+    assert stats.handshake_failures == 1 and len(echo.infos) == 1
+
+
 async def test_websocket_text_frame_breaks_the_connection():
     seen = []
 
