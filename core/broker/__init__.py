@@ -3,10 +3,17 @@
 The MQTT gateway and the RocketMQ remoting processors call this; nothing
 else in the broker is imported across rooms.
 
+Configuration::
+
+    BrokerConfig.from_dict({"brokerName": ..., "flushDiskType": "SYNC_FLUSH", ...})  # RocketMQ keys, strict
+    broker_cfg, store_cfg = configs_from_dict(flat_toml_table)   # broker + store keys in one table
+    BrokerConfig.keys() -> {rocketmqKey: description}
+
 Lifecycle::
 
-    async with open_broker(BrokerConfig.from_dict(toml["broker"]), StoreConfig(...)) as broker:
+    async with open_broker(broker_cfg, store_cfg) as broker:
         ...                                   # or: broker = await nursery.start(Broker(cfg, scfg).run)
+    # shutdown: persists topics/groups/offsets, flushes, store.shutdown() (clean marker)
 
 Send (the `Message` is stamped in place: store host, CLUSTER, UNIQ_KEY, born time; WAIT removed)::
 
@@ -51,6 +58,7 @@ Names: `validate_topic`, `mqtt_level_to_topic`, `mqtt_topic_to_topic`, `topic_to
 from .broker import LMQ_TOPIC_PREFIX, Broker, Replicator, open_broker
 from .config import (
     PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole, ConfigError, FlushDiskType,
+    configs_from_dict, store_config_for,
 )
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
 from .results import PullResult, PullStatus, QueryResult, SendResult, SendStatus
@@ -64,7 +72,7 @@ from .topics import (
 
 __all__ = [
     "Broker", "open_broker", "Replicator", "LMQ_TOPIC_PREFIX",
-    "BrokerConfig", "BrokerRole", "FlushDiskType", "ConfigError",
+    "BrokerConfig", "BrokerRole", "FlushDiskType", "ConfigError", "configs_from_dict", "store_config_for",
     "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY",
     "SendResult", "SendStatus", "PullResult", "PullStatus", "QueryResult",
     "SubscriptionData", "SubscriptionParseError", "parse_subscription", "SUB_ALL",

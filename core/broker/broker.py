@@ -173,6 +173,7 @@ class Broker:
                 await trio.sleep_forever()
         finally:
             self._running = False
+            self._notifier.close()
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(SHUTDOWN_TIMEOUT_S) as scope:
                     await self._shutdown()
@@ -380,11 +381,13 @@ class Broker:
         status, remark = _PUT_TO_SEND.get(put.status, (SendStatus.SYSTEM_ERROR, str(put.status)))
         if not status.stored:
             return SendResult(status, topic=topic, queue_id=queue_id, remark=remark)
-        uniq = [e.uniq_key for e in encoded if e.uniq_key]
+        uniq = [e.uniq_key for e in encoded if e.uniq_key] if len(encoded) > 1 else None
+        if uniq is None:
+            uniq = [encoded[0].uniq_key] if encoded[0].uniq_key else []
         return SendResult(
-            status, topic=topic, queue_id=queue_id, queue_offset=put.queue_offset, msg_id=put.msg_id,
+            status, topic=topic, queue_id=queue_id, queue_offset=put.queue_offset,
             uniq_key=",".join(uniq) if uniq else None, physical_offset=put.physical_offset,
-            store_timestamp=put.store_timestamp, msg_count=put.msg_num, remark=remark,
+            store_timestamp=put.store_timestamp, msg_count=put.msg_num, remark=remark, _put=put,
         )
 
     async def _await_durable(self, end: int, results: list[SendResult]) -> None:
@@ -431,6 +434,8 @@ class Broker:
             offset = result.next_begin_offset if result.status is PullStatus.PULL_RETRY_IMMEDIATELY else offset
             if not await self._notifier.wait_for_messages(topic, queue_id, offset, deadline):
                 break
+            if not self._running:
+                return PullResult(PullStatus.SERVICE_NOT_AVAILABLE, remark="the broker is shutting down")
             result = self._get(topic, queue_id, offset, max_count, codes)
         return result
 

@@ -9,8 +9,9 @@ one dict lookup per dispatch when nobody waits.
 
 Rules kept here:
 - `wait_for_messages` returns True as soon as the queue's max offset is
-  past the given offset, and False at the deadline; it re-checks after each
-  wake-up, so spurious wake-ups are harmless.
+  past the given offset, and False at the deadline or once the notifier is
+  closed (broker shutdown); it re-checks after each wake-up, so spurious
+  wake-ups are harmless.
 - Dispatches that arrive on another thread (a store that dispatches from a
   worker, e.g. during recovery or replication) are handed to the trio
   thread with the run's token; trio objects are only touched in the trio
@@ -39,6 +40,7 @@ class QueueNotifier:
         self._listeners: list[DispatchListener] = []
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: int | None = None
+        self.closed = False
 
     def bind(self) -> None:
         """Remember the trio run; call from the trio thread before dispatches start."""
@@ -73,6 +75,13 @@ class QueueNotifier:
             except Exception:
                 log.exception("dispatch listener %r failed", cb)
 
+    def close(self) -> None:
+        """Wake every waiter for good (broker shutdown): waits answer False from now on."""
+        self.closed = True
+        events, self._events = self._events, {}
+        for event in events.values():
+            event.set()
+
     def waiting(self, topic: str, queue_id: int) -> bool:
         return (topic, queue_id) in self._events
 
@@ -86,6 +95,9 @@ class QueueNotifier:
 
     async def wait_for_messages(self, topic: str, queue_id: int, offset: int, deadline: float) -> bool:
         while True:
+            if self.closed:
+                await trio.lowlevel.checkpoint()
+                return False
             if self._max_offset(topic, queue_id) > offset:
                 await trio.lowlevel.checkpoint()
                 return True

@@ -37,22 +37,31 @@ class SendStatus(enum.Enum):
 
 @dataclass(slots=True)
 class SendResult:
-    """``msg_id`` is the offset id (comma-joined for a batch); ``uniq_key`` the client id."""
+    """One send's outcome. ``msg_id`` is the offset id (comma-joined for a
+    batch, computed on first use); ``uniq_key`` the client id (UNIQ_KEY)."""
 
     status: SendStatus
     topic: str = ""
     queue_id: int = -1
     queue_offset: int = -1
-    msg_id: str = ""
     uniq_key: str | None = None
     physical_offset: int = -1
     store_timestamp: int = 0
     msg_count: int = 0
     remark: str = ""
+    _put: object = None  # the store's PutResult, for ids
 
     @property
     def ok(self) -> bool:
         return self.status.stored
+
+    @property
+    def msg_id(self) -> str:
+        return self._put.msg_id if self._put is not None else ""
+
+    @property
+    def msg_ids(self) -> list[str]:
+        return self._put.msg_ids if self._put is not None else []
 
 
 class PullStatus(enum.Enum):

@@ -45,3 +45,21 @@ def test_bad_values_are_refused(values):
 def test_every_field_is_documented():
     keys = BrokerConfig.keys()
     assert "flushDiskType" in keys and all(doc for doc in keys.values())
+
+
+def test_one_table_splits_into_broker_and_store_configs(tmp_path):
+    from core.broker import configs_from_dict
+
+    broker, store = configs_from_dict({
+        "brokerName": "b1", "flushDiskType": "SYNC_FLUSH", "fileReservedTime": 12,
+        "storePathRootDir": str(tmp_path), "mappedFileSizeCommitLog": 1 << 20, "checkCRCOnRecover": "false",
+    })
+    assert broker.broker_name == "b1" and broker.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    assert store.store_path_root_dir == str(tmp_path) and store.mapped_file_size_commit_log == 1 << 20
+    assert store.check_crc_on_recover is False
+    # keys both have: the broker's value reaches the store
+    assert store.flush_disk_type is FlushDiskType.SYNC_FLUSH and store.file_reserved_time == 12
+    with pytest.raises(ConfigError, match="mappedFileSizeCommitLog"):
+        configs_from_dict({"mappedFileSizeCommitlog": 1})
+    with pytest.raises(ConfigError):
+        configs_from_dict({"mappedFileSizeConsumeQueue": 7})  # not a multiple of 20
