@@ -46,6 +46,10 @@ from ._events import (
 class ConnectionState(Enum):
     """Where a server connection is; see ``RECEIVE`` and ``SEND``."""
 
+    # Members are singletons: identity hashing keeps table lookups in C
+    # (Enum's own __hash__ is Python code, on the per-packet path).
+    __hash__ = object.__hash__
+
     AWAIT_CONNECT = "AWAIT_CONNECT"
     CONNECTING = "CONNECTING"
     CONNECTED = "CONNECTED"
