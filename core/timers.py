@@ -1,0 +1,281 @@
+"""Timer messages of any delay: RocketMQ 5's timer wheel, driven by trio.
+
+A message asks for later delivery with one of these properties (checked in
+this order, like RocketMQ 5's ``HookUtils``): ``TIMER_DELAY_SEC``,
+``TIMER_DELAY_MS``, ``TIMER_DELIVER_MS`` (absolute ms), or the ONS-style
+``__STARTDELIVERTIME`` (absolute ms; open-source RocketMQ ignores it, we
+honour it). A 4.x ``DELAY`` level wins over all of them (the level path
+handles it and the timer properties are dropped).
+
+The path of one timer message:
+
+1. put hook (`TimerMessageService.put_hook`): a due time in the future is
+   refused beyond ``timerMaxDelaySec`` (MESSAGE_ILLEGAL with a reason);
+   otherwise the message is re-targeted to topic ``rmq_sys_wheel_timer``
+   queue 0 with ``TIMER_OUT_MS``, ``REAL_TOPIC`` and ``REAL_QID`` and
+   stored like any message (so it is durable and replicated).
+2. enqueue: the service reads that queue from its checkpointed offset and
+   files each entry in the wheel (`core.store.timer.TimerWheelStore`).
+3. dequeue: at each slot time it reads the slot's entries back from the
+   commit log and sends each to its real topic and queue (timer properties
+   removed, ``TIMER_ENQUEUE_MS`` / ``TIMER_DEQUEUE_MS`` added), or, for a
+   ROLL unit (a delay beyond the wheel's window), back into the timer topic
+   with ``TIMER_ROLL_TIMES`` + 1.
+
+Rules kept here:
+- One task does enqueue and dequeue, so the two never race.
+- The checkpoint (``config/timercheck``) advances only after the messages
+  of a slot are stored (durable when the broker is SYNC_FLUSH), and the
+  timer queue offset only after the wheel and log are flushed; after a
+  crash the service replays from there. A timer may fire twice around a
+  crash (same UNIQ_KEY); none is lost.
+- A timer whose slot has already been read is delivered at once.
+- The clock is injectable (``now_ms``) so tests can drive it with trio's
+  MockClock; sleeping always uses trio's clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import trio
+
+from core.broker import Broker, SendResult, SendStatus
+from core.store.message import (
+    PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE, Message, decode_message, java_string_hash,
+)
+from core.store.timer import MAGIC_DEFAULT, MAGIC_ROLL, TimerWheelStore
+
+log = logging.getLogger(__name__)
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS = "TIMER_DELAY_MS"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+START_DELIVER_TIME = "__STARTDELIVERTIME"
+TIMER_OUT_MS = "TIMER_OUT_MS"
+TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+_TRIGGERS = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, START_DELIVER_TIME)
+_ENQUEUE_BATCH = 256
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class TimerConfig:
+    """RocketMQ 5 names: timerWheelEnable, timerPrecisionMs, timerMaxDelaySec,
+    timerRollWindowSlot; ``slots_total`` is the wheel's slot count per lap."""
+
+    enabled: bool = True
+    precision_ms: int = 1000
+    max_delay_s: int = 3 * 86400
+    slots_total: int = 7 * 86400
+    roll_window_slots: int | None = None
+    timerlog_file_size: int = 100 * 1024 * 1024
+    checkpoint_interval_s: float = 1.0
+
+
+class TimerError(ValueError):
+    """The timer properties of a message cannot be honoured; the text says why."""
+
+
+def due_time_ms(props: dict[str, str], now_ms: int) -> int | None:
+    """The requested delivery time, or None if the message is not a timer message."""
+    for key, relative, scale in ((TIMER_DELAY_SEC, True, 1000), (TIMER_DELAY_MS, True, 1),
+                                 (TIMER_DELIVER_MS, False, 1), (START_DELIVER_TIME, False, 1)):
+        raw = props.get(key)
+        if raw is None:
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise TimerError(f"property {key}={raw!r} is not an integer") from None
+        return now_ms + value * scale if relative else value
+    return None
+
+
+class TimerMessageService:
+    """Owns the wheel; `put_hook` goes on the broker, `run` in its nursery."""
+
+    def __init__(self, broker: Broker, config: TimerConfig = TimerConfig(), *,
+                 now_ms: Callable[[], int] = wall_clock_ms, root: Path | None = None):
+        self.broker = broker
+        self.config = config
+        self.now_ms = now_ms
+        self.root = Path(root) if root is not None else broker.root
+        self.wheel: TimerWheelStore | None = None
+        self._queue_offset = 0
+        self._read_time = 0  # last slot time whose messages are stored
+        self._wake = trio.Event()
+        self.fired = 0
+        self.rolled = 0
+        self.scheduled = 0
+        self.refused = 0
+
+    # ---------------------------------------------------------------- put path
+
+    def put_hook(self, msg: Message) -> SendResult | None:
+        props = msg.properties
+        if msg.topic == TIMER_TOPIC or not any(k in props for k in _TRIGGERS):
+            return None
+        if props.get(PROPERTY_DELAY, "0") not in ("", "0"):
+            for k in _TRIGGERS:  # the 4.x delay level wins
+                props.pop(k, None)
+            return None
+        if msg.sysflag & TRANSACTION_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return None  # half messages are parked by the transaction path, timers apply at commit
+        now = self.now_ms()
+        try:
+            due = due_time_ms(props, now)
+        except TimerError as e:
+            return self._refuse(msg, str(e))
+        if due is None or due <= now:
+            for k in _TRIGGERS:
+                props.pop(k, None)
+            return None
+        if not self.config.enabled:
+            return self._refuse(msg, "timer messages are not enabled on this broker (timerWheelEnable=false)")
+        if due - now > self.config.max_delay_s * 1000:
+            return self._refuse(msg, f"delivery {(due - now) // 1000} s ahead exceeds timerMaxDelaySec "
+                                     f"{self.config.max_delay_s}")
+        for k in _TRIGGERS:
+            props.pop(k, None)
+        props[TIMER_OUT_MS] = str(due)
+        props[PROPERTY_REAL_TOPIC] = msg.topic
+        props[PROPERTY_REAL_QID] = str(msg.queue_id)
+        msg.topic = TIMER_TOPIC
+        msg.queue_id = 0
+        return None
+
+    def _refuse(self, msg: Message, reason: str) -> SendResult:
+        self.refused += 1
+        return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=msg.topic, remark=reason)
+
+    # ---------------------------------------------------------------- service
+
+    @property
+    def pending(self) -> int:
+        """Timers filed and not yet fired (rolls count once)."""
+        return self.wheel.checkpoint.counter if self.wheel else 0
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config
+        self.wheel = await trio.to_thread.run_sync(lambda: TimerWheelStore(
+            self.root, precision_ms=cfg.precision_ms, slots_total=cfg.slots_total,
+            roll_window_slots=cfg.roll_window_slots, timerlog_file_size=cfg.timerlog_file_size))
+        cp = self.wheel.checkpoint
+        precision = self.wheel.precision_ms
+        self._queue_offset = cp.last_timer_queue_offset
+        now = self.now_ms()
+        self._read_time = cp.last_read_time_ms or (now // precision * precision)
+        await self.broker.ensure_topic(TIMER_TOPIC, 1)
+        task_status.started(self)
+        try:
+            next_checkpoint = trio.current_time() + cfg.checkpoint_interval_s
+            while True:
+                await self._enqueue_new()
+                await self._fire_due()
+                if trio.current_time() >= next_checkpoint:
+                    await self._checkpoint()
+                    next_checkpoint = trio.current_time() + cfg.checkpoint_interval_s
+                wait_s = max(0.0, (self._read_time + precision - self.now_ms()) / 1000)
+                with trio.move_on_after(min(wait_s, cfg.checkpoint_interval_s)):
+                    await self.broker.wait_for_messages(TIMER_TOPIC, 0, self._queue_offset)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._checkpoint()
+                await trio.to_thread.run_sync(self.wheel.close)
+
+    async def _enqueue_new(self) -> None:
+        wheel = self.wheel
+        while True:
+            result = await self.broker.read_queue(TIMER_TOPIC, 0, self._queue_offset, _ENQUEUE_BATCH)
+            entries = result.entries
+            if not entries:
+                if result.next_begin_offset > self._queue_offset:
+                    self._queue_offset = result.next_begin_offset  # skipped units (e.g. removed log)
+                return
+            now = self.now_ms()
+            late: list[tuple[int, int]] = []
+            for raw in entries:
+                m = decode_message(raw)
+                try:
+                    due = int(m.properties[TIMER_OUT_MS])
+                except (KeyError, ValueError):
+                    log.error("timer entry at %d has no usable %s; delivering it now", m.physical_offset, TIMER_OUT_MS)
+                    due = now
+                if wheel.slot_time(due) <= self._read_time:
+                    late.append((m.physical_offset, m.size))
+                else:
+                    wheel.schedule(due, now, m.physical_offset, m.size,
+                                   java_string_hash(m.properties.get(PROPERTY_REAL_TOPIC, "")))
+                    self.scheduled += 1
+                    wheel.checkpoint.counter += 1
+            self._queue_offset = result.next_begin_offset
+            if late:
+                wheel.checkpoint.counter += len(late)
+                await self._deliver([(off, size, False) for off, size in late])
+
+    async def _fire_due(self) -> None:
+        wheel = self.wheel
+        precision = wheel.precision_ms
+        while self._read_time + precision <= self.now_ms():
+            slot = self._read_time + precision
+            units = wheel.due(slot)
+            if units:
+                await self._deliver([(u.offset_py, u.size_py, bool(u.magic & MAGIC_ROLL)) for u in units])
+            self._read_time = slot
+            wheel.checkpoint.last_read_time_ms = slot
+
+    async def _deliver(self, items: list[tuple[int, int, bool]]) -> None:
+        """Store the real messages of fired timers (or roll them on); one flush wait."""
+        out: list[tuple[Message, int | None]] = []
+        now = self.now_ms()
+        for offset, _size, roll in items:
+            raw = await self.broker.read_at(offset)
+            if raw is None:
+                log.error("timer entry at commit log offset %d is gone (retention?); it cannot fire", offset)
+                self.wheel.checkpoint.counter -= 1
+                continue
+            stored = decode_message(raw)
+            msg = stored.to_message()
+            props = msg.properties
+            if roll:
+                props[TIMER_ROLL_TIMES] = str(int(props.get(TIMER_ROLL_TIMES, "0")) + 1)
+                msg.topic, msg.queue_id = TIMER_TOPIC, 0
+                self.rolled += 1
+                self.wheel.checkpoint.counter -= 1  # counted again when re-enqueued
+                out.append((msg, 0))
+                continue
+            msg.topic = props.pop(PROPERTY_REAL_TOPIC, msg.topic)
+            qid = int(props.pop(PROPERTY_REAL_QID, "0"))
+            props[TIMER_ENQUEUE_MS] = str(stored.store_timestamp)
+            props[TIMER_DEQUEUE_MS] = str(now)
+            msg.born_host = stored.born_host
+            out.append((msg, qid))
+        if not out:
+            return
+        results = await self.broker.send_many(out, internal=True)
+        for (msg, _), r in zip(out, results):
+            if not r.ok:
+                log.error("timer delivery to %s failed: %s %s", msg.topic, r.status.name, r.remark)
+            elif msg.topic != TIMER_TOPIC:
+                self.fired += 1
+                self.wheel.checkpoint.counter -= 1
+
+    async def _checkpoint(self) -> None:
+        wheel = self.wheel
+        if wheel is None:
+            return
+        wheel.checkpoint.last_timer_queue_offset = self._queue_offset
+        wheel.checkpoint.timestamp = self.now_ms()
+        await trio.to_thread.run_sync(wheel.flush)

@@ -1,0 +1,187 @@
+"""Timer messages through the broker: any delay, roll-over, restart, refusal.
+
+The broker runs in-process on trio's autojump clock; the timer service's
+wall clock is derived from it, so a 10 s delay takes no real time.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+import trio.testing
+
+from core.broker import BrokerConfig, SendStatus, TopicConfig, open_broker
+from core.store import StoreConfig
+from core.store.message import Message
+from core.timers import TIMER_TOPIC, TimerConfig, TimerMessageService
+
+BASE_MS = 1_800_000_000_000
+
+
+@pytest.fixture
+def autojump_clock():
+    """Virtual time that jumps only after 50 ms of real idleness: with a zero
+    threshold a wait on a worker thread (fsync) would count as idle and make
+    deadlines fire in virtual time while the disk is still working."""
+    return trio.testing.MockClock(autojump_threshold=0.05)
+
+
+def clock_ms() -> int:
+    return BASE_MS + int(trio.current_time() * 1000)
+
+
+def store_config(root) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=4 << 20,
+                       mapped_file_size_consume_queue=20 * 4096, max_hash_slot_num=4096, max_index_num=65536)
+
+
+TEST_TIMERS = TimerConfig(precision_ms=100, slots_total=600, roll_window_slots=100,
+                          timerlog_file_size=1 << 20, max_delay_s=3600)
+
+
+class Arrivals:
+    """Records the (trio) time at which each message lands in topic T."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.times: dict[str, int] = {}
+        self.count = 0
+        broker.add_dispatch_listener(self.on_dispatch)
+        self._offsets: dict[int, int] = {}
+
+    def on_dispatch(self, topic, queue_id, next_offset):
+        if topic != "T":
+            return
+        start = self._offsets.get(queue_id, 0)
+        got = self.broker.store.get_messages("T", queue_id, start, next_offset - start)
+        from core.store.message import decode_message
+        for raw in got.messages:
+            m = decode_message(raw)
+            self.times.setdefault(m.properties["UNIQ_KEY"], clock_ms())
+            self.count += 1
+        self._offsets[queue_id] = next_offset
+
+
+async def start(nursery, tmp_path, timers=TEST_TIMERS):
+    broker = await nursery.start(_run_broker, tmp_path)
+    service = TimerMessageService(broker, timers, now_ms=clock_ms)
+    broker.add_put_hook(service.put_hook)
+    await nursery.start(service.run)
+    return broker, service
+
+
+async def _run_broker(tmp_path, *, task_status):
+    async with open_broker(BrokerConfig(default_topic_queue_nums=4), store_config(tmp_path / "store")) as broker:
+        await broker.update_topic(TopicConfig("T", 4, 4))
+        task_status.started(broker)
+        await trio.sleep_forever()
+
+
+async def test_random_delays_fire_within_precision(autojump_clock, tmp_path):
+    rnd = random.Random(5)
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        arrivals = Arrivals(broker)
+        due = {}
+        n = 10_000
+        for i in range(n):
+            delay = rnd.randrange(1, 10_000)
+            r = await broker.send(Message("T", b"x%d" % i, properties={"TIMER_DELAY_MS": str(delay)}))
+            assert r.ok
+            due[r.uniq_key] = clock_ms() + delay
+        assert arrivals.count == 0 and service.pending >= 0
+        await trio.sleep(11)
+        assert arrivals.count == n  # each exactly once
+        late = [arrivals.times[k] - t for k, t in due.items()]
+        assert min(late) >= 0, "a timer fired early"
+        assert max(late) <= 100 + 50
+        assert service.fired == n and service.pending == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_delays_beyond_the_window_roll_over(autojump_clock, tmp_path):
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)  # window: 100 slots x 100 ms = 10 s
+        arrivals = Arrivals(broker)
+        r = await broker.send(Message("T", b"late", properties={"TIMER_DELAY_SEC": "35"}))
+        due = clock_ms() + 35_000
+        await trio.sleep(34)
+        assert arrivals.count == 0 and service.rolled >= 2
+        await trio.sleep(2)
+        assert arrivals.count == 1 and 0 <= arrivals.times[r.uniq_key] - due <= 150
+        nursery.cancel_scope.cancel()
+
+
+async def test_absolute_and_ons_delivery_times(autojump_clock, tmp_path):
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        arrivals = Arrivals(broker)
+        a = await broker.send(Message("T", b"a", properties={"TIMER_DELIVER_MS": str(clock_ms() + 3000)}))
+        b = await broker.send(Message("T", b"b", properties={"__STARTDELIVERTIME": str(clock_ms() + 1000)}))
+        c = await broker.send(Message("T", b"c", properties={"TIMER_DELIVER_MS": str(clock_ms() - 5)}))
+        assert arrivals.count == 1 and c.uniq_key in arrivals.times  # a past time is delivered at once
+        await trio.sleep(1.2)
+        assert b.uniq_key in arrivals.times and a.uniq_key not in arrivals.times
+        await trio.sleep(2)
+        assert a.uniq_key in arrivals.times
+        nursery.cancel_scope.cancel()
+
+
+async def test_delivered_message_keeps_body_tags_and_queue(autojump_clock, tmp_path):
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        await broker.send(Message("T", b"payload", properties={"TIMER_DELAY_SEC": "1", "TAGS": "TagA", "KEYS": "k1"}),
+                          queue_id=3)
+        assert broker.max_offset(TIMER_TOPIC, 0) == 1
+        await trio.sleep(1.5)
+        got = await broker.pull("G", "T", 3, 0, 32, "TagA")
+        [m] = got.messages()
+        assert m.body == b"payload" and m.tags == "TagA" and m.keys == ["k1"]
+        assert "TIMER_DELAY_SEC" not in m.properties and "REAL_TOPIC" not in m.properties
+        assert int(m.properties["TIMER_DEQUEUE_MS"]) >= int(m.properties["TIMER_ENQUEUE_MS"])
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_restart_midway_loses_none(autojump_clock, tmp_path):
+    rnd = random.Random(9)
+    keys = set()
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        for i in range(300):
+            r = await broker.send(Message("T", b"%d" % i, properties={"TIMER_DELAY_MS": str(rnd.randrange(100, 8000))}))
+            keys.add(r.uniq_key)
+        await trio.sleep(3)
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        await trio.sleep(8)
+        got = set()
+        for q in range(4):
+            for m in (await broker.read_queue("T", q, 0, 1000)).messages():
+                got.add(m.properties["UNIQ_KEY"])
+        assert got == keys
+        nursery.cancel_scope.cancel()
+
+
+async def test_delay_level_wins_over_timer_properties(autojump_clock, tmp_path):
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        msg = Message("T", b"x", properties={"DELAY": "3", "TIMER_DELAY_SEC": "1"})
+        assert service.put_hook(msg) is None
+        assert "TIMER_DELAY_SEC" not in msg.properties and msg.topic == "T"
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("props, words", [
+    ({"TIMER_DELAY_SEC": "7200"}, "timerMaxDelaySec"),
+    ({"TIMER_DELAY_MS": "soon"}, "not an integer"),
+])
+async def test_refusals_say_why(autojump_clock, tmp_path, props, words):
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        r = await broker.send(Message("T", b"x", properties=dict(props)))
+        assert r.status is SendStatus.MESSAGE_ILLEGAL and words in r.remark
+        assert broker.max_offset("T", 0) + broker.max_offset(TIMER_TOPIC, 0) == 0
+        nursery.cancel_scope.cancel()
