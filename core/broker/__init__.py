@@ -41,7 +41,7 @@ Offsets, groups, topics::
     broker.get_group(group) -> SubscriptionGroupConfig | None;  broker.groups (SubscriptionGroupTable)
     broker.get_topic(name) -> TopicConfig | None;  broker.topics (TopicTable: data_version, all(), add_listener)
     await broker.update_topic(TopicConfig(...));  await broker.ensure_topic(name, queue_nums=1, perm=6)
-    await broker.delete_topic(name) -> bool;  await broker.persist()
+    await broker.delete_topic(name) -> bool;  await broker.delete_queue(topic, queue_id);  await broker.persist()
 
 Queries::
 
@@ -50,6 +50,10 @@ Queries::
     await broker.query_message(topic, key, max_num=32, begin_ts=0, end_ts=...) -> QueryResult
     await broker.read_at(physical_offset) -> bytes | None;  await broker.view_message(msg_id) -> StoredMessage | None
     await broker.delete_expired()
+
+Observability and wiring: broker.running, broker.flush_count, broker.flushed_offset,
+broker.recovery_report, broker.store (the MessageStore), broker.store_host, broker.root,
+broker.config_dir, broker.replicator (core/ha sets it on a SYNC_MASTER).
 
 Names: `validate_topic`, `mqtt_level_to_topic`, `mqtt_topic_to_topic`, `topic_to_mqtt_level`,
 `retry_topic`, `dlq_topic`; tag expressions: `parse_subscription` -> `SubscriptionData`.

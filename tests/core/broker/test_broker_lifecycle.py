@@ -87,3 +87,27 @@ async def test_topic_changes_bump_data_version_and_notify(broker_config, store_c
         assert seen == ["Fresh"] and broker.topics.data_version.counter == v0.counter + 1
         assert (await broker.send(Message("Fresh", b"y"))).ok
         assert seen == ["Fresh"]
+
+
+async def test_session_queue_by_multi_dispatch_and_delete_queue(broker_config, store_config):
+    async with open_broker(broker_config, store_config) as broker:
+        woke = []
+
+        async def waiter():
+            woke.append(await broker.wait_for_messages("%LMQ%s1", 0, 0))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            r = await broker.send(Message("a", b"x", properties={"INNER_MULTI_DISPATCH": "%LMQ%s1,%LMQ%s2"}))
+            assert r.ok
+        assert woke == [True]
+        for name in ("%LMQ%s1", "%LMQ%s2"):
+            got = await broker.pull("G", name, 0, 0)
+            [m] = got.messages()
+            assert m.topic == "a" and m.msg_id == r.msg_id and got.queue_offsets == [0]
+        raw = await broker.read_queue("%LMQ%s2", 0, 0)
+        assert raw.entries == got.entries
+        await broker.delete_queue("%LMQ%s1", 0)
+        assert broker.max_offset("%LMQ%s1", 0) == 0
+        assert broker.max_offset("%LMQ%s2", 0) == 1

@@ -1,0 +1,142 @@
+"""The pull path of `Broker` (mixed into it): checks, store reads, long polling.
+
+Rules kept here:
+- A pull maps the store's `GetMessageStatus` to the codes and
+  ``nextBeginOffset`` of reference 2.5 (``_GET_TO_PULL``).
+- A pull that finds nothing (19), or finds only entries its tag filter
+  rejects, and may suspend, parks on the queue's dispatch event until its
+  deadline (``suspendTimeoutMillis``, or ``shortPollingTimeMills`` when
+  long polling is off) and re-reads after each wake-up from where the last
+  read stopped; at the deadline it answers its last result.
+- Topics named ``%LMQ%...`` (light message queues) need no topic config and
+  have queue 0 only, as in RocketMQ; `read_queue` skips every check.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from core.store.errors import GetMessageStatus
+
+from .config import PERM_READ, BrokerRole
+from .notify import DispatchListener
+from .results import PullResult, PullStatus
+from .subscription import SubscriptionData, SubscriptionParseError, parse_subscription
+
+LMQ_TOPIC_PREFIX = "%LMQ%"  # light message queues: no topic config, queue 0 only
+
+_GET_TO_PULL = {
+    GetMessageStatus.FOUND: PullStatus.FOUND,
+    GetMessageStatus.NO_MATCHED_MESSAGE: PullStatus.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: PullStatus.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.OFFSET_FOUND_NULL: PullStatus.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: PullStatus.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: PullStatus.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_TOO_SMALL: PullStatus.PULL_OFFSET_MOVED,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE: None,  # moved unless offset == 0
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE: None,
+}
+
+
+
+class PullPath:
+    """Pull and queue-wait methods of `Broker`; state set up in ``Broker.__init__``."""
+
+    # ------------------------------------------------------------------ pull
+
+    async def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                   subscription: str | SubscriptionData | None = "*", *, suspend_timeout_ms: int | None = None,
+                   commit_offset: int | None = None, expression_type: str | None = "TAG") -> PullResult:
+        """PULL_MESSAGE. ``suspend_timeout_ms`` set = may long-poll (SUSPEND flag);
+        ``commit_offset`` set = also commit that offset for the group (COMMIT_OFFSET flag)."""
+        checked = self._check_pull(group, topic, queue_id, subscription, expression_type)
+        if isinstance(checked, PullResult):
+            await trio.lowlevel.checkpoint()
+            return checked
+        sub = checked
+        if commit_offset is not None and commit_offset >= 0 and self.config.broker_role is not BrokerRole.SLAVE:
+            self.offsets.commit(group, topic, queue_id, commit_offset)
+        codes = sub.code_filter()
+        result = self._get(topic, queue_id, offset, max_count, codes)
+        if suspend_timeout_ms is None or not self._parkable(result):
+            await trio.lowlevel.checkpoint()
+            return result
+        timeout_ms = suspend_timeout_ms if self.config.long_polling_enable else self.config.short_polling_time_mills
+        deadline = trio.current_time() + max(0, timeout_ms) / 1000
+        while self._parkable(result):
+            offset = result.next_begin_offset if result.status is PullStatus.PULL_RETRY_IMMEDIATELY else offset
+            if not await self._notifier.wait_for_messages(topic, queue_id, offset, deadline):
+                break
+            if not self._running:
+                return PullResult(PullStatus.SERVICE_NOT_AVAILABLE, remark="the broker is shutting down")
+            result = self._get(topic, queue_id, offset, max_count, codes)
+        return result
+
+    async def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                         tag_codes: frozenset[int] | None = None) -> PullResult:
+        """Raw queue read without group or topic checks (session queues, internal services)."""
+        await trio.lowlevel.checkpoint()
+        return self._get(topic, queue_id, offset, max_count, tag_codes)
+
+    def _check_pull(self, group: str, topic: str, queue_id: int, subscription, expression_type) -> SubscriptionData | PullResult:
+        if not self._running:
+            return PullResult(PullStatus.SERVICE_NOT_AVAILABLE, remark="the broker is not running")
+        if not self.config.broker_permission & PERM_READ:
+            return PullResult(PullStatus.NO_PERMISSION, remark=f"the broker[{self.config.broker_name}] pulling message is forbidden")
+        gcfg = self.groups.get_or_create(group)
+        if gcfg is None:
+            return PullResult(PullStatus.SUBSCRIPTION_GROUP_NOT_EXIST, remark=f"subscription group [{group}] does not exist")
+        if not gcfg.consume_enable:
+            return PullResult(PullStatus.NO_PERMISSION, remark=f"subscription group no permission, {group}")
+        if topic.startswith(LMQ_TOPIC_PREFIX):
+            if queue_id != 0:
+                return PullResult(PullStatus.SYSTEM_ERROR, remark=f"queueId[{queue_id}] is illegal, an LMQ has queue 0 only")
+        else:
+            tcfg = self.topics.get(topic)
+            if tcfg is None:
+                return PullResult(PullStatus.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
+            if not tcfg.readable:
+                return PullResult(PullStatus.NO_PERMISSION, remark=f"the topic[{topic}] pulling message is forbidden")
+            if queue_id < 0 or queue_id >= tcfg.read_queue_nums:
+                return PullResult(PullStatus.SYSTEM_ERROR,
+                                  remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tcfg.read_queue_nums}]")
+        if isinstance(subscription, SubscriptionData):
+            return subscription
+        try:
+            return parse_subscription(topic, subscription, expression_type)
+        except SubscriptionParseError as e:
+            return PullResult(PullStatus.SUBSCRIPTION_PARSE_FAILED, remark=str(e))
+
+    @staticmethod
+    def _parkable(result: PullResult) -> bool:
+        return result.status is PullStatus.PULL_NOT_FOUND or (
+            result.status is PullStatus.PULL_RETRY_IMMEDIATELY and result.store_status == GetMessageStatus.NO_MATCHED_MESSAGE.name)
+
+    def _get(self, topic: str, queue_id: int, offset: int, max_count: int, codes: frozenset[int] | None) -> PullResult:
+        got = self.store.get_messages(topic, queue_id, offset, max_count, tag_codes=codes)
+        status = _GET_TO_PULL.get(got.status)
+        next_begin = got.next_begin_offset
+        if status is None:  # no queue, or an empty one
+            status = PullStatus.PULL_OFFSET_MOVED if offset != 0 else PullStatus.PULL_NOT_FOUND
+        return PullResult(status, next_begin_offset=next_begin, min_offset=got.min_offset, max_offset=got.max_offset,
+                          entries=got.messages, queue_offsets=got.queue_offsets, store_status=got.status.name)
+
+    # ------------------------------------------------------------------ waiting for queues
+
+    async def wait_for_messages(self, topic: str, queue_id: int, offset: int, deadline: float = float("inf")) -> bool:
+        """Park until queue (topic, queue_id) holds an entry at ``offset`` (its max offset
+        is past it): True; or until ``deadline`` (trio clock): False."""
+        return await self._notifier.wait_for_messages(topic, queue_id, offset, deadline)
+
+    def queue_changed(self, topic: str, queue_id: int) -> trio.Event:
+        """An event set at the next consume-queue append to (topic, queue_id)."""
+        return self._notifier.changed(topic, queue_id)
+
+    def add_dispatch_listener(self, cb: DispatchListener) -> None:
+        """``cb(topic, queue_id, next_queue_offset)`` after every consume-queue append,
+        in the trio thread; it must not block (set an event, push to a channel)."""
+        self._notifier.add_listener(cb)
+
+    def remove_dispatch_listener(self, cb: DispatchListener) -> None:
+        self._notifier.remove_listener(cb)
+

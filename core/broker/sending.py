@@ -1,0 +1,278 @@
+"""The send path of `Broker` (mixed into it): checks, stamping, append, durability.
+
+Rules kept here:
+- A send answers a `SendResult` for every outcome a client may see and
+  raises only for bugs; the statuses and remarks follow RocketMQ's
+  ``msgCheck`` and ``PutMessageStatus`` mapping (reference 2.5).
+- ``send`` takes ownership of the `Message`: it stamps the store host, the
+  ``CLUSTER`` property and, when missing, ``UNIQ_KEY`` and the born
+  timestamp, and it strips ``WAIT``.
+- The append runs inline in the trio thread (a page-cache write). Only a
+  message that must be durable before its ack (SYNC_FLUSH, or SYNC_MASTER
+  replication; and ``WAIT`` not ``false``) waits, on the shared flusher
+  (group commit) and then the replicator, both bounded by
+  ``syncFlushTimeout``; a timeout downgrades SEND_OK to FLUSH_DISK_TIMEOUT,
+  FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (the message is stored).
+- `send_many` appends every message first and waits once, for the last
+  end offset: one flush covers the whole batch.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, Protocol
+
+import trio
+
+from core.store.errors import PutStatus
+from core.store.message import (
+    MULTI_TAGS_FLAG, PROPERTY_CLUSTER, PROPERTY_DELAY, PROPERTY_TRAN_MSG, PROPERTY_UNIQ_KEY, PROPERTY_WAIT,
+    EncodedMessage, Message,
+)
+
+from .config import PERM_READ, PERM_WRITE, BrokerRole
+from .results import SendResult, SendStatus
+from .topics import (
+    DEFAULT_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, TopicConfig, TopicFilterType, validate_topic,
+)
+
+PutHook = Callable[[Message], None]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Replicator(Protocol):
+    """What core/ha plugs in for SYNC_MASTER (`Broker.replicator`)."""
+
+    async def wait_replicated(self, end_offset: int, deadline: float) -> bool | None:
+        """True when a slave has the log up to ``end_offset``; False at the
+        deadline (FLUSH_SLAVE_TIMEOUT); None when no slave is connected
+        (SLAVE_NOT_AVAILABLE)."""
+
+_PUT_TO_SEND = {
+    PutStatus.PUT_OK: (SendStatus.SEND_OK, ""),
+    PutStatus.FLUSH_DISK_TIMEOUT: (SendStatus.FLUSH_DISK_TIMEOUT, ""),
+    PutStatus.FLUSH_SLAVE_TIMEOUT: (SendStatus.FLUSH_SLAVE_TIMEOUT, ""),
+    PutStatus.SLAVE_NOT_AVAILABLE: (SendStatus.SLAVE_NOT_AVAILABLE, ""),
+    PutStatus.SERVICE_NOT_AVAILABLE: (SendStatus.SERVICE_NOT_AVAILABLE, "service not available now, maybe disk full or the store is shut down"),
+    PutStatus.CREATE_MAPEDFILE_FAILED: (SendStatus.SYSTEM_ERROR, "create mapped file failed, server is busy or broken"),
+    PutStatus.MESSAGE_ILLEGAL: (SendStatus.MESSAGE_ILLEGAL, "the message is illegal, maybe msg body or properties length not matched"),
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: (SendStatus.MESSAGE_ILLEGAL, "the message properties are too long"),
+    PutStatus.OS_PAGECACHE_BUSY: (SendStatus.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),
+    PutStatus.UNKNOWN_ERROR: (SendStatus.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+    PutStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED: (SendStatus.SYSTEM_ERROR, "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]"),
+}
+
+# (pull status, where nextBeginOffset comes from) per store status (reference 2.5)
+
+class SendPath:
+    """Send methods of `Broker`; the state they use is set up in ``Broker.__init__``."""
+
+    # ------------------------------------------------------------------ send
+
+    def add_put_hook(self, hook: PutHook) -> None:
+        """``hook(msg)`` runs on every single (non-batch) send after validation and
+        before encoding, and may rewrite topic, queue id and properties in place
+        (delay levels, transactions). It must not block."""
+        self._put_hooks.append(hook)
+
+    async def send(self, msg: Message, queue_id: int | None = None, *, default_topic: str = DEFAULT_TOPIC,
+                   default_topic_queue_nums: int | None = None, internal: bool = False) -> SendResult:
+        """Store one message; ``queue_id`` None (or negative) = round-robin over write queues.
+
+        ``internal=True`` is for the broker's own services (retry, delay, transactions):
+        it allows system topics like SCHEDULE_TOPIC_XXXX.
+        """
+        result, end, wait = await self._put_one(msg, queue_id, default_topic, default_topic_queue_nums, internal)
+        if end and wait:
+            await self._await_durable(end, [result])
+        else:
+            await trio.lowlevel.checkpoint()
+        return result
+
+    async def send_many(self, items: Iterable[tuple[Message, int | None]], *, internal: bool = False) -> list[SendResult]:
+        """Store independent messages (any topics) and wait once for all of them to be durable.
+
+        The gateway's hot path: one flush wait per batch of publishes instead of one per message.
+        """
+        results: list[SendResult] = []
+        end_max = 0
+        waiting: list[SendResult] = []
+        for msg, qid in items:
+            result, end, wait = await self._put_one(msg, qid, DEFAULT_TOPIC, None, internal, checkpoint=False)
+            results.append(result)
+            if end and wait:
+                end_max = max(end_max, end)
+                waiting.append(result)
+        if waiting:
+            await self._await_durable(end_max, waiting)
+        else:
+            await trio.lowlevel.checkpoint()
+        return results
+
+    async def send_batch(self, msgs: list[Message], queue_id: int | None = None, *, default_topic: str = DEFAULT_TOPIC,
+                         default_topic_queue_nums: int | None = None) -> SendResult:
+        """A RocketMQ batch: one topic, one queue, consecutive queue offsets; ``msg_id`` comma-joined."""
+        if not msgs:
+            return SendResult(SendStatus.MESSAGE_ILLEGAL, remark="empty batch")
+        topic = msgs[0].topic
+        for m in msgs:
+            if m.topic != topic:
+                return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark="a batch holds one topic")
+            if m.properties.get(PROPERTY_DELAY, "0") not in ("", "0") or m.properties.get(PROPERTY_TRAN_MSG) == "true":
+                return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic,
+                                  remark="batch messages may not be delayed or transactional")
+        checked = await self._check_send(msgs[0], queue_id, default_topic, default_topic_queue_nums, False)
+        if isinstance(checked, SendResult):
+            await trio.lowlevel.checkpoint()
+            return checked
+        cfg, qid = checked
+        wait = True
+        encoded: list[EncodedMessage] = []
+        for m in msgs:
+            bad = self._check_body(m)
+            if bad:
+                await trio.lowlevel.checkpoint()
+                return bad
+            wait &= self._stamp(m, cfg, qid)
+            try:
+                encoded.append(EncodedMessage(m))
+            except ValueError as e:
+                await trio.lowlevel.checkpoint()
+                return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))
+        put = self.store.append_batch(encoded)
+        result = self._send_result(put, encoded, topic, qid)
+        if result.status is SendStatus.SEND_OK:
+            self._written = max(self._written, put.end_offset)
+        if result.status is SendStatus.SEND_OK and self._must_wait and wait:
+            await self._await_durable(self._written, [result])
+        else:
+            await trio.lowlevel.checkpoint()
+        return result
+
+    async def _put_one(self, msg: Message, queue_id: int | None, default_topic: str, default_queue_nums: int | None,
+                       internal: bool, checkpoint: bool = True) -> tuple[SendResult, int, bool]:
+        checked = await self._check_send(msg, queue_id, default_topic, default_queue_nums, internal)
+        if isinstance(checked, SendResult):
+            return checked, 0, False
+        cfg, qid = checked
+        bad = self._check_body(msg)
+        if bad:
+            return bad, 0, False
+        wait = self._stamp(msg, cfg, qid)
+        topic = msg.topic
+        for hook in self._put_hooks:
+            hook(msg)
+        try:
+            enc = EncodedMessage(msg)
+        except ValueError as e:
+            return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e)), 0, False
+        put = self.store.append(enc)
+        result = self._send_result(put, [enc], topic, qid)
+        if result.status is not SendStatus.SEND_OK:
+            return result, 0, False
+        end = put.end_offset
+        if end > self._written:
+            self._written = end
+        return result, end, wait and self._must_wait
+
+    async def _check_send(self, msg: Message, queue_id: int | None, default_topic: str,
+                          default_queue_nums: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult:
+        """``msgCheck``: broker state, topic name, topic config (auto-create), queue id."""
+        topic = msg.topic
+        if not self._running:
+            return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=topic, remark="the broker is not running")
+        if self.config.broker_role is BrokerRole.SLAVE:
+            return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=topic, remark="the broker is a slave, it takes no sends")
+        if not self.config.broker_permission & PERM_WRITE:
+            return SendResult(SendStatus.NO_PERMISSION, topic=topic,
+                              remark=f"the broker[{self.config.broker_name}] sending message is forbidden")
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            reason = validate_topic(topic)
+            if reason:
+                return SendResult(SendStatus.SYSTEM_ERROR, topic=topic, remark=reason)
+            if not internal and topic in NOT_ALLOWED_SEND_TOPICS:
+                return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"sending message to topic[{topic}] is forbidden")
+            sys_flag = 0
+            cfg = self.topics.create_on_send(topic, default_topic, default_queue_nums or self.config.default_topic_queue_nums, sys_flag)
+            if cfg is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                cfg = self.topics.create_if_absent(topic, 1, PERM_READ | PERM_WRITE, sys_flag)
+            if cfg is None:
+                return SendResult(SendStatus.TOPIC_NOT_EXIST, topic=topic,
+                                  remark=f"topic[{topic}] not exist, apply first please!")
+            await self._persist_topics()
+        elif not internal and topic in NOT_ALLOWED_SEND_TOPICS:
+            return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"sending message to topic[{topic}] is forbidden")
+        if not cfg.writable:
+            return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"the topic[{topic}] sending message is forbidden")
+        queue_nums = cfg.queue_nums
+        if queue_id is None or queue_id < 0:
+            if cfg.write_queue_nums <= 0:
+                return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"topic[{topic}] has no write queue")
+            n = self._round_robin.get(topic, -1) + 1
+            self._round_robin[topic] = n
+            queue_id = n % cfg.write_queue_nums
+        elif queue_id >= queue_nums:
+            return SendResult(SendStatus.SYSTEM_ERROR, topic=topic,
+                              remark=f"request queueId[{queue_id}] is illegal, topic {topic} has {queue_nums} queues")
+        return cfg, queue_id
+
+    def _check_body(self, msg: Message) -> SendResult | None:
+        if len(msg.body) > self.config.max_message_size:
+            return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=msg.topic,
+                              remark=f"message body is {len(msg.body)} bytes, more than maxMessageSize {self.config.max_message_size}")
+        if msg.properties.get(PROPERTY_TRAN_MSG) == "true" and self.config.reject_transaction_message:
+            return SendResult(SendStatus.NO_PERMISSION, topic=msg.topic,
+                              remark=f"the broker[{self.config.broker_name}] sending transaction message is forbidden")
+        return None
+
+    def _stamp(self, msg: Message, cfg: TopicConfig, queue_id: int) -> bool:
+        """Broker-side fields of a message; returns whether the sender waits for the store (WAIT)."""
+        props = msg.properties
+        wait = props.pop(PROPERTY_WAIT, "true") != "false"
+        props[PROPERTY_CLUSTER] = self.config.broker_cluster_name
+        if PROPERTY_UNIQ_KEY not in props:
+            props[PROPERTY_UNIQ_KEY] = self._uniq.next()
+        msg.queue_id = queue_id
+        msg.store_host = self.store_host
+        if not msg.born_timestamp:
+            msg.born_timestamp = _now_ms()
+        if cfg.topic_filter_type is TopicFilterType.MULTI_TAG:
+            msg.sysflag |= MULTI_TAGS_FLAG
+        return wait
+
+    def _send_result(self, put, encoded: list[EncodedMessage], topic: str, queue_id: int) -> SendResult:
+        status, remark = _PUT_TO_SEND.get(put.status, (SendStatus.SYSTEM_ERROR, str(put.status)))
+        if not status.stored:
+            return SendResult(status, topic=topic, queue_id=queue_id, remark=remark)
+        uniq = [e.uniq_key for e in encoded if e.uniq_key] if len(encoded) > 1 else None
+        if uniq is None:
+            uniq = [encoded[0].uniq_key] if encoded[0].uniq_key else []
+        return SendResult(
+            status, topic=topic, queue_id=queue_id, queue_offset=put.queue_offset,
+            uniq_key=",".join(uniq) if uniq else None, physical_offset=put.physical_offset,
+            store_timestamp=put.store_timestamp, msg_count=put.msg_num, remark=remark, _put=put,
+        )
+
+    async def _await_durable(self, end: int, results: list[SendResult]) -> None:
+        """SYNC_FLUSH: wait for the group commit; SYNC_MASTER: then for a slave."""
+        assert self._flusher is not None
+        deadline = trio.current_time() + self._sync_flush_timeout_s
+        status = SendStatus.SEND_OK
+        if self._sync_flush and not await self._flusher.wait_flushed(end, deadline):
+            status, remark = SendStatus.FLUSH_DISK_TIMEOUT, "flush to disk timed out"
+        if self._sync_master and status is SendStatus.SEND_OK:
+            replicated = None if self.replicator is None else await self.replicator.wait_replicated(end, deadline)
+            if replicated is None:
+                status, remark = SendStatus.SLAVE_NOT_AVAILABLE, "no slave is available"
+            elif not replicated:
+                status, remark = SendStatus.FLUSH_SLAVE_TIMEOUT, "replication to the slave timed out"
+        if status is not SendStatus.SEND_OK:
+            for r in results:
+                if r.status is SendStatus.SEND_OK:
+                    r.status = status
+                    r.remark = remark
+
