@@ -26,6 +26,7 @@ import difflib
 import enum
 from dataclasses import dataclass, field
 import re
+import socket
 from typing import Any
 
 from core.store import FlushDiskType, StoreConfig, StoreError  # FlushDiskType: one enum for store and broker
@@ -102,6 +103,10 @@ class BrokerConfig:
         if self.broker_id < 0:
             raise ConfigError(f"brokerId must be >= 0, got {self.broker_id!r}")
         self.delete_hours()  # validates deleteWhen
+        try:
+            socket.inet_pton(socket.AF_INET6 if ":" in self.broker_ip1 else socket.AF_INET, self.broker_ip1)
+        except OSError:
+            raise ConfigError(f"brokerIP1 must be an IP address (it is stored in every message), got {self.broker_ip1!r}") from None
 
     @classmethod
     def keys(cls) -> dict[str, str]:

@@ -36,6 +36,7 @@ def test_unknown_key_is_refused_with_a_hint():
 @pytest.mark.parametrize("values", [
     {"brokerRole": "MASTER"}, {"listenPort": "x"}, {"autoCreateTopicEnable": "maybe"},
     {"syncFlushTimeout": 0}, {"deleteWhen": "25"}, {"listenPort": 70000}, {"defaultTopicQueueNums": True},
+    {"brokerIP1": "localhost"},
 ])
 def test_bad_values_are_refused(values):
     with pytest.raises(ConfigError):
