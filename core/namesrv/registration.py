@@ -26,7 +26,7 @@ import trio
 from core.namesrv.register_body import RegisterBrokerBody, body_crc32, encode_register_body
 from core.namesrv.route_table import DataVersion, TopicConfig
 from core.remoting import RemotingCommand, RequestCode, ResponseCode
-from core.remoting.client import RemotingClient, RemotingConnectionError, RemotingTimeoutError
+from core.remoting.client import RemotingClient, RemotingConnectionError, RemotingTimeoutError, open_remoting_client
 
 __all__ = ["BrokerIdentity", "BrokerRegistrar"]
 
@@ -118,19 +118,20 @@ class BrokerRegistrar:
         self.last_results = results
         return results
 
-    async def unregister_all(self) -> None:
+    async def unregister_all(self, timeout: float = 1.0) -> None:
+        """Best effort. Uses fresh connections: on shutdown the pooled ones are being cancelled."""
         i = self.identity
         header = {"brokerAddr": i.broker_addr, "brokerId": i.broker_id, "brokerName": i.broker_name, "clusterName": i.cluster}
 
-        async def one(addr: str) -> None:
+        async def one(client: RemotingClient, addr: str) -> None:
             try:
-                await self.client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header), timeout=2)
+                await client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header), timeout=timeout)
             except (RemotingConnectionError, RemotingTimeoutError, OSError) as exc:
                 log.info("unregister from name server %s failed: %s", addr, exc)
 
-        async with trio.open_nursery() as nursery:
+        async with open_remoting_client(connect_timeout=timeout) as client, trio.open_nursery() as nursery:
             for addr in self.namesrv_addrs:
-                nursery.start_soon(one, addr)
+                nursery.start_soon(one, client, addr)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Register now, report started, then keep registering until cancelled; unregister on the way out."""
@@ -147,5 +148,5 @@ class BrokerRegistrar:
                 self._wake = trio.Event()
                 await self.register_all()
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(3):
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
                 await self.unregister_all()

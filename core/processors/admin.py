@@ -1,0 +1,128 @@
+"""Messages by key or id, topics and broker info: QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33),
+UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28),
+GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201).
+
+Reference 2.1, 3.3 (``QueryMessageProcessor``, ``AdminBrokerProcessor``).
+Rules kept here:
+
+- QUERY_MESSAGE with ``_UNIQUE_KEY_QUERY=true`` is a message-id lookup and
+  returns at most ``defaultQueryMaxNum``; nothing found is 22
+  QUERY_NOT_FOUND. Bodies are stored entries, concatenated.
+- UPDATE_AND_CREATE_TOPIC refuses invalid names and the cluster's own name
+  (SYSTEM_ERROR, like Java); a created or changed topic is registered with
+  the name servers at once (the topic table's listener triggers it).
+- JSON bodies are fastjson's default form, compact; KVTable values are
+  strings.
+"""
+
+from __future__ import annotations
+
+import time
+
+from core.broker import TopicConfig, TopicFilterType, validate_topic
+from core.processors.context import BrokerContext
+from core.remoting import RemotingCommand, ResponseCode, encode_json
+from core.remoting.server import Channel
+
+_BOOT_MS = int(time.time() * 1000)
+
+
+def _body(obj) -> bytes:
+    return encode_json(obj, standard=False).encode()
+
+
+async def query_message(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    topic = req.get_str("topic")
+    key = req.get_str("key")
+    max_num = req.get_int("maxNum")
+    begin = req.get_long("beginTimestamp")
+    end = req.get_long("endTimestamp")
+    if req.get_bool("_UNIQUE_KEY_QUERY", False):
+        max_num = ctx.broker.config.default_query_max_num
+    result = await ctx.broker.query_message(topic, key, max(1, max_num), begin, end)
+    ext = {
+        "indexLastUpdateTimestamp": result.index_last_update_timestamp,
+        "indexLastUpdatePhyoffset": result.index_last_update_phy_offset,
+    }
+    if not result.entries:
+        return req.make_response(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext=ext)
+    return req.make_response(ResponseCode.SUCCESS, ext=ext, body=result.body)
+
+
+async def view_message_by_id(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    offset = req.get_long("offset")
+    raw = await ctx.broker.read_at(offset)
+    if raw is None:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+    return req.make_response(ResponseCode.SUCCESS, body=bytes(raw))
+
+
+async def update_and_create_topic(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    topic = req.get_str("topic")
+    reason = validate_topic(topic)
+    if reason:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, reason)
+    if topic == ctx.broker.config.broker_cluster_name:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words.")
+    try:
+        filter_type = TopicFilterType(req.get_str("topicFilterType", "SINGLE_TAG"))
+    except ValueError:
+        filter_type = TopicFilterType.SINGLE_TAG
+    cfg = TopicConfig(
+        topic_name=topic,
+        read_queue_nums=req.get_int("readQueueNums"),
+        write_queue_nums=req.get_int("writeQueueNums"),
+        perm=req.get_int("perm"),
+        topic_filter_type=filter_type,
+        topic_sys_flag=req.get_int("topicSysFlag", 0),
+        order=req.get_bool("order", False, cpp_compatible=True),
+    )
+    try:
+        await ctx.broker.update_topic(cfg)
+    except ValueError as exc:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+    return req.make_response(ResponseCode.SUCCESS)
+
+
+async def get_all_topic_config(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    return req.make_response(ResponseCode.SUCCESS, body=_body(ctx.broker.topics.to_json()))
+
+
+async def get_all_consumer_offset(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    return req.make_response(ResponseCode.SUCCESS, body=_body(ctx.broker.offsets.to_json()))
+
+
+async def get_all_subscription_group(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    return req.make_response(ResponseCode.SUCCESS, body=_body(ctx.broker.groups.to_json()))
+
+
+def delay_offset_route(schedule):
+    async def get_all_delay_offset(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        offsets = dict(schedule.offsets) if schedule is not None else {}
+        return req.make_response(ResponseCode.SUCCESS, body=_body({"offsetTable": offsets}))
+
+    return get_all_delay_offset
+
+
+async def get_broker_runtime_info(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    b = ctx.broker
+    store = b.store
+    now = int(time.time() * 1000)
+    table = {
+        "brokerVersionDesc": "V4_9_8",
+        "brokerVersion": "405",
+        "bootTimestamp": _BOOT_MS,
+        "runtime": f"[ {(now - _BOOT_MS) // 86_400_000} days, {(now - _BOOT_MS) // 3_600_000 % 24} hours, "
+                   f"{(now - _BOOT_MS) // 60_000 % 60} minutes, {(now - _BOOT_MS) // 1000 % 60} seconds ]",
+        "commitLogMinOffset": store.min_phy_offset,
+        "commitLogMaxOffset": store.max_phy_offset,
+        "brokerName": b.config.broker_name,
+        "brokerRole": b.config.broker_role.name if hasattr(b.config.broker_role, "name") else str(b.config.broker_role),
+        "flushDiskType": b.config.flush_disk_type.name if hasattr(b.config.flush_disk_type, "name") else str(b.config.flush_disk_type),
+        "topicCount": len(b.topics),
+        "consumerGroupCount": len(ctx.clients.consumers),
+        "producerGroupCount": len(ctx.clients.producers),
+        "flushCount": b.flush_count,
+        "earliestMessageTimeStamp": 0,
+    }
+    return req.make_response(ResponseCode.SUCCESS, body=_body({"table": {k: str(v) for k, v in table.items()}}))

@@ -1,0 +1,192 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36).
+
+Reference 2.1, 2.2, 4.7, 10 (``SendMessageProcessor``). Rules kept here:
+
+- The three send codes reach one path; V2's one-letter keys are mapped to
+  the long names first. Whether the body is a batch depends only on the
+  ``batch``/``m`` flag, not on the code (as in Java).
+- **The batch flag is read C++-compatibly: ``"1"`` means true** (as well as
+  ``"true"``). C++ 1.2.x sends ``batch="1"``; a Java broker reads that as
+  false and stores the whole batch as one message with the batch encoding
+  as its body (rocketmq-client-cpp #363, #447). A C++ user who sends a
+  batch of N expects N messages, so we store N. Java, Go and ali-ons send
+  ``"true"``/``"false"`` or no flag, so nothing changes for them.
+- Batch items get the header's properties appended for keys they do not
+  set themselves (4.9.3+ behaviour), so a batch-level ``WAIT`` applies.
+- The born host is the TCP peer (IPv4 when it is one); the broker stamps
+  the store host, ``CLUSTER`` and a missing ``UNIQ_KEY``.
+- Sends to ``%RETRY%<group>`` whose reconsume times reached the group's
+  maximum go to ``%DLQ%<group>`` instead (``handleRetryAndDLQ``); the
+  header's ``maxReconsumeTimes`` counts only for clients of version >= 117
+  (V3_4_9), so C++ 1.2.x (59) gets the group's ``retryMaxTimes`` (16).
+- Send-back: the failed message is read by commit-log offset and stored
+  again in ``%RETRY%<group>`` with delay level ``3 + reconsumeTimes`` (or
+  the header's level when > 0), reconsume times + 1, ``RETRY_TOPIC`` and
+  ``ORIGIN_MESSAGE_ID`` set; past the maximum (or delay level < 0) it goes
+  to ``%DLQ%<group>`` with no delay. The delay itself is the schedule
+  service's put hook (`core.schedule`).
+- Response codes and remarks come from the broker's `SendResult`; the
+  response carries ``msgId`` (offset id, comma-joined for a batch),
+  ``queueId``, ``queueOffset`` and ``MSG_REGION``/``TRACE_ON``.
+"""
+
+from __future__ import annotations
+
+import random
+
+from core.broker import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SendResult, dlq_topic, retry_topic
+from core.processors.context import BrokerContext, born_host
+from core.remoting import RemotingCommand, ResponseCode
+from core.remoting.server import Channel
+from core.store.message import (
+    PROPERTY_DELAY,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    Message,
+    MessageFormatError,
+    decode_batch,
+    decode_message,
+    decode_properties,
+)
+
+V2_NAMES = {
+    "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+    "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
+    "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName",
+}
+MAX_RECONSUME_VERSION = 117  # V3_4_9
+PERM_RW = 6
+
+
+def _long_names(req: RemotingCommand) -> RemotingCommand:
+    if req.code == 10:
+        return req
+    view = RemotingCommand(code=req.code, version=req.version, ext_fields={V2_NAMES.get(k, k): v for k, v in req.ext_fields.items()})
+    return view
+
+
+def _response(req: RemotingCommand, result: SendResult) -> RemotingCommand:
+    if not result.ok:
+        return req.make_response(result.status.code, result.remark or result.status.name)
+    return req.make_response(
+        result.status.code,
+        ext={
+            "msgId": result.msg_id,
+            "queueId": result.queue_id,
+            "queueOffset": result.queue_offset,
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        },
+    )
+
+
+async def _max_reconsume(ctx: BrokerContext, group: str, header_value: int | None, version: int, props: dict) -> int:
+    cfg = ctx.broker.get_group(group)
+    limit = cfg.retry_max_times if cfg is not None else 16
+    if version >= MAX_RECONSUME_VERSION and header_value is not None:
+        limit = header_value
+    if PROPERTY_MAX_RECONSUME_TIMES in props:
+        try:
+            limit = int(props[PROPERTY_MAX_RECONSUME_TIMES])
+        except ValueError:
+            pass
+    return limit
+
+
+async def send_message(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    h = _long_names(req)
+    topic = h.get_str("topic")
+    h.get_str("producerGroup")
+    default_topic = h.get_str("defaultTopic")
+    default_nums = h.get_int("defaultTopicQueueNums")
+    queue_id = h.get_int("queueId")
+    sys_flag = h.get_int("sysFlag")
+    born_ts = h.get_long("bornTimestamp")
+    flag = h.get_int("flag")
+    props = decode_properties(h.get_str("properties", ""))
+    reconsume = h.get_int("reconsumeTimes", 0)
+    batch = h.get_bool("batch", False, cpp_compatible=True)
+    max_reconsume = h.get_int("maxReconsumeTimes", None)
+    qid = queue_id if queue_id >= 0 else None
+    host = born_host(channel)
+    broker = ctx.broker
+
+    if batch:
+        try:
+            items = decode_batch(req.body)
+        except MessageFormatError as exc:
+            return req.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+        if not items:
+            return req.make_response(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+        msgs = []
+        for body, item_flag, item_props in items:
+            merged = dict(item_props)
+            for k, v in props.items():
+                merged.setdefault(k, v)
+            msgs.append(Message(topic=topic, body=body, flag=item_flag, properties=merged, sysflag=sys_flag,
+                                born_timestamp=born_ts, born_host=host, reconsume_times=reconsume))
+        result = await broker.send_batch(msgs, qid, default_topic=default_topic, default_topic_queue_nums=default_nums)
+        return _response(req, result)
+
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        limit = await _max_reconsume(ctx, group, max_reconsume, req.version, props)
+        if reconsume >= limit:
+            topic = dlq_topic(group)
+            await broker.ensure_topic(topic, 1, PERM_RW)
+            qid = 0
+            props.pop(PROPERTY_DELAY, None)
+    msg = Message(topic=topic, body=req.body, flag=flag, properties=props, sysflag=sys_flag, born_timestamp=born_ts,
+                  born_host=host, reconsume_times=reconsume)
+    result = await broker.send(msg, qid, default_topic=default_topic, default_topic_queue_nums=default_nums)
+    return _response(req, result)
+
+
+async def consumer_send_msg_back(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    offset = req.get_long("offset")
+    group = req.get_str("group")
+    delay_level = req.get_int("delayLevel")
+    origin_msg_id = req.get_str("originMsgId", None)
+    header_max = req.get_int("maxReconsumeTimes", None)
+    broker = ctx.broker
+    cfg = broker.get_group(group)
+    if cfg is None:
+        return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+    if not broker.config.broker_permission & 2:
+        return req.make_response(ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_name}] sending message is forbidden")
+    if cfg.retry_queue_nums <= 0:
+        return req.make_response(ResponseCode.SUCCESS)
+    raw = await broker.read_at(offset)
+    if raw is None:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+    stored = decode_message(raw)
+    props = dict(stored.properties)
+    props.setdefault(PROPERTY_RETRY_TOPIC, stored.topic)
+    limit = cfg.retry_max_times
+    if req.version >= MAX_RECONSUME_VERSION and header_max is not None:
+        limit = header_max
+    if stored.reconsume_times >= limit or delay_level < 0:
+        topic = dlq_topic(group)
+        await broker.ensure_topic(topic, 1, PERM_RW)
+        qid = 0
+        props.pop(PROPERTY_DELAY, None)
+    else:
+        topic = retry_topic(group)
+        await broker.ensure_topic(topic, cfg.retry_queue_nums, PERM_RW)
+        qid = random.randrange(cfg.retry_queue_nums)
+        props[PROPERTY_DELAY] = str(delay_level if delay_level > 0 else 3 + stored.reconsume_times)
+    if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
+        props[PROPERTY_ORIGIN_MESSAGE_ID] = origin_msg_id or stored.msg_id
+    props["WAIT"] = "false"
+    msg = Message(topic=topic, body=stored.body, flag=stored.flag, properties=props, sysflag=stored.sysflag,
+                  born_timestamp=stored.born_timestamp, born_host=stored.born_host,
+                  reconsume_times=stored.reconsume_times + 1)
+    result = await broker.send(msg, qid, internal=True)
+    if result.ok:
+        return req.make_response(ResponseCode.SUCCESS)
+    return req.make_response(result.status.code, result.remark or result.status.name)
+
+
+def is_dlq(topic: str) -> bool:
+    return topic.startswith(DLQ_GROUP_TOPIC_PREFIX)

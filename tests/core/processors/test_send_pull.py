@@ -1,0 +1,115 @@
+"""Send, pull, offsets and routes through the broker's remoting role."""
+
+import trio
+
+from core.remoting import RemotingCommand, RequestCode, ResponseCode, decode_json
+from core.store.message import decode_messages, encode_batch, encode_properties
+
+
+def send_req(topic, body, *, tags=None, queue_id=-1, cpp=True, props=None, batch=None):
+    p = {"UNIQ_KEY": "X" * 32, "WAIT": "true"}
+    if tags:
+        p["TAGS"] = tags
+    p.update(props or {})
+    ext = {"producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+           "queueId": queue_id, "sysFlag": 0, "bornTimestamp": 1, "flag": 0, "properties": encode_properties(p),
+           "reconsumeTimes": 0, "unitMode": "0" if cpp else "false"}
+    if batch is not None:
+        ext["batch"] = batch
+    req = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
+    return req
+
+
+def pull_req(topic, queue_id, offset, *, group="G", sub="*", suspend_ms=0, sys_flag=0x4):
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset, "maxMsgNums": 32,
+        "sysFlag": sys_flag | (0x2 if suspend_ms else 0), "commitOffset": 0, "suspendTimeoutMillis": suspend_ms,
+        "subscription": sub, "subVersion": 0})
+
+
+async def test_send_then_pull(cluster):
+    c = cluster.client
+    resp = await c.invoke(cluster.broker_addr, send_req("TopicA", b"hello", queue_id=1))
+    assert resp.code == 0, resp
+    assert resp.ext_fields["queueId"] == "1" and resp.ext_fields["queueOffset"] == "0"
+    assert len(resp.ext_fields["msgId"]) == 32
+    pulled = await c.invoke(cluster.broker_addr, pull_req("TopicA", 1, 0))
+    assert pulled.code == 0 and pulled.remark == "FOUND"
+    assert pulled.ext_fields["nextBeginOffset"] == "1" and pulled.ext_fields["maxOffset"] == "1"
+    msgs = decode_messages(pulled.body)
+    assert [m.body for m in msgs] == [b"hello"]
+    assert msgs[0].born_host[:4] == bytes([127, 0, 0, 1])
+    # the new topic was registered with the name server right away
+    with trio.fail_after(5):
+        while True:
+            r = await c.invoke(cluster.namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicA"}))
+            if r.code == 0:
+                break
+            await trio.sleep(0.02)
+    assert decode_json(r.body)["queueDatas"][0]["writeQueueNums"] == 4
+
+
+async def test_long_poll_wakes_on_send(cluster):
+    c = cluster.client
+    await c.invoke(cluster.broker_addr, send_req("TopicB", b"first", queue_id=0))
+    got = []
+
+    async def poll():
+        got.append(await c.invoke(cluster.broker_addr, pull_req("TopicB", 0, 1, suspend_ms=10000), timeout=15))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(poll)
+        await trio.sleep(0.3)
+        assert not got
+        t0 = trio.current_time()
+        await c.invoke(cluster.broker_addr, send_req("TopicB", b"second", queue_id=0))
+    assert trio.current_time() - t0 < 2
+    assert got[0].code == 0 and [m.body for m in decode_messages(got[0].body)] == [b"second"]
+
+
+async def test_pull_status_table(cluster):
+    c = cluster.client
+    await c.invoke(cluster.broker_addr, send_req("TopicC", b"x", queue_id=0))
+    r = await c.invoke(cluster.broker_addr, pull_req("TopicC", 0, 1))
+    assert r.code == ResponseCode.PULL_NOT_FOUND and r.ext_fields["nextBeginOffset"] == "1"
+    r = await c.invoke(cluster.broker_addr, pull_req("TopicC", 0, 5))
+    assert r.code == ResponseCode.PULL_OFFSET_MOVED and r.ext_fields["nextBeginOffset"] == "0"  # min is 0 (Java nextOffsetCorrection)
+    r = await c.invoke(cluster.broker_addr, pull_req("TopicC", 0, 0, sub="Other"))
+    assert r.code == ResponseCode.PULL_RETRY_IMMEDIATELY and r.ext_fields["nextBeginOffset"] == "1"
+    r = await c.invoke(cluster.broker_addr, pull_req("TopicC", 0, 0, sys_flag=0))
+    assert r.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+
+
+async def test_cpp_batch_flag_stores_each_message(cluster):
+    c = cluster.client
+    body = encode_batch([(b"m%d" % i, 0, {"UNIQ_KEY": "%032d" % i}) for i in range(5)])
+    r = await c.invoke(cluster.broker_addr, send_req("TopicD", body, queue_id=0, batch="1"))
+    assert r.code == 0 and r.ext_fields["msgId"].count(",") == 4
+    r = await c.invoke(cluster.broker_addr, pull_req("TopicD", 0, 0))
+    assert [m.body for m in decode_messages(r.body)] == [b"m%d" % i for i in range(5)]
+
+
+async def test_offsets(cluster):
+    c = cluster.client
+    a = cluster.broker_addr
+    for i in range(3):
+        await c.invoke(a, send_req("TopicE", b"x", queue_id=2))
+    q = lambda code, **ext: c.invoke(a, RemotingCommand.request(code, {"topic": "TopicE", "queueId": 2, **ext}))
+    assert (await q(RequestCode.GET_MAX_OFFSET)).ext_fields["offset"] == "3"
+    assert (await q(RequestCode.GET_MIN_OFFSET)).ext_fields["offset"] == "0"
+    r = await q(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup="NEW")
+    assert r.code == 0 and r.ext_fields["offset"] == "0"
+    await c.invoke_oneway(a, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "topic": "TopicE", "queueId": 2, "consumerGroup": "NEW", "commitOffset": 2}))
+    with trio.fail_after(5):
+        while (await q(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup="NEW")).ext_fields["offset"] != "2":
+            await trio.sleep(0.01)
+    r = await q(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp=0)
+    assert r.code == 0 and r.ext_fields["offset"] == "0"
+    r = await q(RequestCode.GET_EARLIEST_MSG_STORETIME)
+    assert r.code == 0 and int(r.ext_fields["timestamp"]) > 0
+
+
+async def test_unknown_code(cluster):
+    r = await cluster.client.invoke(cluster.broker_addr, RemotingCommand.request(12345))
+    assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
