@@ -25,6 +25,7 @@ from .subscription import SubscriptionData, SubscriptionParseError, parse_subscr
 
 LMQ_TOPIC_PREFIX = "%LMQ%"  # light message queues: no topic config, queue 0 only
 
+# Pull outcome per store status (reference 2.5); None = moved unless the offset is 0.
 _GET_TO_PULL = {
     GetMessageStatus.FOUND: PullStatus.FOUND,
     GetMessageStatus.NO_MATCHED_MESSAGE: PullStatus.PULL_RETRY_IMMEDIATELY,

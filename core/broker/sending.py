@@ -65,12 +65,8 @@ _PUT_TO_SEND = {
     PutStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED: (SendStatus.SYSTEM_ERROR, "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]"),
 }
 
-# (pull status, where nextBeginOffset comes from) per store status (reference 2.5)
-
 class SendPath:
     """Send methods of `Broker`; the state they use is set up in ``Broker.__init__``."""
-
-    # ------------------------------------------------------------------ send
 
     def add_put_hook(self, hook: PutHook) -> None:
         """``hook(msg)`` runs on every single (non-batch) send after validation and
@@ -101,7 +97,7 @@ class SendPath:
         end_max = 0
         waiting: list[SendResult] = []
         for msg, qid in items:
-            result, end, wait = await self._put_one(msg, qid, DEFAULT_TOPIC, None, internal, checkpoint=False)
+            result, end, wait = await self._put_one(msg, qid, DEFAULT_TOPIC, None, internal)
             results.append(result)
             if end and wait:
                 end_max = max(end_max, end)
@@ -115,15 +111,11 @@ class SendPath:
     async def send_batch(self, msgs: list[Message], queue_id: int | None = None, *, default_topic: str = DEFAULT_TOPIC,
                          default_topic_queue_nums: int | None = None) -> SendResult:
         """A RocketMQ batch: one topic, one queue, consecutive queue offsets; ``msg_id`` comma-joined."""
-        if not msgs:
-            return SendResult(SendStatus.MESSAGE_ILLEGAL, remark="empty batch")
+        refused = _refuse_batch(msgs)
+        if refused is not None:
+            await trio.lowlevel.checkpoint()
+            return refused
         topic = msgs[0].topic
-        for m in msgs:
-            if m.topic != topic:
-                return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark="a batch holds one topic")
-            if m.properties.get(PROPERTY_DELAY, "0") not in ("", "0") or m.properties.get(PROPERTY_TRAN_MSG) == "true":
-                return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic,
-                                  remark="batch messages may not be delayed or transactional")
         checked = await self._check_send(msgs[0], queue_id, default_topic, default_topic_queue_nums, False)
         if isinstance(checked, SendResult):
             await trio.lowlevel.checkpoint()
@@ -153,7 +145,7 @@ class SendPath:
         return result
 
     async def _put_one(self, msg: Message, queue_id: int | None, default_topic: str, default_queue_nums: int | None,
-                       internal: bool, checkpoint: bool = True) -> tuple[SendResult, int, bool]:
+                       internal: bool) -> tuple[SendResult, int, bool]:
         checked = await self._check_send(msg, queue_id, default_topic, default_queue_nums, internal)
         if isinstance(checked, SendResult):
             return checked, 0, False
@@ -276,3 +268,15 @@ class SendPath:
                     r.status = status
                     r.remark = remark
 
+
+def _refuse_batch(msgs: list[Message]) -> SendResult | None:
+    """Batches hold one topic and no delayed or transactional message (MESSAGE_ILLEGAL)."""
+    if not msgs:
+        return SendResult(SendStatus.MESSAGE_ILLEGAL, remark="empty batch")
+    topic = msgs[0].topic
+    for m in msgs:
+        if m.topic != topic:
+            return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark="a batch holds one topic")
+        if m.properties.get(PROPERTY_DELAY, "0") not in ("", "0") or m.properties.get(PROPERTY_TRAN_MSG) == "true":
+            return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark="batch messages may not be delayed or transactional")
+    return None
