@@ -12,8 +12,8 @@ Rules kept:
 - ``flushed`` only moves after ``fdatasync`` of every segment below it.
   `wait_flushed` is leader/follower group commit: the first waiter to find
   no flush running syncs everything written so far (its own entry and all
-  that arrived meanwhile) while the others wait on the condition; one
-  ``fdatasync`` serves them all.
+  that arrived meanwhile) while the others park; one ``fdatasync`` serves
+  them all.
 - The caller serialises writers with ``lock`` (a ``threading.Lock``);
   flushing takes it only to snapshot positions, never across a sync.
 """
@@ -25,6 +25,7 @@ import struct
 import threading
 import time
 import zlib
+from _thread import allocate_lock as _allocate_lock
 
 from .errors import StoreConfigError
 from .mapped_file import MappedFile, list_offset_files
@@ -96,8 +97,9 @@ class CommitLog:
         self.last_store_ts = 0  # store timestamp of the entry just before write_pos
         self.flushed = 0
         self.flushed_store_ts = 0
-        self._flush_cond = threading.Condition(threading.Lock())
+        self._flush_mutex = threading.Lock()
         self._flushing = False
+        self._waiters: list[list] = []
         self.sync_count = 0  # number of flush rounds that synced something (tests, bench)
 
     # ---- files ----
@@ -210,7 +212,7 @@ class CommitLog:
         for seg in segs:
             seg.sync()
         self.sync_count += 1
-        with self._flush_cond:
+        with self._flush_mutex:
             if target > self.flushed:
                 self.flushed = target
                 self.flushed_store_ts = ts
@@ -218,28 +220,64 @@ class CommitLog:
     def wait_flushed(self, offset: int, timeout_s: float) -> bool:
         """Block until everything below ``offset`` is on disk.  Thread-safe;
         concurrent callers share one sync.  False if it took longer than
-        ``timeout_s`` (the entry may still become durable: FLUSH_DISK_TIMEOUT)."""
+        ``timeout_s`` (the entry may still become durable: FLUSH_DISK_TIMEOUT).
+
+        Leader/follower without a shared condition: each follower parks on
+        its own lock, so waking N followers costs N lock releases and no
+        re-acquisition of a common lock (no convoy).  A leader that finds
+        followers its sync did not cover hands leadership to the first.
+        """
         if self.flushed >= offset:
             return True
         deadline = time.monotonic() + timeout_s
-        cond = self._flush_cond
-        with cond:
-            while self.flushed < offset:
-                if not self._flushing:
-                    self._flushing = True
-                    cond.release()
-                    try:
-                        self._sync_written()
-                    finally:
-                        cond.acquire()
-                        self._flushing = False
-                        cond.notify_all()
-                else:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+        mutex = self._flush_mutex
+        with mutex:
+            if self.flushed >= offset:
+                return True
+            if self._flushing:
+                waiter = [offset, _allocate_lock(), False]  # offset, parking lock, "you lead next"
+                waiter[1].acquire()
+                self._waiters.append(waiter)
+            else:
+                self._flushing = True
+                waiter = None
+        if waiter is not None:
+            if not waiter[1].acquire(timeout=max(deadline - time.monotonic(), 0)):
+                with mutex:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
                         return False
-                    cond.wait(remaining)
-        return time.monotonic() <= deadline
+                waiter[1].acquire()  # released meanwhile: take the hand-off
+            if not waiter[2]:
+                return time.monotonic() <= deadline
+        # leader: sync until our own offset is covered, then hand over
+        while True:
+            try:
+                self._sync_written()
+            except BaseException:
+                self._hand_over()
+                raise
+            if self.flushed >= offset:
+                self._hand_over()
+                return time.monotonic() <= deadline
+
+    def _hand_over(self) -> None:
+        """Release followers the last sync covered; make the first other one lead."""
+        with self._flush_mutex:
+            flushed = self.flushed
+            keep = []
+            for w in self._waiters:
+                if w[0] <= flushed:
+                    w[1].release()
+                else:
+                    keep.append(w)
+            if keep:
+                nxt = keep.pop(0)
+                nxt[2] = True
+                nxt[1].release()
+            else:
+                self._flushing = False
+            self._waiters = keep
 
     def flush(self) -> int:
         """Sync everything written so far (joining a running group commit); return ``flushed``."""

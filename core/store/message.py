@@ -31,6 +31,7 @@ Invariants kept here:
 
 from __future__ import annotations
 
+import functools
 import operator
 import socket
 import struct
@@ -138,8 +139,13 @@ _extend_powers(256)
 
 
 def tags_code(tags: str | None) -> int:
-    """Consume-queue tag hash: 0 for no tags."""
-    return java_string_hash(tags) if tags else 0
+    """Consume-queue tag hash: 0 for no tags (recent tags are cached: few distinct tags, many messages)."""
+    return _tags_code_cached(tags) if tags else 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _tags_code_cached(tags: str) -> int:
+    return java_string_hash(tags)
 
 
 def body_crc(body: bytes) -> int:
@@ -242,32 +248,57 @@ class EncodedMessage:
     __slots__ = ("buf", "size", "topic", "queue_id", "tags_code", "keys", "uniq_key", "sysflag", "multi_dispatch", "_store_ts_pos")
 
     def __init__(self, msg: Message):
-        topic_b = msg.topic.encode()
-        if not topic_b or len(topic_b) > MAX_TOPIC_BYTES:
-            raise ValueError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes: {msg.topic!r}")
-        props_b = encode_properties(msg.properties).encode()
-        if len(props_b) > MAX_PROPERTIES_BYTES:
-            raise ValueError(f"properties are {len(props_b)} bytes, more than {MAX_PROPERTIES_BYTES}")
-        sysflag = msg.sysflag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
-        if len(msg.born_host) == 20:
-            sysflag |= BORNHOST_V6_FLAG
-        if len(msg.store_host) == 20:
-            sysflag |= STOREHOST_V6_FLAG
+        topic = msg.topic
+        topic_b = topic.encode()
+        topic_len = len(topic_b)
+        if not 0 < topic_len <= MAX_TOPIC_BYTES:
+            raise ValueError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes: {topic!r}")
+        props = msg.properties
+        props_b = encode_properties(props).encode() if props else b""
+        props_len = len(props_b)
+        if props_len > MAX_PROPERTIES_BYTES:
+            raise ValueError(f"properties are {props_len} bytes, more than {MAX_PROPERTIES_BYTES}")
         body = msg.body
-        size = entry_length(sysflag, len(body), len(topic_b), len(props_b))
-        head = struct.pack(">iiiiiqqiq", size, MAGIC_V1, body_crc(body), msg.queue_id, msg.flag, 0, 0, sysflag, msg.born_timestamp)
-        store_ts_pos = len(head) + len(msg.born_host)
-        mid = struct.pack(">q", 0) + msg.store_host + struct.pack(">iqi", msg.reconsume_times, msg.prepared_transaction_offset, len(body))
-        self.buf = bytearray(b"".join((head, msg.born_host, mid, body, bytes((len(topic_b),)), topic_b, _SHORT.pack(len(props_b)), props_b)))
-        assert len(self.buf) == size
+        body_len = len(body)
+        born_host = msg.born_host
+        store_host = msg.store_host
+        sysflag = msg.sysflag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+        if len(born_host) == 8 and len(store_host) == 8:
+            # the common case in one pack: TOTALSIZE .. BODY length
+            size = 91 + body_len + topic_len + props_len
+            head = _HEAD_V4_HOSTS.pack(
+                size, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, 0, 0, sysflag,
+                msg.born_timestamp, born_host, 0, store_host, msg.reconsume_times, msg.prepared_transaction_offset, body_len)
+            store_ts_pos = 56
+        else:
+            if len(born_host) == 20:
+                sysflag |= BORNHOST_V6_FLAG
+            if len(store_host) == 20:
+                sysflag |= STOREHOST_V6_FLAG
+            size = entry_length(sysflag, body_len, topic_len, props_len)
+            head = b"".join((
+                struct.pack(">iiiiiqqiq", size, MAGIC_V1, body_crc(body), msg.queue_id, msg.flag, 0, 0, sysflag, msg.born_timestamp),
+                born_host, _LONG.pack(0), store_host,
+                struct.pack(">iqi", msg.reconsume_times, msg.prepared_transaction_offset, body_len)))
+            store_ts_pos = 48 + len(born_host)
+        self.buf = _EMPTY.join((head, body, _TOPIC_LEN[topic_len], topic_b, _SHORT.pack(props_len), props_b))
+        if len(self.buf) != size:
+            raise ValueError("host addresses must be 8 or 20 bytes (pack_host)")
         self.size = size
-        self.topic = msg.topic
+        self.topic = topic
         self.queue_id = msg.queue_id
         self.sysflag = sysflag
-        self.tags_code = tags_code(msg.tags)
-        self.keys = msg.keys
-        self.uniq_key = msg.uniq_key
-        self.multi_dispatch = multi_dispatch_queues(msg.properties)
+        if props:
+            self.tags_code = tags_code(props.get(PROPERTY_TAGS))
+            keys = props.get(PROPERTY_KEYS)
+            self.keys = keys.split() if keys else []
+            self.uniq_key = props.get(PROPERTY_UNIQ_KEY)
+            self.multi_dispatch = multi_dispatch_queues(props) if PROPERTY_INNER_MULTI_DISPATCH in props else ()
+        else:
+            self.tags_code = 0
+            self.keys = []
+            self.uniq_key = None
+            self.multi_dispatch = ()
         self._store_ts_pos = store_ts_pos
 
     def stamp(self, queue_offset: int, physical_offset: int, store_timestamp: int, queue_id: int | None = None) -> bytearray:
@@ -275,9 +306,16 @@ class EncodedMessage:
         if queue_id is not None:
             struct.pack_into(">i", buf, QUEUEID_POS, queue_id)
             self.queue_id = queue_id
-        struct.pack_into(">qq", buf, QUEUEOFFSET_POS, queue_offset, physical_offset)
-        struct.pack_into(">q", buf, self._store_ts_pos, store_timestamp)
+        _QQ.pack_into(buf, QUEUEOFFSET_POS, queue_offset, physical_offset)
+        _LONG.pack_into(buf, self._store_ts_pos, store_timestamp)
         return buf
+
+
+_HEAD_V4_HOSTS = struct.Struct(">iiiiiqqiq8sq8siqi")
+_LONG = struct.Struct(">q")
+_QQ = struct.Struct(">qq")
+_EMPTY = bytearray()
+_TOPIC_LEN = [bytes((n,)) for n in range(256)]
 
 
 def multi_dispatch_queues(properties: dict[str, str]) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import CorruptSegmentError, GetMessageStatus, PutStatus
-from .message import offset_msg_id
+from .message import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, offset_msg_id
 
 
 class PutResult:
@@ -23,7 +23,7 @@ class PutResult:
 
     def __init__(self, status: PutStatus, physical_offset: int = -1, queue_offset: int = -1, wrote_bytes: int = 0,
                  store_timestamp: int = 0, queue_id: int = -1, msg_num: int = 0, end_offset: int = -1,
-                 store_host: bytes = b"", offsets: list[int] | None = None):
+                 encoded=None, offsets: list[int] | None = None):
         self.status = status
         self.physical_offset = physical_offset
         self.queue_offset = queue_offset
@@ -32,7 +32,7 @@ class PutResult:
         self.queue_id = queue_id
         self.msg_num = msg_num
         self.end_offset = end_offset
-        self._host = store_host
+        self._host = encoded  # the EncodedMessage, read for its store host on demand
         self._offsets = offsets
 
     @property
@@ -46,8 +46,17 @@ class PutResult:
         return [self.physical_offset] if self.physical_offset >= 0 else []
 
     @property
+    def store_host(self) -> bytes:
+        enc = self._host
+        if enc is None:
+            return b""
+        start = 48 + (20 if enc.sysflag & BORNHOST_V6_FLAG else 8) + 8
+        return bytes(enc.buf[start : start + (20 if enc.sysflag & STOREHOST_V6_FLAG else 8)])
+
+    @property
     def msg_ids(self) -> list[str]:
-        return [offset_msg_id(self._host, p) for p in self.physical_offsets]
+        host = self.store_host
+        return [offset_msg_id(host, p) for p in self.physical_offsets]
 
     @property
     def msg_id(self) -> str:

@@ -1,0 +1,224 @@
+"""Store benchmark: ``python -m loadtest.bench_store [--quick] [--dir DIR]``.
+
+Prints one JSON object (messages per second):
+
+- ``async``: ASYNC_FLUSH appends, one thread, for 100 B and 1 KiB bodies:
+  ``append_encoded`` (the store's own work: the message was encoded by the
+  caller, as the broker does outside the store), ``append`` (encode included),
+  ``append_batch32`` (pre-encoded, 32 per call), ``append_uniq_key`` (encode
+  included, every message carries a UNIQ_KEY, so the index work at flush is
+  counted too).  Every figure includes a final ``flush()`` in its time.
+- ``sync``: SYNC_FLUSH ``put`` (encode + append + group commit) from 1, 16
+  and 64 producer threads, 100 B bodies, with ``fsyncs`` and messages per fsync.
+- ``sync_event_loop_model``: the same SYNC_FLUSH work as the broker does it:
+  one thread appends for 16 / 64 in-flight producers and acknowledges what
+  the group commit covered, one worker thread loops on ``wait_flushed``.
+- ``reads``: ``get_messages`` of 32 at a time over what was written
+  (messages/s), and ``read_at`` lookups/s.
+
+This is the one file of ``loadtest`` that imports project code (the issue
+asks for the store benchmark here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+from core.store import EncodedMessage, FlushDiskType, Message, MessageStore, StoreConfig
+
+
+def _store(root: str, flush: FlushDiskType) -> MessageStore:
+    shutil.rmtree(root, ignore_errors=True)
+    s = MessageStore(StoreConfig(store_path_root_dir=root, flush_disk_type=flush))
+    s.start()
+    return s
+
+
+def _msgs(n: int, size: int, uniq: bool = False) -> list[Message]:
+    body = b"x" * size
+    out = []
+    for i in range(n):
+        props = {"TAGS": "t%d" % (i % 4)}
+        if uniq:
+            props["UNIQ_KEY"] = "7F0000010000%020X" % i
+        out.append(Message(topic="Bench", body=body, queue_id=i % 8, properties=props))
+    return out
+
+
+def bench_async(root: str, n: int, size: int) -> dict:
+    out = {}
+    msgs = _msgs(n, size)
+    encs = [EncodedMessage(m) for m in msgs]
+
+    s = _store(root, FlushDiskType.ASYNC_FLUSH)
+    t = time.perf_counter()
+    for e in encs:
+        s.append(e)
+    s.flush()
+    out["append_encoded"] = round(n / (time.perf_counter() - t))
+    s.shutdown()
+
+    s = _store(root, FlushDiskType.ASYNC_FLUSH)
+    t = time.perf_counter()
+    for m in msgs:
+        s.append(m)
+    s.flush()
+    out["append"] = round(n / (time.perf_counter() - t))
+    s.shutdown()
+
+    encs = [EncodedMessage(m) for m in msgs]
+    s = _store(root, FlushDiskType.ASYNC_FLUSH)
+    t = time.perf_counter()
+    for i in range(0, n, 32):
+        s.append_batch(encs[i : i + 32])
+    s.flush()
+    out["append_batch32"] = round(n / (time.perf_counter() - t))
+    s.shutdown()
+
+    msgs = _msgs(n, size, uniq=True)
+    s = _store(root, FlushDiskType.ASYNC_FLUSH)
+    t = time.perf_counter()
+    for m in msgs:
+        s.append(m)
+    s.flush()
+    out["append_uniq_key"] = round(n / (time.perf_counter() - t))
+    s.shutdown()
+    return out
+
+
+def bench_sync(root: str, threads: int, seconds: float, size: int = 100) -> dict:
+    s = _store(root, FlushDiskType.SYNC_FLUSH)
+    body = b"x" * size
+    stop = time.perf_counter() + seconds
+    counts = [0] * threads
+    barrier = threading.Barrier(threads + 1)
+
+    def producer(k: int) -> None:
+        m = Message(topic="Bench", body=body, queue_id=k % 8, properties={"TAGS": "t"})
+        barrier.wait()
+        c = 0
+        while time.perf_counter() < stop:
+            r = s.put(m)
+            if r.status.name != "PUT_OK":
+                raise RuntimeError(r.status)
+            c += 1
+        counts[k] = c
+
+    ts = [threading.Thread(target=producer, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    syncs0 = s.commitlog.sync_count
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    syncs = s.commitlog.sync_count - syncs0
+    s.shutdown()
+    total = sum(counts)
+    return {"puts_per_s": round(total / elapsed), "fsyncs": syncs, "msgs_per_fsync": round(total / max(syncs, 1), 1)}
+
+
+def bench_sync_event_loop(root: str, in_flight: int, seconds: float, size: int = 100) -> dict:
+    """The broker's model: one thread (the trio loop) appends for ``in_flight``
+    concurrent producers and acknowledges those the group commit covered; one
+    worker thread (``trio.to_thread``) loops on ``wait_flushed``."""
+    s = _store(root, FlushDiskType.SYNC_FLUSH)
+    enc_body = b"x" * size
+    cl = s.commitlog
+    done = threading.Event()
+    progress = threading.Condition()
+
+    def flusher() -> None:
+        while not done.is_set():
+            target = cl.write_pos
+            if target > cl.flushed:
+                s.wait_flushed(target, 5.0)
+                with progress:
+                    progress.notify()
+            else:
+                time.sleep(0.0001)
+
+    ft = threading.Thread(target=flusher)
+    ft.start()
+    pending: list[int] = []  # end offsets of unacknowledged puts, in order
+    acked = 0
+    t0 = time.perf_counter()
+    stop = t0 + seconds
+    syncs0 = cl.sync_count
+    while time.perf_counter() < stop:
+        while len(pending) < in_flight:
+            r = s.append(Message(topic="Bench", body=enc_body, queue_id=len(pending) % 8, properties={"TAGS": "t"}))
+            pending.append(r.end_offset)
+        flushed = cl.flushed
+        i = 0
+        while i < len(pending) and pending[i] <= flushed:
+            i += 1
+        if i:
+            acked += i
+            del pending[:i]
+        else:
+            with progress:
+                progress.wait(0.01)
+    elapsed = time.perf_counter() - t0
+    done.set()
+    ft.join()
+    syncs = cl.sync_count - syncs0
+    s.shutdown()
+    return {"acked_per_s": round(acked / elapsed), "fsyncs": syncs, "msgs_per_fsync": round(acked / max(syncs, 1), 1)}
+
+
+def bench_reads(root: str, n: int) -> dict:
+    s = _store(root, FlushDiskType.ASYNC_FLUSH)
+    rs = [s.append(m) for m in _msgs(n, 100)]
+    t = time.perf_counter()
+    got = 0
+    for q in range(8):
+        off = 0
+        while True:
+            r = s.get_messages("Bench", q, off, 32)
+            if not r.messages:
+                break
+            got += len(r.messages)
+            off = r.next_begin_offset
+    get_rate = got / (time.perf_counter() - t)
+    sample = [r.physical_offset for r in rs[:: max(1, n // 50000)]]
+    t = time.perf_counter()
+    for p in sample:
+        s.read_at(p)
+    read_at_rate = len(sample) / (time.perf_counter() - t)
+    s.shutdown()
+    assert got == n
+    return {"get_messages_msgs_per_s": round(get_rate), "read_at_per_s": round(read_at_rate)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller counts and shorter runs")
+    ap.add_argument("--dir", default=None, help="where to write (default: a temp dir on the current disk)")
+    args = ap.parse_args(argv)
+    n = 50_000 if args.quick else 300_000
+    seconds = 1.0 if args.quick else 3.0
+    base = tempfile.mkdtemp(prefix="bench_store_", dir=args.dir or os.getcwd())
+    try:
+        root = os.path.join(base, "store")
+        result = {
+            "messages": n,
+            "async": {"100B": bench_async(root, n, 100), "1KiB": bench_async(root, n // 4 if args.quick else n, 1024)},
+            "sync": {f"{k}_threads": bench_sync(root, k, seconds) for k in (1, 16, 64)},
+            "sync_event_loop_model": {f"{k}_in_flight": bench_sync_event_loop(root, k, seconds) for k in (16, 64)},
+            "reads": bench_reads(root, n),
+        }
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
