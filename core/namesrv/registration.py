@@ -144,7 +144,7 @@ class BrokerRegistrar:
             while True:
                 with trio.move_on_after(self.period):
                     await self._wake.wait()
-                    await trio.sleep(0.05)  # let a burst of topic creations settle into one round
+                    await trio.sleep(0.005)  # let a burst of topic creations settle into one round
                 self._wake = trio.Event()
                 await self.register_all()
         finally:
