@@ -1,31 +1,55 @@
 """core/store: a RocketMQ 4.x-layout message store (commit log, consume queues,
 index files, checkpoint, crash recovery).  No trio, no sockets: every call
-is synchronous; the ones that block on the disk (`MessageStore.put`,
-`wait_flushed`, `flush`, `start`, `shutdown`, `delete_expired`) are meant to
-run in a worker thread (``trio.to_thread.run_sync``); `append` and the reads
-are quick and may run on the event loop.
+is synchronous.  Calls that block on the disk (`MessageStore.put`,
+`wait_flushed`, `flush`, `start`, `shutdown`, `delete_expired`,
+`delete_queue`) belong in a worker thread (``trio.to_thread.run_sync``);
+`append`, `append_batch` and the reads take a few microseconds and may run on
+the event loop.  Every method is thread-safe.
 
-Use::
+The facade, `MessageStore(config: StoreConfig)`:
 
-    store = MessageStore(StoreConfig(store_path_root_dir="data/store",
-                                     flush_disk_type=FlushDiskType.SYNC_FLUSH))
-    report = store.start()              # recovery; CorruptSegmentError if needed
-    store.add_dispatch_listener(cb)     # cb(topic, queue_id, next_offset)
-    r = store.append(Message(topic="T", body=b"x", queue_id=0,
-                             properties={"TAGS": "a", "KEYS": "k1 k2"}))
-    ok = store.wait_flushed(r.end_offset)   # SYNC_FLUSH: False -> FLUSH_DISK_TIMEOUT
-    got = store.get_messages("T", 0, 0, 32, tag_codes={tags_code("a")})
-    store.flush()                       # periodically: log, queues, index, checkpoint
-    store.shutdown()
+- ``start() -> RecoveryReport``; ``shutdown()`` (flush, checkpoint, remove
+  ``abort``).  `StoreLockedError` if another process has the directory,
+  `CorruptSegmentError` (``.path``, ``.offset``, ``.file_offset``,
+  ``.reason``) if the log is corrupt before its tail and
+  ``truncate_on_corruption`` is off.
+- ``append(msg: Message | EncodedMessage) -> PutResult`` (no fsync);
+  ``append_batch(msgs) -> PutResult`` (one lock, consecutive queue offsets,
+  ``msg_ids`` list, ``msg_id`` comma-joined); ``put(msg or list) -> PutResult``
+  (append, then the group commit when SYNC_FLUSH; FLUSH_DISK_TIMEOUT after
+  syncFlushTimeout).  PutResult: ``status`` (`PutStatus`), ``physical_offset``,
+  ``queue_offset``, ``wrote_bytes``, ``store_timestamp``, ``queue_id``,
+  ``msg_num``, ``end_offset`` (pass to ``wait_flushed``), ``msg_id``, ``msg_ids``,
+  ``ok``.
+- ``wait_flushed(offset, timeout_s=None) -> bool`` (group commit, shared
+  fsync); ``flush() -> flushed_offset`` (log, then queues, index, checkpoint:
+  call it every flushIntervalCommitLog ms in either flush mode).
+- ``add_dispatch_listener(cb)`` / ``remove_dispatch_listener(cb)``:
+  ``cb(topic, queue_id, next_queue_offset)`` after each consume-queue append
+  (multi-dispatch queues included), on the appending thread, after the store
+  lock is released.
+- ``get_messages(topic, queue_id, offset, max_count=32, tag_codes=None,
+  max_bytes=256 KiB) -> GetResult``: ``status`` (`GetMessageStatus`),
+  ``messages`` (raw entries = pull body items), ``queue_offsets``,
+  ``next_begin_offset``, ``min_offset``, ``max_offset``, ``body``.
+- ``min_offset(topic, qid)``, ``max_offset(topic, qid)`` (next to assign),
+  ``offset_by_time(topic, qid, ts_ms)``, ``earliest_store_time(topic=None,
+  qid=0)``, ``store_time(topic, qid, offset)``, ``read_at(physical_offset)``,
+  ``read_by_msg_id(offset_msg_id)``, ``query_by_key(topic, key, max_num=32,
+  begin_ts=0, end_ts=max) -> QueryResult``, ``topics()``, ``queue_ids(topic)``,
+  ``min_phy_offset``, ``max_phy_offset``, ``flushed_offset``.
+- ``delete_queue(topic, queue_id)`` (an ended session's queue);
+  ``delete_expired(now_ms=None) -> [deleted segment paths]``.
 
 On-disk layout under ``storePathRootDir``: ``commitlog/<20-digit offset>``,
 ``consumequeue/<topic dir>/<queue id>/<20-digit byte offset>`` (topic dir:
-see `core.store.names`), ``index/<yyyyMMddHHmmssSSS>``, ``checkpoint``,
-``abort``, ``lock``.
+`dir_name`, see `core.store.names`), ``index/<yyyyMMddHHmmssSSS>``,
+``checkpoint``, ``abort``, ``lock``.
 
 Multi-dispatch: a message with property ``INNER_MULTI_DISPATCH=a,b`` also
-gets a unit in consume queue ("a", 0) and ("b", 0) (session queues).
-``delete_queue`` drops one.  The topic `DELETE_QUEUE_TOPIC` is reserved.
+gets a unit in consume queue ("a", 0) and ("b", 0) (session queues), pointing
+at the same entry.  The topic `DELETE_QUEUE_TOPIC` is reserved for the
+markers ``delete_queue`` writes; `append` refuses it.
 
 Errors: puts answer a `PutStatus`, reads a `GetMessageStatus`; the only
 exceptions are the `StoreError` subclasses (see `core.store.errors`) and the

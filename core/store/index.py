@@ -80,6 +80,9 @@ class IndexFile:
         _I.pack_into(mm, slot_pos, n)
         self.count = n + 1
         self.end_ts = store_ts
+        # the header in the map is kept current (as RocketMQ's IndexHeader
+        # does): a process crash then never leaves slots pointing past indexCount
+        HEADER.pack_into(mm, 0, self.begin_ts, store_ts, self.begin_phys, self.end_phys, self.slot_count, n + 1)
 
     def finish_entry(self, end_phys: int, store_ts: int) -> None:
         """Record that the log is indexed up to ``end_phys`` (written to the header)."""
@@ -88,6 +91,7 @@ class IndexFile:
             self.begin_phys = end_phys
         self.end_phys = end_phys
         self.end_ts = max(self.end_ts, store_ts)
+        self.write_header()
 
     def write_header(self) -> None:
         HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slot_count, self.count)

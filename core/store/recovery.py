@@ -33,9 +33,7 @@ import struct
 
 from .checkpoint import abort_exists, create_abort
 from .commitlog import BLANK, check_entry
-from .consume_queue import UNIT_SIZE, ConsumeQueue
 from .errors import CorruptSegmentError
-from .mapped_file import list_offset_files
 from .message import (
     BLANK_MAGIC,
     MAGIC_V1,

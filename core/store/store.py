@@ -43,7 +43,7 @@ from .message import (
     decode_message,
     parse_offset_msg_id,
 )
-from .names import dir_name, name_from_dir
+from .names import dir_name
 from .results import GetResult, PutResult, QueryResult, RecoveryReport
 
 DELETE_QUEUE_TOPIC = "%MQGATE%DELETE_QUEUE"  # reserved: append() refuses it
@@ -350,7 +350,7 @@ class MessageStore:
                 if msgs and (len(msgs) >= max_count or total + size > max_bytes):
                     break
                 scanned += 1
-                if phys < log_min or size == BLANK_UNIT_SIZE:
+                if phys < log_min or size == BLANK_UNIT_SIZE or size <= 0:
                     status = S.MESSAGE_WAS_REMOVING if not msgs else status
                     continue
                 if tag_codes is not None and tags not in tag_codes:

@@ -1,6 +1,6 @@
 """Facade basics: append, read back, restart."""
 
-from core.store import GetMessageStatus, Message, MessageStore, PutStatus, decode_message, tags_code
+from core.store import GetMessageStatus, Message, MessageStore, PutStatus, decode_message
 
 from .conftest import small_config
 
@@ -26,4 +26,32 @@ def test_append_read_restart(tmp_path):
     assert not report.abnormal_exit
     assert s.max_offset("T", 0) == 10
     assert s.append(msg(10)).queue_offset == 10
+    s.shutdown()
+
+
+def test_second_process_or_instance_is_locked_out(tmp_path):
+    import pytest
+
+    from core.store import StoreLockedError
+
+    s = MessageStore(small_config(tmp_path))
+    s.start()
+    with pytest.raises(StoreLockedError):
+        MessageStore(small_config(tmp_path)).start()
+    s.shutdown()
+    t = MessageStore(small_config(tmp_path))
+    t.start()
+    t.shutdown()
+
+
+def test_not_started_and_prepared_messages(tmp_path):
+    s = MessageStore(small_config(tmp_path))
+    assert s.append(msg(0)).status is PutStatus.SERVICE_NOT_AVAILABLE
+    s.start()
+    half = Message(topic="T", body=b"half", sysflag=0x4)  # TRANSACTION_PREPARED_TYPE
+    r = s.append(half)
+    assert r.ok and r.queue_offset == 0
+    assert s.max_offset("T", 0) == 0  # prepared entries get no consume-queue unit
+    assert decode_message(s.read_at(r.physical_offset)).body == b"half"
+    assert s.append(msg(1)).queue_offset == 0
     s.shutdown()
