@@ -1,0 +1,428 @@
+"""The MQTT gateway: sessions, wills, retained messages and listeners, on a broker.
+
+Entry point for ``mqgate serve`` (the lead's ``gateway/serve.py``)::
+
+    await nursery.start(partial(run_mqtt_gateway, broker, cfg.mqtt, host=cfg.host,
+                                mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port))
+    # started() value: {"tcp": 1883, "ws": 8083, ...}  (listener name -> bound port)
+
+``settings`` is the ``[mqtt]`` table (see ``gateway.settings`` for every key
+and default; an unknown key is a ``ConfigError``). Port 0 turns a listener
+off. Tests pass ``listeners=[ListenerSpec(transport="tcp", ephemeral=True)]``
+instead, which binds OS-chosen ports (host and ports are then ignored), and
+may use ``MQTTGateway`` directly to look at its state::
+
+    gw = MQTTGateway(broker, GatewaySettings.from_dict({...}))
+    ports = await nursery.start(gw.run, [ListenerSpec(transport="tcp", ephemeral=True)])
+
+Rules kept here:
+
+* The gateway installs one put hook and one dispatch listener on the broker
+  (``gateway.router``) and replays its meta records (``gateway.meta``)
+  before the listeners open: offline sessions, their subscriptions, inbound
+  QoS 2 state, pending wills and the retained index are back first.
+* A client id has at most one connection: a new CONNECT closes the old one
+  (5.0 DISCONNECT 0x8E) and waits for its clean-up before taking the session.
+* Wills: a normal DISCONNECT (0x00) discards the will; otherwise it is
+  published after its Will Delay Interval, or when the session ends if that
+  is sooner, unless the client reconnects to the session first. A takeover
+  publishes it at once when the will has no delay or the new connection
+  starts a clean session. At shutdown wills are neither published nor
+  dropped: their records stay, and after a restart a will whose client has
+  not come back is published once its delay has passed.
+* A session ends when its expiry interval passes while disconnected (or at
+  disconnect for expiry 0): its subscriptions leave the trie, its records
+  are deleted and its queue is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import trio
+
+from core.broker import Broker, SendStatus
+from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
+from gateway.mapping import (Outbound, broker_topic_for, MappingError, now_ms, publish_to_message, queue_for)
+from gateway.meta import record, replay
+from gateway.mqtt import InboundFlows, Publish, Will
+from gateway.retained import RetainedIndex
+from gateway.router import Router
+from gateway.server import Connection
+from gateway.sessions import Delivery, Session, SubOptions
+from gateway.settings import GatewaySettings
+from gateway.sys_topics import GatewayStats, sys_values
+
+log = logging.getLogger("mqgate.gateway")
+NEVER = 0xFFFFFFFF
+SAVE_TIMEOUT = 5.0
+_WILL_FIELDS = ("topic", "payload", "qos", "retain", "payload_format_indicator", "message_expiry_interval",
+                "content_type", "response_topic", "correlation_data", "will_delay_interval")
+
+
+def _will_record(will: Will, gone: int | None) -> dict:
+    rec = {name: getattr(will, name) for name in _WILL_FIELDS}
+    rec["user_properties"] = [list(p) for p in will.user_properties]
+    rec["gone"] = gone
+    return rec
+
+
+def _will_from_record(rec: dict) -> Will:
+    fields = {name: rec.get(name) for name in _WILL_FIELDS}
+    fields["user_properties"] = tuple(tuple(p) for p in rec.get("user_properties", ()))
+    return Will(**fields)
+
+
+class MQTTGateway:
+    def __init__(self, broker: Broker, settings: GatewaySettings | Mapping[str, Any]) -> None:
+        if not isinstance(settings, GatewaySettings):
+            settings = GatewaySettings.from_dict(settings)
+        self.broker = broker
+        self.settings = settings
+        self.stats = GatewayStats()
+        self.listener_stats = ListenerStats()
+        self.router = Router(self)
+        self.retained = RetainedIndex()
+        self.started_at = 0.0
+        self.shutting_down = False
+        self._will_keys: set[str] = set()
+        self._nursery: trio.Nursery | None = None
+
+    # ---- running ----------------------------------------------------------------------
+
+    async def run(self, listeners: Sequence[ListenerSpec], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.started_at = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self._restore()
+            self.broker.add_put_hook(self.router.put_hook)
+            self.broker.add_dispatch_listener(self.router.on_dispatch)
+            if self.settings.session.sys_interval:
+                nursery.start_soon(self._sys_loop)
+            if not any(s.enabled for s in listeners):
+                log.warning("no MQTT listener is enabled (every port is 0)")
+                task_status.started({})
+                await trio.sleep_forever()
+            ports = await nursery.start(partial(
+                serve_listeners, listeners, self.handle,
+                max_connections=self.settings.limits.max_connections, stats=self.listener_stats))
+            task_status.started(ports)
+
+    async def handle(self, stream: trio.abc.Stream, info) -> None:
+        await Connection(self, stream, info).run()
+
+    def timers_supported(self) -> bool:
+        """Whether the broker fires TIMER_DELAY_SEC messages (the timer wheel)."""
+        return bool(getattr(self.broker, "timer_enabled", False))
+
+    async def topic_config(self, name: str):
+        cfg = self.broker.get_topic(name)
+        if cfg is None and self.broker.config.auto_create_topic_enable:
+            cfg = await self.broker.ensure_topic(name, self.broker.config.default_topic_queue_nums)
+        return cfg
+
+    # ---- records ------------------------------------------------------------------------
+
+    async def write_records(self, items: list) -> bool:
+        items = [i for i in items if i is not None]
+        if not items:
+            return True
+        results = await self.broker.send_many(items)
+        bad = [r for r in results if r.status is not SendStatus.SEND_OK]
+        if bad:
+            log.error("gateway meta records not stored: %s %s", bad[0].status.name, bad[0].remark)
+            return False
+        return True
+
+    async def save_session(self, sess: Session, gone: int | None = None) -> None:
+        await self.write_records([record("sess", sess.client_id, sess.to_record(gone=gone))])
+
+    async def set_retained(self, updates: list[tuple[str, bytes, int]]) -> None:
+        items = []
+        for topic, payload, phys in updates:
+            if payload:
+                self.retained.set(topic, phys, 0)
+                items.append(record("ret", topic, [phys, 0]))
+            elif self.retained.clear(topic):
+                items.append(record("ret", topic, None))
+        await self.write_records(items)
+
+    async def send_retained(self, sess: Session, flt, opts: SubOptions) -> None:
+        stored, local = self.retained.matching(flt)
+        ids = () if opts.sub_id is None else (opts.sub_id,)
+        for topic, (phys, size) in stored:
+            out = await self.router.load(["r", phys, size], None)
+            if out is None or out.topic != topic:
+                if self.retained.clear(topic):
+                    await self.write_records([record("ret", topic, None)])
+                continue
+            sess.pending.append(Delivery(out, min(opts.qos, out.qos), True, ids))
+        for out in local:
+            sess.pending.append(Delivery(out, 0, True, ids))
+        sess.wake.set()
+
+    # ---- sessions -------------------------------------------------------------------------
+
+    async def open_session(self, conn: Connection, cid: str, *, clean_start: bool, expiry: int,
+                           version: int) -> tuple[Session, bool]:
+        router = self.router
+        old = router.sessions.get(cid)
+        if old is not None and old.conn is not None:
+            other = old.conn
+            log.info("client %s: taken over by a new connection from %s", cid, conn.info.peer)
+            other.kick(0x8E, ends_session=clean_start)
+            with trio.move_on_after(SAVE_TIMEOUT + 1):
+                await other.done.wait()
+            old = router.sessions.get(cid)
+        if old is not None:
+            self._cancel_timers(old)
+            old.pending_will = None
+            if clean_start:
+                await self.end_session(old)
+                old = None
+        present = old is not None
+        if old is None:
+            sess = Session(self, cid, expiry=expiry, version=version)
+            router.add_session(sess)
+        else:
+            sess = old
+            sess.version = version
+            sess.expiry = expiry
+            sess.inbound.reset_unacked()
+            sess.inbound.receive_maximum = self.settings.limits.max_inflight_messages
+        sess.conn = conn
+        conn.session = sess
+        items = []
+        if sess.persistent:
+            items.append(record("sess", cid, sess.to_record(gone=None)))
+        if conn.will is not None:
+            self._will_keys.add(cid)
+            items.append(record("will", cid, _will_record(conn.will, None)))
+        elif cid in self._will_keys:
+            self._will_keys.discard(cid)
+            items.append(record("will", cid, None))
+        await self.write_records(items)
+        return sess, present
+
+    async def connection_closed(self, conn: Connection) -> None:
+        sess = conn.session
+        if sess is None or sess.conn is not conn:
+            return
+        shutdown = self.shutting_down or trio.current_effective_deadline() == -math.inf
+        sess.conn = None
+        self.stats.connected -= 1
+        sess.wake.set()
+        with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
+            await self._closed(conn, sess, shutdown)
+
+    async def _closed(self, conn: Connection, sess: Session, shutdown: bool) -> None:
+        cid = sess.client_id
+        will = conn.will
+        now = now_ms()
+        if shutdown:
+            if sess.persistent:
+                sess.commit()
+                await self.save_session(sess, gone=now)
+            return
+        if conn.taken_over:
+            if will is not None and (conn.takeover_ends_session or sess.expiry == 0
+                                     or not will.will_delay_interval):
+                await self.publish_will(cid, will)
+            elif will is not None:
+                await self.write_records([record("will", cid, None)])
+            if sess.expiry == 0:
+                await self.end_session(sess)
+            else:
+                sess.pending.clear()
+            return
+        if sess.expiry == 0:
+            if will is not None:
+                await self.publish_will(cid, will)
+            await self.end_session(sess)
+            return
+        sess.pending.clear()
+        items = [record("sess", cid, sess.to_record(gone=now))]
+        delay = 0 if will is None else (will.will_delay_interval or 0)
+        if will is not None and delay:
+            items.append(record("will", cid, _will_record(will, now)))
+        elif will is None and cid in self._will_keys:
+            self._will_keys.discard(cid)
+            items.append(record("will", cid, None))
+        sess.commit()
+        await self.write_records(items)
+        if will is not None and not delay:
+            await self.publish_will(cid, will)
+        elif will is not None:
+            self._schedule_will(sess, will, min(delay, sess.expiry))
+        if sess.expiry != NEVER:
+            self._schedule_expiry(sess, sess.expiry)
+
+    async def end_session(self, sess: Session) -> None:
+        if sess.ended:
+            return
+        sess.ended = True
+        self._cancel_timers(sess)
+        will = getattr(sess, "pending_will", None)
+        sess.pending_will = None
+        self.router.remove_session(sess)
+        self._redispatch_shared(sess)
+        if will is not None:
+            await self.publish_will(sess.client_id, will)
+        items = []
+        if sess.persistent:
+            items += [record("sess", sess.client_id, None), record("in2", sess.client_id, None)]
+        if sess.client_id in self._will_keys and sess.conn is None:
+            self._will_keys.discard(sess.client_id)
+            items.append(record("will", sess.client_id, None))
+        await self.write_records(items)
+        if sess.queue is not None:
+            try:
+                await trio.to_thread.run_sync(self.broker.store.delete_queue, sess.queue, 0)
+            except Exception:  # noqa: BLE001 - a leftover queue is harmless: a new session starts at its end
+                log.exception("session queue %s of %s not deleted", sess.queue, sess.client_id)
+
+    def _redispatch_shared(self, sess: Session) -> None:
+        """Un-acked messages a share-group member got in memory go to another member."""
+        waiting = [d for d in list(sess.mem.values()) + list(sess.pending) if d.group]
+        sess.mem.clear()
+        sess.pending.clear()
+        for d in waiting:
+            for other, qos, _rap, ids, group in self.router.targets(d.out.topic, d.out.client_id):
+                if group == d.group and other.conn is not None:
+                    other.enqueue(Delivery(d.out, min(qos, d.out.qos), d.retain, ids, group))
+
+    def _cancel_timers(self, sess: Session) -> None:
+        for scope in (sess.expiry_scope, sess.will_scope):
+            if scope is not None:
+                scope.cancel()
+        sess.expiry_scope = sess.will_scope = None
+
+    def _schedule_expiry(self, sess: Session, seconds: float) -> None:
+        scope = sess.expiry_scope = trio.CancelScope()
+        self._nursery.start_soon(self._expire_later, sess, max(0.0, seconds), scope)
+
+    async def _expire_later(self, sess: Session, seconds: float, scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep(seconds)
+            if sess.conn is None and not sess.ended:
+                log.info("session %s expired", sess.client_id)
+                sess.expiry_scope = None
+                await self.end_session(sess)
+
+    def _schedule_will(self, sess: Session | None, will: Will, seconds: float, cid: str | None = None) -> None:
+        scope = trio.CancelScope()
+        if sess is not None:
+            sess.will_scope = scope
+            sess.pending_will = will
+        self._nursery.start_soon(self._will_later, sess, cid or sess.client_id, will, max(0.0, seconds), scope)
+
+    async def _will_later(self, sess: Session | None, cid: str, will: Will, seconds: float,
+                          scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep(seconds)
+            if sess is not None:
+                if sess.conn is not None or sess.pending_will is not will:
+                    return
+                sess.pending_will = None
+                sess.will_scope = None
+            await self.publish_will(cid, will)
+
+    async def publish_will(self, cid: str, will: Will) -> None:
+        pub = Publish(topic=will.topic, payload=will.payload, qos=will.qos, retain=will.retain,
+                      packet_id=1 if will.qos else None, payload_format_indicator=will.payload_format_indicator,
+                      message_expiry_interval=will.message_expiry_interval, content_type=will.content_type,
+                      response_topic=will.response_topic, correlation_data=will.correlation_data,
+                      user_properties=will.user_properties)
+        items = []
+        try:
+            name = broker_topic_for(pub.topic)
+            cfg = await self.topic_config(name)
+            if cfg is not None:
+                msg = publish_to_message(pub, name, cid, now_ms())
+                items.append((msg, queue_for(pub.topic, cfg.write_queue_nums)))
+        except MappingError as e:
+            log.warning("will of %s on %r not published: %s", cid, will.topic, e)
+        if cid in self._will_keys:
+            self._will_keys.discard(cid)
+        items.append(record("will", cid, None))
+        results = await self.broker.send_many(items)
+        log.info("will of %s published on %r", cid, will.topic)
+        if will.retain and len(results) == 2 and results[0].status is SendStatus.SEND_OK:
+            await self.set_retained([(will.topic, will.payload, results[0].physical_offset)])
+
+    # ---- restart ---------------------------------------------------------------------------
+
+    async def _restore(self) -> None:
+        state = await replay(self.broker)
+        now = now_ms()
+        lim = self.settings.limits
+        sessions = []
+        for (kind, key), value in state.items():
+            if kind == "ret":
+                self.retained.set(key, value[0], value[1])
+            elif kind == "sess":
+                sess = Session(self, key, expiry=value["exp"], version=value["v"])
+                sess.restore(value)
+                self.router.add_session(sess)
+                for text, (_flt, opts) in sess.subs.items():
+                    self.router.trie.subscribe(key, text, opts)
+                in2 = state.get(("in2", key))
+                if in2:
+                    sess.inbound = InboundFlows.from_state(
+                        {"receive_maximum": lim.max_inflight_messages, "flows": [[p, 3] for p in in2]})
+                sessions.append((sess, value.get("gone") or now))
+        for sess, gone in sessions:
+            if sess.expiry != NEVER:
+                self._schedule_expiry(sess, sess.expiry - (now - gone) / 1000)
+        for (kind, key), value in state.items():
+            if kind != "will":
+                continue
+            self._will_keys.add(key)
+            will = _will_from_record(value)
+            gone = value.get("gone") or now
+            delay = (will.will_delay_interval or 0) - (now - gone) / 1000
+            sess = self.router.sessions.get(key)
+            if sess is not None:
+                delay = min(delay, sess.expiry - (now - gone) / 1000)
+            self._schedule_will(sess, will, delay, cid=key)
+        if sessions or self.retained.stored:
+            log.info("gateway state restored: %d sessions, %d retained messages", len(sessions),
+                     len(self.retained.stored))
+
+    # ---- $SYS ---------------------------------------------------------------------------------
+
+    async def _sys_loop(self) -> None:
+        interval = self.settings.session.sys_interval
+        while True:
+            uptime = trio.current_time() - self.started_at
+            now = now_ms()
+            for topic, value in sys_values(self, uptime).items():
+                out = Outbound(topic, value.encode(), 0, True, None, now, None, {})
+                self.retained.local[topic] = out
+                self.router.publish_local(out)
+            await trio.sleep(interval)
+
+
+def _specs(settings: Mapping[str, Any], host: str, mqtt_port: int, ws_port: int) -> list[ListenerSpec]:
+    return listener_specs_from_dict(settings, host=host, port=mqtt_port, ws_port=ws_port)
+
+
+async def run_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host: str = "127.0.0.1",
+                           mqtt_port: int = 1883, ws_port: int = 8083,
+                           listeners: Sequence[ListenerSpec] | None = None,
+                           task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve MQTT on ``broker`` until cancelled; ``started({listener name: port})``.
+
+    ``settings``: the ``[mqtt]`` table (``ConfigError`` for an unknown key or
+    a bad value). ``listeners``: explicit listener specs (tests: ``ephemeral=True``
+    for OS-chosen ports); when given, ``host``/``mqtt_port``/``ws_port`` and the
+    table's listener keys are not used.
+    """
+    gs = GatewaySettings.from_dict(settings)
+    specs = list(listeners) if listeners is not None else _specs(settings, host, mqtt_port, ws_port)
+    gw = MQTTGateway(broker, gs)
+    await gw.run(specs, task_status=task_status)

@@ -1,0 +1,241 @@
+"""How MQTT application messages map onto broker messages, and back.
+
+ARCHITECTURE decision 3: an MQTT PUBLISH on ``a/b/c`` is stored once, in
+broker topic ``mqtt_level_to_topic("a")``, in queue
+``crc32(b"a/b/c") % write_queue_nums`` (so one MQTT topic keeps its order),
+with these message properties (names are part of the on-disk contract; the
+Spark job reads ``mqttTopic`` and ``contentType``):
+
+======================  =====================================================
+property                value
+======================  =====================================================
+``mqttTopic``           the full MQTT topic name
+``mqttQos``             "0", "1" or "2": the QoS the message was published at
+``mqttRetain``          "true" or "false": the RETAIN flag of the PUBLISH
+``mqttClientId``        the publishing client (for No Local)
+``mqttPublishTime``     ms since the epoch when the gateway received it
+``mqttExpiry``          5.0 Message Expiry Interval, seconds (absent: none)
+``mqttPayloadFormat``   5.0 Payload Format Indicator, "0" or "1"
+``contentType``         5.0 Content Type
+``mqttResponseTopic``   5.0 Response Topic
+``mqttCorrelation``     5.0 Correlation Data, standard base64
+``mqttUserProps``       5.0 User Properties, a JSON array of [name, value]
+======================  =====================================================
+
+Rules kept here:
+
+* Property values never contain the RocketMQ separators ``\\x01``/``\\x02``:
+  a PUBLISH whose topic or string property holds one is refused
+  (``MappingError``, reason 0x99/0x90) rather than corrupting the entry.
+  Binary and list values are encoded (base64, JSON with ASCII escapes).
+* A message sent natively to broker topic ``a`` is an MQTT message on
+  ``mqttTopic`` if it carries that property, else on the MQTT topic
+  ``topic_to_mqtt_level(a)``; broker-internal topics (``%RETRY%``,
+  ``rmq_sys_``, ``TBW102``, schedule and transaction topics) never are.
+  A native message has QoS 1 (RocketMQ messages are acknowledged).
+* A session queue is the light message queue ``%LMQ%<id>`` (queue 0) where
+  ``<id>`` is the client id when it is 1..40 of ``[A-Za-z0-9_-]``, else
+  ``%`` + 32 hex digits of its SHA-256 (``%`` cannot appear in the plain
+  form, so the two never collide). Names hold no ``,`` so they can be listed
+  in ``INNER_MULTI_DISPATCH``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import time
+import zlib
+
+from core.broker import LMQ_TOPIC_PREFIX, is_system_topic, mqtt_level_to_topic, topic_to_mqtt_level
+from core.store.message import PROPERTY_MQTT_TOPIC, PROPERTY_REAL_TOPIC, Message, StoredMessage
+from gateway.mqtt import Publish, ReasonCode
+
+P_TOPIC = PROPERTY_MQTT_TOPIC
+P_QOS = "mqttQos"
+P_RETAIN = "mqttRetain"
+P_CLIENT = "mqttClientId"
+P_TIME = "mqttPublishTime"
+P_EXPIRY = "mqttExpiry"
+P_FORMAT = "mqttPayloadFormat"
+P_CONTENT_TYPE = "contentType"
+P_RESPONSE_TOPIC = "mqttResponseTopic"
+P_CORRELATION = "mqttCorrelation"
+P_USER_PROPS = "mqttUserProps"
+P_TIMER_DELAY = "TIMER_DELAY_SEC"
+
+_PLAIN_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+_BAD = re.compile("[\x01\x02]")
+_TRANSACTION_PREPARED = 0x4
+
+
+class MappingError(ValueError):
+    """A PUBLISH that cannot be stored; ``reason_code`` says why (5.0)."""
+
+    def __init__(self, msg: str, reason_code: int) -> None:
+        super().__init__(msg)
+        self.reason_code = reason_code
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def queue_for(mqtt_topic: str, write_queue_nums: int) -> int:
+    """The queue of a full MQTT topic: a stable hash, so per-topic order holds."""
+    return zlib.crc32(mqtt_topic.encode("utf-8")) % max(1, write_queue_nums)
+
+
+def broker_topic_for(mqtt_topic: str) -> str:
+    """Broker topic for an MQTT topic; ``MappingError`` if none can hold it."""
+    try:
+        name = mqtt_level_to_topic(mqtt_topic.split("/", 1)[0])
+    except ValueError as e:
+        raise MappingError(str(e), ReasonCode.TOPIC_NAME_INVALID) from None
+    if is_system_topic(name) or name == "TBW102":
+        raise MappingError(f"topic {mqtt_topic!r} maps onto reserved broker topic {name!r}",
+                           ReasonCode.NOT_AUTHORIZED)
+    return name
+
+
+def session_queue_name(client_id: str) -> str:
+    """The light message queue of a persistent session (queue id 0)."""
+    if _PLAIN_ID.match(client_id):
+        return LMQ_TOPIC_PREFIX + client_id
+    digest = hashlib.sha256(client_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return LMQ_TOPIC_PREFIX + "%" + digest
+
+
+def _text(value: str, what: str) -> str:
+    if _BAD.search(value):
+        raise MappingError(f"{what} holds a control character the store cannot keep",
+                           ReasonCode.TOPIC_NAME_INVALID if what == "topic" else ReasonCode.PAYLOAD_FORMAT_INVALID)
+    return value
+
+
+def publish_to_message(pub: Publish, broker_topic: str, client_id: str, received_ms: int,
+                       *, topic: str | None = None) -> Message:
+    """The broker message for an inbound PUBLISH (queue id set by the caller)."""
+    mqtt_topic = pub.topic if topic is None else topic
+    props = {
+        P_TOPIC: _text(mqtt_topic, "topic"),
+        P_QOS: str(pub.qos),
+        P_RETAIN: "true" if pub.retain else "false",
+        P_CLIENT: _text(client_id, "client id"),
+        P_TIME: str(received_ms),
+    }
+    if pub.message_expiry_interval is not None:
+        props[P_EXPIRY] = str(pub.message_expiry_interval)
+    if pub.payload_format_indicator is not None:
+        props[P_FORMAT] = str(pub.payload_format_indicator)
+    if pub.content_type is not None:
+        props[P_CONTENT_TYPE] = _text(pub.content_type, "content type")
+    if pub.response_topic is not None:
+        props[P_RESPONSE_TOPIC] = _text(pub.response_topic, "response topic")
+    if pub.correlation_data is not None:
+        props[P_CORRELATION] = base64.b64encode(pub.correlation_data).decode("ascii")
+    if pub.user_properties:
+        props[P_USER_PROPS] = json.dumps([list(p) for p in pub.user_properties], separators=(",", ":"))
+    return Message(topic=broker_topic, body=pub.payload, properties=props, born_timestamp=received_ms)
+
+
+def mqtt_topic_of(msg: Message | StoredMessage) -> str | None:
+    """The MQTT topic a stored (or about to be stored) message is on, or None."""
+    props = msg.properties
+    topic = props.get(P_TOPIC)
+    if topic is not None:
+        return topic or None
+    name = msg.topic
+    if name.startswith(LMQ_TOPIC_PREFIX) or is_system_topic(name) or name == "TBW102":
+        return None
+    real = props.get(PROPERTY_REAL_TOPIC)
+    if real is not None and real != name:
+        return None  # parked in a schedule/half topic; it comes back later
+    return topic_to_mqtt_level(name)
+
+
+def is_deliverable(msg: Message) -> bool:
+    """False for entries that are not (yet) messages for consumers."""
+    if msg.sysflag & 0xC == _TRANSACTION_PREPARED:
+        return False
+    real = msg.properties.get(PROPERTY_REAL_TOPIC)
+    return real is None or real == msg.topic
+
+
+class Outbound:
+    """An application message ready to deliver: decoded once, shared by every
+    subscriber (``templates`` caches its encodings)."""
+
+    __slots__ = ("topic", "payload", "qos", "retain", "client_id", "publish_ms", "expiry", "props",
+                 "templates", "ref")
+
+    def __init__(self, topic: str, payload: bytes, qos: int, retain: bool, client_id: str | None,
+                 publish_ms: int, expiry: int | None, props: dict, ref=None) -> None:
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.client_id = client_id
+        self.publish_ms = publish_ms
+        self.expiry = expiry
+        self.props = props  # Publish keyword arguments for the 5.0 properties
+        self.templates: dict = {}
+        self.ref = ref  # how to find it again: None (not stored) or ["r", phys, size]
+
+    def remaining_expiry(self, now: int) -> int | None:
+        """Seconds left (None = never expires); <= 0 means expired."""
+        if self.expiry is None:
+            return None
+        return self.expiry - (now - self.publish_ms) // 1000
+
+    def publish(self, *, qos: int, retain: bool, sub_ids: tuple = (), expiry: int | None = None,
+                packet_id: int | None = None, dup: bool = False) -> Publish:
+        props = self.props
+        if expiry is not None:
+            props = dict(props, message_expiry_interval=max(1, expiry))
+        return Publish(topic=self.topic, payload=self.payload, qos=qos, retain=retain, dup=dup,
+                       packet_id=packet_id if qos else None, subscription_identifiers=sub_ids, **props)
+
+
+def outbound_from_publish(pub: Publish, client_id: str | None, received_ms: int) -> Outbound:
+    props = {}
+    for name in ("payload_format_indicator", "content_type", "response_topic", "correlation_data"):
+        value = getattr(pub, name)
+        if value is not None:
+            props[name] = value
+    if pub.user_properties:
+        props["user_properties"] = tuple(pub.user_properties)
+    return Outbound(pub.topic, pub.payload, pub.qos, pub.retain, client_id, received_ms,
+                    pub.message_expiry_interval, props)
+
+
+def outbound_from_message(msg: Message | StoredMessage, topic: str | None = None) -> Outbound | None:
+    """The deliverable view of a broker message, or None if it is no MQTT message."""
+    props = msg.properties
+    if topic is None:
+        topic = mqtt_topic_of(msg)
+        if topic is None:
+            return None
+    try:
+        qos = int(props.get(P_QOS, "1"))
+        if qos not in (0, 1, 2):
+            qos = 1
+        publish_ms = int(props.get(P_TIME) or msg.born_timestamp or now_ms())
+        expiry = int(props[P_EXPIRY]) if P_EXPIRY in props else None
+        out: dict = {}
+        if P_FORMAT in props:
+            out["payload_format_indicator"] = int(props[P_FORMAT])
+        if P_CONTENT_TYPE in props:
+            out["content_type"] = props[P_CONTENT_TYPE]
+        if P_RESPONSE_TOPIC in props:
+            out["response_topic"] = props[P_RESPONSE_TOPIC]
+        if P_CORRELATION in props:
+            out["correlation_data"] = base64.b64decode(props[P_CORRELATION])
+        if P_USER_PROPS in props:
+            out["user_properties"] = tuple((str(k), str(v)) for k, v in json.loads(props[P_USER_PROPS]))
+    except (ValueError, TypeError):
+        return None  # a native message with garbage in our properties: not ours to guess
+    return Outbound(topic, msg.body, qos, props.get(P_RETAIN) == "true", props.get(P_CLIENT),
+                    publish_ms, expiry, out)

@@ -1,0 +1,75 @@
+"""The gateway's own durable records: msgpack entries in the broker's store.
+
+ARCHITECTURE decision 8. Session state, subscriptions, wills, inbound QoS 2
+state and the retained-message index have no RocketMQ format, so each
+change is one message in topic ``rmq_sys_mqtt_meta`` (queue 0) of the same
+commit log: replicated, flushed (SYNC_FLUSH: fsynced before we answer) and
+recovered exactly like application messages.
+
+Record body: ``msgpack([kind, key, value])``; ``value`` None deletes the
+key. Kinds: ``"sess"`` (client id -> session state), ``"in2"`` (client id
+-> inbound QoS 2 packet ids awaiting PUBREL), ``"will"`` (client id ->
+will), ``"ret"`` (MQTT topic -> [physical offset, size] of the retained
+PUBLISH). The key also goes into the ``KEYS`` property for ``mqgate admin``.
+
+Rules kept here:
+
+* Replay reads the queue from its first offset; the last record per
+  (kind, key) wins; a record that does not decode is logged and skipped
+  (never fatal: it is our data, and the rest still holds).
+* The topic is a system topic (``rmq_sys_`` prefix): MQTT publishes never
+  map onto it (``gateway.mapping`` refuses them) and the router ignores it.
+* Writes are batched by the caller with application messages
+  (``broker.send_many``) so a PUBREC and its state share one flush wait.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgpack
+
+from core.broker import Broker, PERM_READ, PERM_WRITE, PullStatus
+from core.store.message import Message, decode_message
+
+log = logging.getLogger("mqgate.gateway")
+
+META_TOPIC = "rmq_sys_mqtt_meta"
+KINDS = ("sess", "in2", "will", "ret")
+
+
+def record(kind: str, key: str, value) -> tuple[Message, int]:
+    """A (message, queue id) pair for ``broker.send_many``."""
+    assert kind in KINDS
+    body = msgpack.packb([kind, key, value], use_bin_type=True)
+    return Message(topic=META_TOPIC, body=body, properties={"KEYS": f"{kind}:{key}"[:200].replace(" ", "_")}), 0
+
+
+async def replay(broker: Broker) -> dict[tuple[str, str], object]:
+    """Every live (kind, key) -> value, as of the end of the meta topic."""
+    await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
+    state: dict[tuple[str, str], object] = {}
+    offset = broker.min_offset(META_TOPIC, 0)
+    end = broker.max_offset(META_TOPIC, 0)
+    bad = 0
+    while offset < end:
+        result = await broker.read_queue(META_TOPIC, 0, offset, 256)
+        if result.status is not PullStatus.FOUND:
+            if result.next_begin_offset <= offset:
+                break
+            offset = result.next_begin_offset
+            continue
+        for raw in result.entries:
+            try:
+                kind, key, value = msgpack.unpackb(decode_message(raw).body, raw=False, strict_map_key=False)
+            except Exception:  # noqa: BLE001 - a bad record is logged, the rest still counts
+                bad += 1
+                continue
+            if value is None:
+                state.pop((kind, key), None)
+            else:
+                state[(kind, key)] = value
+        offset = result.next_begin_offset
+    if bad:
+        log.error("%d gateway meta record(s) in %s did not decode and were skipped", bad, META_TOPIC)
+    return state

@@ -1,0 +1,212 @@
+"""Routing: which sessions get a message, decided once, at put time.
+
+Rules kept here:
+
+* ``put_hook`` runs for every message the broker stores (MQTT publishes and
+  native sends alike), before it is encoded. It matches the MQTT topic in
+  the trie once, then: each matching persistent session that admits it
+  (queue limit) is added to ``INNER_MULTI_DISPATCH``, so the one stored
+  entry also gets a unit in that session's queue; each matching connected
+  non-persistent session is remembered for in-memory delivery.
+* In-memory deliveries happen in ``on_dispatch``, i.e. only once the entry
+  is in the log (the store calls it synchronously right after the append,
+  in the trio thread, with no await between the hook and it).
+* Subscriptions of one client that overlap give one delivery: the highest
+  QoS, every subscription identifier; No Local skips the publisher's own
+  subscriptions. Each ``$share`` group gets the message once: one member,
+  round robin over the members, connected members first.
+* A dispatch to a session queue wakes that session's delivery task.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import struct
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from core.store.message import PROPERTY_INNER_MULTI_DISPATCH, Message, decode_message
+from core.broker import LMQ_TOPIC_PREFIX
+from gateway.mapping import (P_CLIENT, P_TIMER_DELAY, Outbound, is_deliverable, mqtt_topic_of,
+                             outbound_from_message)
+from gateway.sessions import Delivery, Session
+from gateway.wildcard import SubscriptionTrie, TopicError
+
+if TYPE_CHECKING:
+    from gateway.app import MQTTGateway
+
+log = logging.getLogger("mqgate.gateway")
+_PHYS = struct.Struct(">q")
+_CACHE = 4096
+
+
+class Router:
+    def __init__(self, gw: MQTTGateway) -> None:
+        self.gw = gw
+        self.trie = SubscriptionTrie(cache_size=10_000)
+        self.sessions: dict[str, Session] = {}
+        self.by_queue: dict[str, Session] = {}
+        self._rr: dict[tuple[str, str], itertools.count] = {}
+        self._pending: tuple | None = None
+        self._decoded: OrderedDict[int, Outbound | None] = OrderedDict()
+
+    # ---- sessions ---------------------------------------------------------------
+
+    def add_session(self, sess: Session) -> None:
+        self.sessions[sess.client_id] = sess
+        if sess.queue is not None:
+            self.by_queue[sess.queue] = sess
+
+    def remove_session(self, sess: Session) -> None:
+        if self.sessions.get(sess.client_id) is sess:
+            del self.sessions[sess.client_id]
+        if sess.queue is not None and self.by_queue.get(sess.queue) is sess:
+            del self.by_queue[sess.queue]
+        self.trie.unsubscribe_all(sess.client_id)
+
+    # ---- matching -----------------------------------------------------------------
+
+    def targets(self, topic: str, publisher: str | None) -> list[Delivery | tuple]:
+        """[(session, qos, retain_as_published, sub ids, group)] for a topic."""
+        try:
+            match = self.trie.match(topic)
+        except TopicError:
+            return []
+        if not match:
+            return []
+        sessions = self.sessions
+        agg: dict[str, list] = {}
+        for sub in match.subscriptions:
+            opts = sub.options
+            if opts.no_local and sub.client_id == publisher:
+                continue
+            a = agg.get(sub.client_id)
+            if a is None:
+                agg[sub.client_id] = [opts.qos, opts.retain_as_published, [] if opts.sub_id is None else [opts.sub_id], None]
+            else:
+                a[0] = max(a[0], opts.qos)
+                a[1] = a[1] or opts.retain_as_published
+                if opts.sub_id is not None:
+                    a[2].append(opts.sub_id)
+        for group in match.shared:
+            member = self._pick(group)
+            if member is None:
+                continue
+            cid, opts = member
+            a = agg.get(cid)
+            if a is None:
+                agg[cid] = [opts.qos, opts.retain_as_published, [] if opts.sub_id is None else [opts.sub_id],
+                            f"$share/{group.group}/{group.filter}"]
+            else:
+                a[0] = max(a[0], opts.qos)
+                if opts.sub_id is not None:
+                    a[2].append(opts.sub_id)
+        out = []
+        for cid, (qos, rap, ids, group) in agg.items():
+            sess = sessions.get(cid)
+            if sess is not None:
+                out.append((sess, qos, rap, tuple(ids), group))
+        return out
+
+    def _pick(self, group) -> tuple | None:
+        members = group.members
+        sessions = self.sessions
+        live = [m for m in members if (s := sessions.get(m[0])) is not None and s.conn is not None]
+        pool = live or [m for m in members if (s := sessions.get(m[0])) is not None and s.persistent]
+        if not pool:
+            return None
+        counter = self._rr.get((group.group, group.filter))
+        if counter is None:
+            counter = self._rr[(group.group, group.filter)] = itertools.count()
+        return pool[next(counter) % len(pool)]
+
+    # ---- the broker hooks -------------------------------------------------------------
+
+    def put_hook(self, msg: Message) -> None:
+        self._pending = None
+        props = msg.properties
+        if P_TIMER_DELAY in props and "TIMER_OUT_MS" not in props:
+            return  # parked in the timer wheel; routed when it fires
+        if not is_deliverable(msg):
+            return
+        topic = mqtt_topic_of(msg)
+        if topic is None:
+            return
+        targets = self.targets(topic, props.get(P_CLIENT))
+        if not targets:
+            return
+        queues = []
+        memory = []
+        for t in targets:
+            sess = t[0]
+            if sess.queue is not None:
+                if sess.admit():
+                    queues.append(sess.queue)
+            elif sess.conn is not None:
+                memory.append(t)
+        if queues:
+            old = props.get(PROPERTY_INNER_MULTI_DISPATCH)
+            props[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(queues) if not old else old + "," + ",".join(queues)
+        if memory:
+            self._pending = (msg.topic, msg.queue_id, msg, topic, memory)
+
+    def on_dispatch(self, topic: str, queue_id: int, next_offset: int) -> None:
+        if topic.startswith(LMQ_TOPIC_PREFIX):
+            sess = self.by_queue.get(topic)
+            if sess is not None:
+                sess.wake.set()
+            return
+        p = self._pending
+        if p is None or p[0] != topic or p[1] != queue_id:
+            return
+        self._pending = None
+        out = outbound_from_message(p[2], p[3])
+        if out is None:
+            return
+        for sess, qos, rap, ids, group in p[4]:
+            if sess.conn is not None:
+                sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
+
+    def publish_local(self, out: Outbound) -> None:
+        """Deliver a message that is not stored ($SYS) to connected sessions."""
+        for sess, qos, rap, ids, group in self.targets(out.topic, None):
+            if sess.conn is not None:
+                sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
+
+    # ---- reading stored messages ---------------------------------------------------------
+
+    def decoded(self, raw: bytes) -> Outbound | None:
+        """The Outbound of a stored entry, decoded once for every session that reads it."""
+        phys = _PHYS.unpack_from(raw, 28)[0]
+        cache = self._decoded
+        out = cache.get(phys, False)
+        if out is not False:
+            return out
+        try:
+            out = outbound_from_message(decode_message(raw))
+        except ValueError:
+            out = None
+        cache[phys] = out
+        if len(cache) > _CACHE:
+            cache.popitem(last=False)
+        return out
+
+    async def load(self, ref, queue: str | None) -> Outbound | None:
+        """The message a flow ref points at (for redelivery), or None if gone."""
+        broker = self.gw.broker
+        if type(ref) is int and queue is not None:
+            result = await broker.read_queue(queue, 0, ref, 1)
+            if result.entries and result.queue_offsets and result.queue_offsets[0] == ref:
+                return self.decoded(result.entries[0])
+            return None
+        if isinstance(ref, (list, tuple)) and len(ref) == 3 and ref[0] == "r":
+            raw = await broker.read_at(ref[1])
+            if raw is None:
+                return None
+            out = self.decoded(raw)
+            if out is not None:
+                out = Outbound(out.topic, out.payload, out.qos, True, out.client_id, out.publish_ms,
+                               out.expiry, out.props, ref=list(ref))
+            return out
+        return None

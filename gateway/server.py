@@ -1,0 +1,526 @@
+"""One MQTT network connection: read, decode, act, write.
+
+Rules kept here (ARCHITECTURE decisions 6 and 7):
+
+* Three tasks in one nursery per connection: the reader (owns the codec's
+  input side and every decision), the writer (the only one that writes to
+  the stream) and, once connected, the delivery task (moves the session's
+  messages into the output). Output is appended to ``out``; the writer
+  sends everything accumulated in one ``send_all`` per wake-up.
+* Every complete packet of a read is decoded and acted on before the next
+  read. Consecutive PUBLISHes are stored with one ``send_many`` (one flush
+  wait, SYNC_FLUSH); their acks go out in arrival order. Any other packet
+  (except client acks and PINGREQ) first finishes the publishes before it,
+  so a SUBSCRIBE never overtakes an earlier PUBLISH.
+* A PUBCOMP is released only after the inbound QoS 2 state that forgets
+  its packet id is durable (persistent sessions), so exactly-once holds
+  across a restart.
+* A protocol violation ends only this connection: a 5.0 client gets a
+  CONNACK or DISCONNECT with the reason code, a 3.1.1 client is closed. It
+  is logged once, at INFO. Keepalive: no packet for 1.5 x keepalive closes
+  the connection (5.0: DISCONNECT 0x8D). Waiting for CONNECT is bounded by
+  ``connectTimeout``, writes by ``writeTimeout``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from typing import TYPE_CHECKING
+
+import trio
+
+from core.broker import SendStatus
+from gateway.mapping import MappingError, broker_topic_for, now_ms, publish_to_message, queue_for, P_TIMER_DELAY
+from gateway.meta import record
+from gateway.mqtt import (
+    Auth, ConnAck, Connect, ConnectionClosed, Disconnect, InboundAction, InboundStage, MQTTConnection,
+    PingReq, PingResp, PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, SubAck,
+    Subscribe, UnsubAck, Unsubscribe,
+)
+from gateway.sessions import Delivery, SubOptions, encode_delivery
+from gateway.wildcard import TopicError, parse_filter, validate_topic_name
+
+if TYPE_CHECKING:
+    from gateway.app import MQTTGateway
+
+log = logging.getLogger("mqgate.gateway")
+R = ReasonCode
+_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_CLIENT_ACKS = (PubAck, PubRec, PubComp)
+
+
+class Connection:
+    def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info) -> None:
+        self.gw = gw
+        self.stream = stream
+        self.info = info
+        lim = gw.settings.limits
+        self.mq = MQTTConnection(max_packet_size=lim.max_packet_size, topic_alias_maximum=lim.max_topic_alias)
+        self.out: list[bytes] = []
+        self.out_bytes = 0
+        self._wake = trio.Event()
+        self._held: list[bytes] = []
+        self.closing = False
+        self.session = None
+        self.client_id: str | None = None
+        self.username: str | None = None
+        self.acl = None
+        self.keepalive = 0
+        self.will = None
+        self.taken_over = False
+        self.takeover_ends_session = False
+        self.done = trio.Event()
+        self._reader_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def version(self) -> int:
+        return self.mq.protocol_version or 4
+
+    # ---- output -------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if data:
+            self.out.append(data)
+            self.out_bytes += len(data)
+            self._wake.set()
+
+    def send_event(self, event) -> None:
+        try:
+            self.write(self.mq.send(event))
+        except Exception as e:  # PacketTooLarge for an ack is already shrunk; anything else is a bug
+            if type(e).__name__ == "PacketTooLarge":
+                return
+            raise
+
+    def deliver(self, sess, d: Delivery, ref=None) -> None:
+        """Send one message of ``sess`` (called by the session's pump)."""
+        gw = self.gw
+        out = d.out
+        if out.expiry is not None and out.remaining_expiry(now_ms()) <= 0:
+            gw.stats.expired += 1
+            return
+        if not d.qos and self.out_bytes > gw.settings.session.max_outbound_bytes:
+            gw.stats.dropped += 1
+            sess.dropped += 1
+            return
+        pid = None
+        if d.qos:
+            pid = sess.flows.start(d.qos, ref if (ref is None or type(ref) is int or isinstance(ref, list)) else None)
+            sess.refs[pid] = ref
+            if type(ref) is not int:
+                sess.mem[pid] = d
+        data = encode_delivery(self, d, pid)
+        if data is None:
+            gw.stats.dropped += 1
+            log.info("client %s: a message on %r is larger than its Maximum Packet Size, dropped",
+                     self.client_id, out.topic)
+            if pid is not None:
+                sess.flows.on_ack(PubAck(packet_id=pid, reason_code=0x80) if d.qos == 1
+                                  else PubRec(packet_id=pid, reason_code=0x80))
+                sess.refs.pop(pid, None)
+                sess.mem.pop(pid, None)
+            return
+        gw.stats.sent += 1
+        self.out.append(data)
+        self.out_bytes += len(data)
+        self._wake.set()
+
+    def resend(self, sess, d: Delivery, pid: int) -> None:
+        data = encode_delivery(self, d, pid, dup=True)
+        if data is not None:
+            self.write(data)
+
+    def kick(self, reason: int, *, ends_session: bool = False) -> None:
+        """Close this connection from outside (takeover, shutdown)."""
+        if reason == R.SESSION_TAKEN_OVER:
+            self.taken_over = True
+            self.takeover_ends_session = ends_session
+        if not self.closing and self.mq.state.name == "CONNECTED" and self.version == 5:
+            self.send_event(Disconnect(reason_code=reason))
+        self.closing = True
+        self._wake.set()
+        if self._reader_scope is not None:
+            self._reader_scope.cancel()
+
+    async def _writer(self) -> None:
+        timeout = self.gw.settings.session.write_timeout
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                if self.out:
+                    data = b"".join(self.out)
+                    self.out.clear()
+                    self.out_bytes = 0
+                    with trio.fail_after(timeout):
+                        await self.stream.send_all(data)
+                if self.closing and not self.out:
+                    return
+        except (trio.TooSlowError, *_STREAM_ERRORS):
+            self.closing = True
+            if self._reader_scope is not None:
+                self._reader_scope.cancel()
+
+    # ---- the connection's life --------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                with trio.CancelScope() as self._reader_scope:
+                    try:
+                        await self._reader()
+                    except RemoteProtocolError as e:
+                        self._protocol_error(e)
+                self.closing = True
+                self._wake.set()
+                # The writer flushes what is left (bounded by writeTimeout), then ends;
+                # the delivery task sees `closing`.
+                nursery.cancel_scope.deadline = trio.current_time() + self.gw.settings.session.write_timeout
+                if self.session is not None:
+                    self.session.wake.set()
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.gw.connection_closed(self)
+                finally:
+                    self.done.set()
+
+    async def _recv(self) -> bytes:
+        try:
+            return await self.stream.receive_some(65536)
+        except _STREAM_ERRORS:
+            return b""
+
+    async def _reader(self) -> None:
+        lim = self.gw.settings.limits
+        with trio.move_on_after(lim.connect_timeout) as scope:
+            while self.session is None and not self.closing:
+                if not await self._feed(await self._recv()):
+                    return
+        if scope.cancelled_caught:
+            log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer, lim.connect_timeout)
+            return
+        while not self.closing:
+            timeout = self.keepalive * 1.5 if self.keepalive else math.inf
+            with trio.move_on_after(timeout) as ka:
+                data = await self._recv()
+            if ka.cancelled_caught:
+                log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
+                if self.version == 5:
+                    self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
+                return
+            if not await self._feed(data):
+                return
+
+    async def _feed(self, data: bytes) -> bool:
+        mq = self.mq
+        mq.receive_data(data)
+        while True:
+            events = mq.events()  # RemoteProtocolError goes up to run()
+            if not events:
+                break
+            await self._handle(events)
+            if self.closing:
+                return False
+        return bool(data)
+
+    def _protocol_error(self, e: RemoteProtocolError) -> None:
+        self.gw.stats.protocol_errors += 1
+        log.info("connection %s (client %s): protocol error, closing: %s (reason 0x%02X)",
+                 self.info.peer, self.client_id, e, e.reason_code)
+        data = self.mq.error_response(e)
+        if data:
+            self.out.append(data)
+        self.closing = True
+        self._wake.set()
+
+    # ---- acting on packets ----------------------------------------------------------------
+
+    async def _handle(self, events: list) -> None:
+        batch: list[Publish] = []
+        sess = self.session
+        for ev in events:
+            t = type(ev)
+            if t is Publish:
+                batch.append(ev)
+                continue
+            if t in _CLIENT_ACKS:
+                sess.on_ack(ev, self)
+                continue
+            if t is PingReq:
+                self.send_event(PingResp())
+                continue
+            if batch:
+                await self._publishes(batch)
+                batch = []
+            if self.closing:
+                return
+            if t is Connect:
+                await self._connect(ev)
+                sess = self.session
+                if sess is None:
+                    return
+            elif t is PubRel:
+                comp = sess.inbound.on_pubrel(ev)
+                data = self.mq.send(comp)
+                if sess.persistent and comp.reason_code == 0:
+                    self._held.append(data)
+                else:
+                    self.write(data)
+            elif t is Subscribe:
+                await self._subscribe(ev)
+            elif t is Unsubscribe:
+                await self._unsubscribe(ev)
+            elif t is Disconnect:
+                self._disconnect(ev)
+                return
+            elif t is ConnectionClosed:
+                self.closing = True
+                return
+            elif t is Auth:
+                raise RemoteProtocolError("re-authentication is not supported", R.PROTOCOL_ERROR)
+        if batch:
+            await self._publishes(batch)
+        if self._held:
+            await self.gw.write_records([self._in2_record()])
+            for data in self._held:
+                self.write(data)
+            self._held.clear()
+
+    def _in2_record(self):
+        sess = self.session
+        pids = [pid for pid, st in sess.inbound._flows.items() if st is InboundStage.QOS2_RECEIVED]
+        return record("in2", sess.client_id, pids or None)
+
+    # ---- CONNECT ------------------------------------------------------------------------------
+
+    def _refuse(self, code: int, why: str) -> None:
+        log.info("connection %s: CONNECT refused (0x%02X): %s", self.info.peer, code, why)
+        self.gw.stats.refused += 1
+        self.write(self.mq.send(ConnAck(reason_code=code)))
+        self.closing = True
+
+    async def _connect(self, c: Connect) -> None:
+        gw = self.gw
+        lim = gw.settings.limits
+        v = c.protocol_version
+        if c.authentication_method is not None:
+            return self._refuse(R.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
+        result = await gw.settings.authenticator.authenticate(c.username, c.password, self.info.certificate)
+        if not result.ok:
+            bad_pw = c.username is not None and gw.settings.authenticator.password_file is not None
+            return self._refuse(R.BAD_USER_NAME_OR_PASSWORD if bad_pw else R.NOT_AUTHORIZED, "authentication failed")
+        self.username = result.username if result.username is not None else c.username
+        cid = c.client_id
+        assigned = None
+        if not cid:
+            cid = "auto-" + uuid.uuid4().hex
+            if v == 5:
+                assigned = cid
+        keepalive = lim.effective_keepalive(c.keep_alive)
+        if v < 5 and keepalive != c.keep_alive:
+            return self._refuse(R.SERVER_UNAVAILABLE,
+                                f"keepalive {c.keep_alive} outside {lim.min_keepalive}..{lim.max_keepalive}")
+        if c.will is not None:
+            try:
+                validate_topic_name(c.will.topic)
+            except TopicError as e:
+                return self._refuse(R.TOPIC_NAME_INVALID, f"will topic: {e}")
+            if c.will.retain and not gw.settings.session.retain_available:
+                return self._refuse(R.RETAIN_NOT_SUPPORTED, "retained will, retain is off")
+        self.acl = gw.settings.acl.for_client(cid, self.username)
+        if c.will is not None and not self.acl.check("publish", c.will.topic):
+            return self._refuse(R.NOT_AUTHORIZED, f"will topic {c.will.topic!r} denied by the ACL")
+        if v == 5:
+            requested = c.session_expiry_interval or 0
+        else:
+            requested = 0 if c.clean_start else 0xFFFFFFFF
+        expiry = lim.effective_session_expiry(requested)
+        self.client_id = cid
+        self.keepalive = keepalive
+        self.will = c.will
+        sess, present = await gw.open_session(self, cid, clean_start=c.clean_start, expiry=expiry, version=v)
+        ack = dict(session_present=present)
+        if v == 5:
+            ack.update(receive_maximum=lim.max_inflight_messages, maximum_packet_size=lim.max_packet_size,
+                       topic_alias_maximum=lim.max_topic_alias,
+                       retain_available=1 if gw.settings.session.retain_available else 0,
+                       wildcard_subscription_available=1, subscription_identifier_available=1,
+                       shared_subscription_available=1)
+            if assigned:
+                ack["assigned_client_identifier"] = assigned
+            if keepalive != c.keep_alive:
+                ack["server_keep_alive"] = keepalive
+            if expiry != requested:
+                ack["session_expiry_interval"] = expiry
+        self.write(self.mq.send(ConnAck(**ack)))
+        gw.stats.connected += 1
+        gw.stats.connects += 1
+        if present:
+            await sess.redeliver(self)
+        self._nursery.start_soon(self._deliver_loop)
+
+    async def _deliver_loop(self) -> None:
+        sess = self.session
+        while not self.closing and sess.conn is self:
+            await sess.pump(self)
+            if self.closing or sess.conn is not self:
+                return
+            await sess.wake.wait()
+            sess.wake = trio.Event()
+
+    # ---- PUBLISH ----------------------------------------------------------------------------------
+
+    async def _publishes(self, batch: list[Publish]) -> None:
+        gw = self.gw
+        sess = self.session
+        inbound = sess.inbound
+        received = now_ms()
+        items = []
+        plan = []  # (publish, item index or None, refusal code, reason string)
+        qos2 = False
+        for pub in batch:
+            gw.stats.received += 1
+            action = inbound.on_publish(pub)
+            if action is InboundAction.ACK_PENDING:
+                continue
+            if action is InboundAction.RESEND_PUBREC:
+                plan.append((pub, None, 0, None))
+                continue
+            try:
+                item = await self._prepare(pub, received)
+            except MappingError as e:
+                plan.append((pub, None, e.reason_code, str(e)))
+                continue
+            if item is None:
+                continue
+            plan.append((pub, len(items), 0, None))
+            items.append(item)
+            if pub.qos == 2 and sess.persistent:
+                qos2 = True
+        if qos2:
+            # The packet ids go into the durable state with the messages (one flush).
+            pids = [pid for pid, st in inbound._flows.items() if st is not InboundStage.QOS1_UNACKED]
+            items.append(record("in2", sess.client_id, pids))
+        results = await gw.broker.send_many(items) if items else []
+        acks = []
+        retained = []
+        fail_in2 = False
+        for pub, idx, code, reason in plan:
+            if idx is not None:
+                r = results[idx]
+                if r.status is not SendStatus.SEND_OK:
+                    code, reason = R.UNSPECIFIED_ERROR, f"not stored: {r.status.name} {r.remark or ''}".strip()
+                    gw.stats.store_errors += 1
+                    log.warning("client %s: publish on %r not stored: %s", self.client_id, pub.topic, reason)
+                    if self.version < 5 and pub.qos:
+                        # 3.1.1 cannot say "failed": no ack, so the client sends it again.
+                        self.closing = True
+                        return
+                    fail_in2 = fail_in2 or pub.qos == 2
+                elif pub.retain:
+                    retained.append((pub.topic, pub.payload, r.physical_offset))
+            if not pub.qos:
+                continue
+            props = {"reason_string": reason} if (code and reason and self.version == 5) else {}
+            if pub.qos == 1:
+                acks.append(inbound.puback(pub.packet_id, code, **props))
+            else:
+                acks.append(inbound.pubrec(pub.packet_id, code, **props))
+        if retained:
+            await gw.set_retained(retained)
+        if fail_in2 and sess.persistent:
+            await gw.write_records([self._in2_record()])
+        for ack in acks:
+            self.send_event(ack)
+
+    async def _prepare(self, pub: Publish, received: int):
+        """The (message, queue id) to store for ``pub``, or None to drop it."""
+        gw = self.gw
+        topic = pub.topic
+        delay = None
+        if topic.startswith("$"):
+            if topic.startswith("$delayed/"):
+                parts = topic.split("/", 2)
+                if len(parts) < 3 or not parts[1].isdigit() or not parts[2]:
+                    raise MappingError("$delayed topics are $delayed/<seconds>/<topic>", R.TOPIC_NAME_INVALID)
+                delay, topic = int(parts[1]), parts[2]
+                try:
+                    validate_topic_name(topic)
+                except TopicError as e:
+                    raise MappingError(str(e), R.TOPIC_NAME_INVALID) from None
+                if not gw.timers_supported():
+                    log.warning("client %s: $delayed publish on %r refused: the broker has no timer support",
+                                self.client_id, topic)
+                    raise MappingError("delayed delivery ($delayed/...) is not supported by this broker: "
+                                       "it has no timer-message support", R.IMPLEMENTATION_SPECIFIC_ERROR)
+            elif topic.startswith("$SYS"):
+                raise MappingError("clients may not publish to $SYS topics", R.NOT_AUTHORIZED)
+        if not self.acl.check("publish", topic):
+            log.info("client %s: publish on %r denied by the ACL", self.client_id, topic)
+            raise MappingError(f"publish to {topic!r} not authorized", R.NOT_AUTHORIZED)
+        if pub.retain and not gw.settings.session.retain_available:
+            raise RemoteProtocolError("retained messages are not available", R.RETAIN_NOT_SUPPORTED)
+        name = broker_topic_for(topic)
+        cfg = await gw.topic_config(name)
+        if cfg is None:
+            raise MappingError(f"broker topic {name!r} does not exist and may not be created", R.TOPIC_NAME_INVALID)
+        msg = publish_to_message(pub, name, self.client_id, received, topic=topic)
+        if delay is not None:
+            msg.properties[P_TIMER_DELAY] = str(delay)
+        return msg, queue_for(topic, cfg.write_queue_nums)
+
+    # ---- SUBSCRIBE / UNSUBSCRIBE ---------------------------------------------------------------------
+
+    async def _subscribe(self, ev: Subscribe) -> None:
+        gw = self.gw
+        sess = self.session
+        codes = []
+        retained = []
+        for s in ev.subscriptions:
+            text = s.topic_filter
+            try:
+                flt = parse_filter(text)
+            except TopicError as e:
+                log.info("client %s: bad filter %r: %s", self.client_id, text, e)
+                codes.append(R.TOPIC_FILTER_INVALID if self.version == 5 else R.UNSPECIFIED_ERROR)
+                continue
+            if not self.acl.check("subscribe", text):
+                codes.append(R.NOT_AUTHORIZED if self.version == 5 else R.UNSPECIFIED_ERROR)
+                continue
+            opts = SubOptions(s.qos, s.no_local, s.retain_as_published, s.retain_handling,
+                              ev.subscription_identifier)
+            new = sess.subscribe(text, opts)
+            gw.router.trie.subscribe(sess.client_id, text, opts)
+            codes.append(s.qos)
+            if flt.group is None and (s.retain_handling == 0 or (s.retain_handling == 1 and new)):
+                retained.append((flt, opts))
+        if sess.persistent:
+            await gw.save_session(sess)
+        self.send_event(SubAck(packet_id=ev.packet_id, reason_codes=codes))
+        for flt, opts in retained:
+            await gw.send_retained(sess, flt, opts)
+
+    async def _unsubscribe(self, ev: Unsubscribe) -> None:
+        gw = self.gw
+        sess = self.session
+        codes = []
+        for text in ev.topic_filters:
+            existed = sess.subs.pop(text, None) is not None
+            gw.router.trie.unsubscribe(sess.client_id, text)
+            codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)
+        if sess.persistent:
+            await gw.save_session(sess)
+        self.send_event(UnsubAck(packet_id=ev.packet_id, reason_codes=codes if self.version == 5 else ()))
+
+    def _disconnect(self, ev: Disconnect) -> None:
+        if ev.reason_code != R.DISCONNECT_WITH_WILL_MESSAGE:
+            self.will = None
+        if ev.session_expiry_interval is not None and self.session is not None:
+            self.session.expiry = self.gw.settings.limits.effective_session_expiry(ev.session_expiry_interval)
+        self.closing = True

@@ -1,0 +1,319 @@
+"""MQTT sessions: subscriptions, QoS flows and the queue each one reads.
+
+ARCHITECTURE decision 4. Rules kept here:
+
+* A session is persistent when its expiry interval is above 0 (3.1.1:
+  clean session off, expiry = ``maxSessionExpiryInterval``). A persistent
+  session owns the session queue ``session_queue_name(client_id)``: the
+  router adds a unit there for every matching message (multi-dispatch), and
+  delivery reads it from ``next_read``. A non-persistent session gets its
+  messages in memory (``pending``), and so does any session for messages
+  that are not in its queue (retained messages sent on subscribe, ``$SYS``).
+* Outbound QoS 1/2 flows (``OutboundFlows``) carry a plain ``ref``: the
+  queue offset (an int) for a queue entry, ``["r", phys, size]`` for another
+  stored message, None for one that is not stored. The committed offset of
+  the session (consumer group = the queue name) is the smallest queue offset
+  still in flight, or ``next_read``: everything below it is acknowledged.
+* At most ``min(client Receive Maximum, maxInflightMessages)`` QoS 1/2
+  messages are in flight. Beyond that messages wait (in the queue, or in
+  ``pending``); more than ``maxQueuedMessages`` waiting are cut by the
+  overflow policy, and every cut is counted (session and ``$SYS``).
+* The durable state (``to_record``) is written as a ``"sess"`` meta record
+  at connect, on (un)subscribe, at disconnect and at shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, NamedTuple
+
+import trio
+
+from core.broker import PullStatus
+from gateway.limits import QueueOverflow
+from gateway.mapping import Outbound, now_ms, session_queue_name
+from gateway.mqtt import InboundFlows, OutboundFlows, PacketTooLarge, PubAck, PublishTemplate, PubRec, PubRel
+from gateway.wildcard import TopicFilter, parse_filter, topic_matches
+
+if TYPE_CHECKING:
+    from gateway.app import MQTTGateway
+
+log = logging.getLogger("mqgate.gateway")
+_PHYS = struct.Struct(">q")
+
+
+class SubOptions(NamedTuple):
+    qos: int
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0
+    sub_id: int | None = None
+
+    def to_list(self) -> list:
+        return [self.qos, self.no_local, self.retain_as_published, self.retain_handling, self.sub_id]
+
+
+class Delivery(NamedTuple):
+    """One message waiting to go to one session."""
+
+    out: Outbound
+    qos: int
+    retain: bool
+    sub_ids: tuple
+    group: str | None = None  # the $share filter it came through, for redispatch
+
+
+class Session:
+    def __init__(self, gw: MQTTGateway, client_id: str, *, expiry: int, version: int) -> None:
+        self.gw = gw
+        self.client_id = client_id
+        self.version = version
+        self.expiry = expiry
+        self.queue: str | None = session_queue_name(client_id) if expiry > 0 else None
+        self.subs: dict[str, tuple[TopicFilter, SubOptions]] = {}
+        self.flows = OutboundFlows(gw.settings.limits.max_inflight_messages)
+        self.inbound = InboundFlows(gw.settings.limits.max_inflight_messages)
+        self.refs: dict[int, object] = {}  # packet id -> ref (see module docstring)
+        self.mem: dict[int, Delivery] = {}  # packet id -> in-memory delivery in flight
+        self.pending: deque[Delivery] = deque()
+        self.next_read = 0
+        self.conn = None  # the Connection while connected
+        self.wake = trio.Event()
+        self.expiry_scope: trio.CancelScope | None = None
+        self.will_scope: trio.CancelScope | None = None
+        self.pending_will = None  # a will waiting for its delay
+        self.dropped = 0
+        self.ended = False
+        if self.queue is not None:
+            self.next_read = gw.broker.max_offset(self.queue, 0)
+
+    # ---- state --------------------------------------------------------------
+
+    @property
+    def persistent(self) -> bool:
+        return self.queue is not None
+
+    def notify(self) -> None:
+        self.wake.set()
+
+    def subscribe(self, text: str, options: SubOptions) -> bool:
+        """Record a subscription (the caller adds it to the trie); True if new."""
+        new = text not in self.subs
+        self.subs[text] = (parse_filter(text), options)
+        return new
+
+    def committed(self) -> int:
+        low = self.next_read
+        for ref in self.refs.values():
+            if type(ref) is int and ref < low:
+                low = ref
+        return low
+
+    def commit(self) -> None:
+        if self.queue is not None:
+            self.gw.broker.commit_offset(self.queue, self.queue, 0, self.committed())
+
+    def to_record(self, *, gone: int | None) -> dict:
+        flows = self.flows.to_state()
+        flows["flows"] = [f for f in flows["flows"] if f[3] is not None]
+        return {
+            "v": self.version, "exp": self.expiry, "next": self.next_read, "off": self.committed(),
+            "subs": {text: opts.to_list() for text, (_, opts) in self.subs.items()},
+            "flows": flows, "gone": gone,
+        }
+
+    def restore(self, rec: dict) -> None:
+        """Rebuild from a ``"sess"`` record after a restart (subscriptions are
+        re-added to the trie by the caller)."""
+        for text, opts in rec.get("subs", {}).items():
+            self.subscribe(text, SubOptions(*opts))
+        committed = self.gw.broker.query_offset(self.queue, self.queue, 0)
+        off = rec.get("off", 0)
+        if committed is not None and committed > off:
+            # The record is older than the last acknowledgements (SIGKILL):
+            # its flows are stale; redeliver from the committed offset.
+            self.next_read = committed
+        else:
+            self.next_read = max(rec.get("next", 0), off)
+            flows = OutboundFlows.from_state(rec["flows"])
+            self.flows = flows
+            self.refs = {pid: ref for pid, _q, _s, ref in rec["flows"]["flows"]}
+        low = self.gw.broker.min_offset(self.queue, 0)
+        self.next_read = max(self.next_read, low)
+
+    # ---- queue limits ---------------------------------------------------------
+
+    def admit(self) -> bool:
+        """Called by the router before a message joins this session's queue.
+
+        False: drop the new message (dropNew); True: queue it (after cutting
+        the oldest queued one if the queue is full, dropOldest)."""
+        limit = self.gw.settings.limits.max_queued_messages
+        if not limit:
+            return True
+        if self.queue is not None:
+            queued = self.gw.broker.max_offset(self.queue, 0) - self.next_read
+        else:
+            queued = len(self.pending)
+        if queued < limit:
+            return True
+        self.dropped += 1
+        self.gw.stats.dropped += 1
+        if self.gw.settings.limits.queue_overflow is QueueOverflow.DROP_NEW:
+            return False
+        if self.queue is not None:
+            self.next_read += 1
+        else:
+            self.pending.popleft()
+        return True
+
+    def enqueue(self, delivery: Delivery) -> None:
+        """An in-memory delivery (clean session, retained, $SYS)."""
+        if self.queue is None and not self.admit():
+            return
+        self.pending.append(delivery)
+        self.wake.set()
+
+    # ---- delivery -------------------------------------------------------------
+
+    def match(self, out: Outbound) -> tuple[int, bool, tuple] | None:
+        """(qos, retain flag, subscription ids) for a queued message, or None
+        if no subscription of this session matches it any more."""
+        qos = -1
+        retain = False
+        ids = []
+        topic = out.topic
+        for flt, opts in self.subs.values():
+            if not topic_matches(flt, topic):
+                continue
+            if opts.no_local and out.client_id == self.client_id and flt.group is None:
+                continue
+            qos = max(qos, min(opts.qos, out.qos))
+            retain = retain or (opts.retain_as_published and out.retain)
+            if opts.sub_id is not None:
+                ids.append(opts.sub_id)
+        if qos < 0:
+            return None
+        return qos, retain, tuple(ids)
+
+    async def pump(self, conn) -> None:
+        """Move what the window allows from ``pending`` and the queue to ``conn``."""
+        flows = self.flows
+        pending = self.pending
+        while pending:
+            d = pending[0]
+            if d.qos and not flows.available():
+                break
+            pending.popleft()
+            conn.deliver(self, d, ref=d.out.ref)
+        if self.queue is None:
+            return
+        broker = self.gw.broker
+        cache = self.gw.router.decoded
+        while flows.available() and not conn.closing:
+            end = broker.max_offset(self.queue, 0)
+            if self.next_read >= end:
+                break
+            start = self.next_read
+            result = await broker.read_queue(self.queue, 0, start, min(64, max(8, flows.available() * 2)))
+            if conn.closing or self.conn is not conn:
+                return
+            if result.status is not PullStatus.FOUND:
+                nxt = result.next_begin_offset
+                if result.status is PullStatus.PULL_OFFSET_MOVED and result.min_offset > start:
+                    nxt = result.min_offset  # retention removed the oldest entries
+                if nxt <= start:
+                    break
+                self.next_read = max(self.next_read, nxt)
+                continue
+            stop = False
+            for raw, qoff in zip(result.entries, result.queue_offsets):
+                if qoff < self.next_read:
+                    continue  # cut by dropOldest while we were reading
+                out = cache(raw)
+                m = None if out is None else self.match(out)
+                if m is None:
+                    self.next_read = qoff + 1
+                    continue
+                qos, retain, ids = m
+                if qos and not flows.available():
+                    stop = True
+                    break
+                self.next_read = qoff + 1
+                conn.deliver(self, Delivery(out, qos, retain, ids), ref=qoff)
+            if stop:
+                break
+            self.next_read = max(self.next_read, result.next_begin_offset)
+        self.commit()
+
+    def on_ack(self, event, conn) -> None:
+        """A PUBACK, PUBREC or PUBCOMP from the client."""
+        ack = self.flows.on_ack(event)  # may raise RemoteProtocolError
+        if ack.reply is not None:
+            conn.send_event(ack.reply)
+        if ack.completed:
+            self.refs.pop(ack.packet_id, None)
+            self.mem.pop(ack.packet_id, None)
+            if self.queue is not None:
+                self.commit()
+            self.wake.set()
+        elif type(event).__name__ == "PubRec" and ack.ref is not None:
+            # QoS 2 past PUBREC: the message is received; only PUBREL remains.
+            if type(ack.ref) is int:
+                self.refs[ack.packet_id] = None
+                self.commit()
+
+    async def redeliver(self, conn) -> None:
+        """After a reconnect to an existing session: resend what is in flight."""
+        self.flows.receive_maximum = min(conn.mq.peer_receive_maximum,
+                                         self.gw.settings.limits.max_inflight_messages)
+        for pid, qos, ref, release in self.flows.redeliveries():
+            if release:
+                conn.send_event(PubRel(packet_id=pid))
+                continue
+            d = self.mem.get(pid)
+            if d is None:
+                out = await self.gw.router.load(ref, self.queue)
+                m = None if out is None else self.match(out)
+                if out is None:
+                    # Gone from the store (retention): end the flow.
+                    self.flows.on_ack(PubAck(packet_id=pid, reason_code=0x80) if qos == 1
+                                      else PubRec(packet_id=pid, reason_code=0x80))
+                    self.refs.pop(pid, None)
+                    continue
+                d = Delivery(out, qos, m[1] if m else False, m[2] if m else ())
+            conn.resend(self, d, pid)
+
+    def drop_connection_state(self) -> None:
+        """At disconnect of a session that lives on: forget in-memory waits."""
+        self.pending.clear()
+
+
+def encode_delivery(conn, d: Delivery, packet_id: int | None, dup: bool = False) -> bytes | None:
+    """The PUBLISH bytes of one delivery on ``conn`` (None: too large, dropped)."""
+    out = d.out
+    mq = conn.mq
+    version = mq.protocol_version
+    remaining = None
+    if out.expiry is not None:
+        remaining = out.remaining_expiry(now_ms())
+    key = (version, d.qos, d.retain, d.sub_ids)
+    tpl = out.templates.get(key)
+    if tpl is None:
+        tpl = out.templates[key] = PublishTemplate(out.publish(qos=d.qos, retain=d.retain, sub_ids=d.sub_ids, packet_id=1),
+                                                   version if version == 5 else 4, qos=d.qos, retain=d.retain)
+    limit = mq.peer_max_packet_size
+    if limit is not None and tpl.size + 6 > limit:
+        return None
+    try:
+        if version == 5 and (remaining is not None or mq.peer_topic_alias_maximum):
+            pub = out.publish(qos=d.qos, retain=d.retain, sub_ids=d.sub_ids, expiry=remaining,
+                              packet_id=packet_id, dup=dup)
+            return mq.send(mq.with_topic_alias(pub))
+        if d.qos:
+            return mq.send_encoded_publish(tpl.render(packet_id, dup))
+        return mq.send_encoded_publish(tpl.data)
+    except PacketTooLarge:
+        return None

@@ -1,0 +1,82 @@
+"""The ``[mqtt]`` table of the configuration file, read once at start.
+
+Keys are camelCase; a key nobody knows is a ``ConfigError`` naming it
+(``Limits.from_dict`` does the check over every owner's keys). Owners:
+
+* listeners (``gateway.listeners.LISTENER_KEYS``): port, wsPort, tlsPort,
+  wssPort, wsPath, certFile, keyFile, caFile, requireCertificate,
+  handshakeTimeout;
+* security (``gateway.auth.SECURITY_KEYS``): allowAnonymous (true),
+  passwordFile (""), aclFile (""), useIdentityAsUsername (false);
+* limits (``gateway.limits``): maxConnections (100000), maxPacketSize
+  (1048576), maxInflightMessages (32), maxQueuedMessages (1000),
+  queueOverflow ("dropOldest"), maxTopicAlias (10), minKeepalive (0),
+  maxKeepalive (65535), maxSessionExpiryInterval (604800),
+  connectTimeout (10.0);
+* the session core (this module):
+
+=======================  =========  ==========================================
+key                      default    meaning
+=======================  =========  ==========================================
+sysInterval              10         seconds between ``$SYS/broker/...``
+                                    updates (0 = no ``$SYS`` topics)
+retainAvailable          true       keep retained messages (false: a retained
+                                    PUBLISH is refused, 5.0 0x9A)
+writeTimeout             30.0       seconds a write to a client may block
+                                    before the connection is dropped
+maxOutboundBytes         8388608    bytes waiting to be written to one client;
+                                    above it QoS 0 messages to that client are
+                                    dropped (counted in $SYS)
+=======================  =========  ==========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.acl import Acl, acl_from_dict
+from gateway.auth import SECURITY_KEYS, Authenticator
+from gateway.config import ConfigError
+from gateway.limits import Limits
+from gateway.listeners import LISTENER_KEYS
+
+SESSION_KEYS = frozenset({"sysInterval", "retainAvailable", "writeTimeout", "maxOutboundBytes"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionSettings:
+    sys_interval: float = 10.0
+    retain_available: bool = True
+    write_timeout: float = 30.0
+    max_outbound_bytes: int = 8 * 1024 * 1024
+
+
+def _number(table: Mapping[str, Any], key: str, default, low, high):
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ConfigError(f"[mqtt] {key} must be a number in {low}..{high}, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    limits: Limits
+    session: SessionSettings
+    authenticator: Authenticator
+    acl: Acl
+
+    @classmethod
+    def from_dict(cls, table: Mapping[str, Any]) -> GatewaySettings:
+        limits = Limits.from_dict(table, other_keys=LISTENER_KEYS | SECURITY_KEYS | SESSION_KEYS)
+        retain = table.get("retainAvailable", True)
+        if not isinstance(retain, bool):
+            raise ConfigError(f"[mqtt] retainAvailable must be true or false, not {retain!r}")
+        session = SessionSettings(
+            sys_interval=float(_number(table, "sysInterval", 10, 0, 86400)),
+            retain_available=retain,
+            write_timeout=float(_number(table, "writeTimeout", 30.0, 0.1, 3600)),
+            max_outbound_bytes=int(_number(table, "maxOutboundBytes", 8 * 1024 * 1024, 1024, 1 << 34)),
+        )
+        return cls(limits, session, Authenticator.from_dict(table), acl_from_dict(table))

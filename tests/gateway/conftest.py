@@ -1,0 +1,127 @@
+"""Fixtures for the gateway's session core: a real broker on a temp store, the
+gateway on an OS-chosen port, and a minimal MQTT client built on
+``gateway.mqtt`` (encode events, decode what the server sends)."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from functools import partial
+
+import pytest
+import trio
+
+from core.broker import BrokerConfig, open_broker
+from core.store import StoreConfig
+from gateway.app import MQTTGateway
+from gateway.listeners import ListenerSpec
+from gateway.mqtt import ConnAck, Connect, Disconnect, PingReq, Publish, Subscribe, Subscription, encode
+from gateway.mqtt._decode import decode_packet, read_fixed_header
+from gateway.settings import GatewaySettings
+
+
+def small_store_config(root, **kw) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=4 << 20,
+                       mapped_file_size_consume_queue=20 * 4096, max_hash_slot_num=1024, max_index_num=8192, **kw)
+
+
+@asynccontextmanager
+async def running_gateway(root, settings=None, *, broker_config=None):
+    """(broker, gateway, port) for the duration of the block."""
+    cfg = broker_config or BrokerConfig(default_topic_queue_nums=4, listen_port=0)
+    async with open_broker(cfg, small_store_config(root)) as broker:
+        gw = MQTTGateway(broker, GatewaySettings.from_dict(settings or {"sysInterval": 0}))
+        async with trio.open_nursery() as nursery:
+            ports = await nursery.start(gw.run, [ListenerSpec(transport="tcp", ephemeral=True)])
+            try:
+                yield broker, gw, ports["tcp"]
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+class Client:
+    """A bare MQTT client for tests: send events, receive decoded events."""
+
+    def __init__(self, stream: trio.SocketStream, version: int) -> None:
+        self.stream = stream
+        self.version = version
+        self.buf = b""
+        self.pid = 0
+
+    @classmethod
+    async def connect(cls, port: int, client_id: str = "", *, version: int = 5, expect: int | None = 0,
+                      **connect_kw) -> tuple["Client", ConnAck | None]:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        self = cls(stream, version)
+        connect_kw.setdefault("clean_start", True)
+        await self.send(Connect(protocol_version=version, client_id=client_id, **connect_kw))
+        ack = await self.recv()
+        if expect is not None:
+            assert isinstance(ack, ConnAck), ack
+            assert ack.reason_code == expect, ack
+        return self, ack
+
+    def next_pid(self) -> int:
+        self.pid = self.pid % 65535 + 1
+        return self.pid
+
+    async def send(self, *events) -> None:
+        await self.stream.send_all(b"".join(encode(e, self.version) for e in events))
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def recv(self, timeout: float = 5.0):
+        """The next packet, or None at EOF."""
+        with trio.fail_after(timeout):
+            while True:
+                header = read_fixed_header(self.buf, 0, len(self.buf))
+                if header is not None:
+                    first, length, body = header
+                    if len(self.buf) >= body + length:
+                        ev = decode_packet(first, self.buf, body, body + length, self.version)
+                        self.buf = self.buf[body + length:]
+                        return ev
+                try:
+                    data = await self.stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                if not data:
+                    return None
+                self.buf += data
+
+    async def expect(self, cls, timeout: float = 5.0):
+        ev = await self.recv(timeout)
+        assert isinstance(ev, cls), f"expected {cls.__name__}, got {ev!r}"
+        return ev
+
+    async def subscribe(self, *filters, qos: int = 0, **kw):
+        subs = [f if isinstance(f, Subscription) else Subscription(topic_filter=f, qos=qos) for f in filters]
+        await self.send(Subscribe(packet_id=self.next_pid(), subscriptions=subs, **kw))
+        from gateway.mqtt import SubAck
+
+        return await self.expect(SubAck)
+
+    async def publish(self, topic: str, payload: bytes = b"", qos: int = 0, **kw) -> int | None:
+        pid = self.next_pid() if qos else None
+        await self.send(Publish(topic=topic, payload=payload, qos=qos, packet_id=pid, **kw))
+        return pid
+
+    async def ping(self) -> None:
+        await self.send(PingReq())
+
+    async def disconnect(self, **kw) -> None:
+        await self.send(Disconnect(**kw))
+        await self.stream.aclose()
+
+    async def close(self) -> None:
+        await self.stream.aclose()
+
+
+@pytest.fixture
+def gateway_factory(tmp_path):
+    return partial(running_gateway, tmp_path / "store")
+
+
+@pytest.fixture
+def client_cls():
+    return Client
