@@ -79,6 +79,8 @@ class Broker(SendPath, PullPath):
         self._notifier = QueueNotifier(self.max_offset)
         self._flusher: CommitLogFlusher | None = None
         self._put_hooks: list[PutHook] = []
+        # The timer-wheel service (core.timers) when one runs; runtime info shows it.
+        self.timers = None
         self._round_robin: dict[str, int] = {}
         self._persist_lock = trio.Lock()
         self._written = 0

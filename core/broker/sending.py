@@ -36,7 +36,7 @@ from .topics import (
     DEFAULT_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, TopicConfig, TopicFilterType, validate_topic,
 )
 
-PutHook = Callable[[Message], None]
+PutHook = Callable[[Message], "SendResult | None"]
 
 
 def _now_ms() -> int:
@@ -71,7 +71,9 @@ class SendPath:
     def add_put_hook(self, hook: PutHook) -> None:
         """``hook(msg)`` runs on every single (non-batch) send after validation and
         before encoding, and may rewrite topic, queue id and properties in place
-        (delay levels, transactions). It must not block."""
+        (delay levels, timers, transactions). It must not block. A hook that
+        returns a `SendResult` refuses the message: the send answers it and
+        nothing is stored."""
         self._put_hooks.append(hook)
 
     async def send(self, msg: Message, queue_id: int | None = None, *, default_topic: str = DEFAULT_TOPIC,
@@ -156,7 +158,9 @@ class SendPath:
         wait = self._stamp(msg, cfg, qid)
         topic = msg.topic
         for hook in self._put_hooks:
-            hook(msg)
+            refused = hook(msg)
+            if refused is not None:
+                return refused, 0, False
         try:
             enc = EncodedMessage(msg)
         except ValueError as e:

@@ -1,0 +1,107 @@
+"""`mqgate serve|namesrv|broker` as a user runs them: real processes, real ports."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from serve_process import ServeProcess, free_port
+
+NO_MQTT = ("--mqtt-port", "0", "--ws-port", "0")
+
+
+def cluster_info(namesrv_port: int) -> str:
+    """GET_BROKER_CLUSTER_INFO from a name server, over a real connection."""
+    import trio
+
+    from core.remoting import RemotingCommand, RequestCode
+    from core.remoting.client import open_remoting_client
+
+    async def ask():
+        async with open_remoting_client() as client:
+            resp = await client.invoke(f"127.0.0.1:{namesrv_port}", RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+            return resp.body.decode()
+
+    return trio.run(ask)
+
+
+def test_serve_logs_endpoints_and_stops_cleanly_on_sigterm(tmp_path):
+    ns, br = free_port(), free_port()
+    data = tmp_path / "data"
+    srv = ServeProcess(data, *NO_MQTT, "--namesrv-port", str(ns), "--broker-port", str(br)).start()
+    try:
+        assert srv.ports == {"namesrv": ns, "broker": br}
+        assert (data / "abort").exists()  # running: a crash now would be detected
+    finally:
+        code = srv.stop(signal.SIGTERM)
+    out = srv.output()
+    assert code == 0, out
+    assert f"name server listening on 127.0.0.1:{ns}" in out
+    assert f"broker remoting listening on 127.0.0.1:{br}" in out
+    assert "stopped cleanly" in out
+    assert not (data / "abort").exists()  # clean shutdown marked
+    assert (data / "commitlog").is_dir() and (data / "config" / "topics.json").exists()
+
+
+def test_sigint_and_restart_on_the_same_data(tmp_path):
+    data = tmp_path / "data"
+    for _ in range(2):
+        srv = ServeProcess(data, *NO_MQTT, "--namesrv-port", "0", "--broker-port", str(free_port())).start()
+        assert srv.stop(signal.SIGINT) == 0
+        assert "abnormal_exit=False" in srv.output()
+
+
+def test_a_killed_server_is_recovered_as_an_abnormal_exit(tmp_path):
+    data = tmp_path / "data"
+    srv = ServeProcess(data, *NO_MQTT, "--namesrv-port", "0", "--broker-port", str(free_port())).start()
+    srv.proc.kill()
+    srv.proc.wait()
+    again = ServeProcess(data, *NO_MQTT, "--namesrv-port", "0", "--broker-port", str(free_port())).start()
+    try:
+        assert "abnormal_exit=True" in again.output()
+    finally:
+        assert again.stop() == 0
+
+
+def test_namesrv_role_runs_only_the_name_server(tmp_path):
+    ns = free_port()
+    srv = ServeProcess(tmp_path / "data", "--namesrv-port", str(ns), role="namesrv").start()
+    try:
+        assert srv.ports == {"namesrv": ns}
+    finally:
+        assert srv.stop() == 0
+
+
+def test_broker_role_registers_with_a_separate_name_server(tmp_path):
+    ns = free_port()
+    with ServeProcess(tmp_path / "ns", "--namesrv-port", str(ns), role="namesrv") as names:
+        br = free_port()
+        broker = ServeProcess(tmp_path / "b", "--broker-port", str(br), "--namesrv", f"127.0.0.1:{ns}", role="broker").start()
+        try:
+            assert broker.ports == {"broker": br}
+            assert f"name servers 127.0.0.1:{ns}" in broker.output()
+            assert f"127.0.0.1:{br}" in cluster_info(ns)  # the name server knows the broker
+        finally:
+            assert broker.stop() == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--config", "/nonexistent.toml"], "does not exist"),
+    (["--mqtt-port", "70000"], "port number"),
+])
+def test_bad_configuration_is_refused_with_a_reason(tmp_path, args, words):
+    r = subprocess.run([sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp_path), *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and words in r.stderr
+
+
+def test_unknown_broker_key_is_refused(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[broker]\nbrokerNmae = 'x'\n")
+    r = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir", str(tmp_path),
+                        *NO_MQTT, "--namesrv-port", "0", "--broker-port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "brokerNmae" in r.stderr and "brokerName" in r.stderr
