@@ -73,15 +73,37 @@ class _Connection:
         self.wake = trio.Event()
         self.closed = False
         self.scope = trio.CancelScope()
+        self.writing = False
 
-    def send(self, cmd: RemotingCommand) -> None:
+    def send(self, cmd: RemotingCommand, *, wake: bool = True) -> None:
         if self.closed:
             raise RemotingConnectionError(f"connection to {self.addr} is closed")
         prefix, body = encode_frame_parts(cmd)
         self.out.append(prefix)
         if body:
             self.out.append(body)
-        self.wake.set()
+        if wake:
+            self.wake.set()
+
+    async def flush(self) -> None:
+        """Send what is queued now, in the caller's task (one send in flight at a time)."""
+        if self.writing or self.closed:
+            return
+        self.writing = True
+        try:
+            while self.out and not self.closed:
+                data = b"".join(self.out)
+                self.out.clear()
+                with trio.fail_after(self.client.write_timeout):
+                    await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError) as exc:
+            self.close()
+            raise RemotingConnectionError(f"write to {self.addr} failed: {type(exc).__name__}") from exc
+        except trio.Cancelled:
+            self.close()  # a frame may be half written: this stream is unusable
+            raise
+        finally:
+            self.writing = False
 
     def close(self) -> None:
         if self.closed:
@@ -113,11 +135,7 @@ class _Connection:
         while not self.closed:
             await self.wake.wait()
             self.wake = trio.Event()
-            if self.out:
-                data = b"".join(self.out)
-                self.out.clear()
-                with trio.fail_after(self.client.write_timeout):
-                    await self.stream.send_all(data)
+            await self.flush()
 
     async def _reader(self, nursery: trio.Nursery) -> None:
         decoder = FrameDecoder(max_frame_size=self.client.max_frame_size)
@@ -219,7 +237,8 @@ class RemotingClient:
             slot: list[Any] = [trio.Event(), None]
             conn.pending[opaque] = slot
             try:
-                conn.send(cmd)
+                conn.send(cmd, wake=conn.writing)
+                await conn.flush()
                 await slot[0].wait()
             finally:
                 conn.pending.pop(opaque, None)
@@ -233,7 +252,8 @@ class RemotingClient:
         with trio.move_on_after(timeout) as cs:
             conn = await self._connection(addr)
             self._prepare(cmd, oneway=True)
-            conn.send(cmd)
+            conn.send(cmd, wake=conn.writing)
+            await conn.flush()
             return
         if cs.cancelled_caught:
             raise RemotingTimeoutError(f"could not send code {cmd.code} to {addr} within {timeout}s")

@@ -4,8 +4,10 @@ One nursery per connection, holding a reader (this function's body) and a
 writer task. Rules kept here:
 
 - All complete frames of one read are decoded and acted on before the next
-  read; responses are appended to the connection's output and the writer
-  sends everything pending in one ``send_all`` per wake-up.
+  read; their responses are appended to the connection's output and sent
+  with one ``send_all`` when the read's frames are done. Output of spawned
+  handlers and broker-to-client requests goes through a writer task, also
+  one ``send_all`` per wake-up. Only one send is in flight per connection.
 - Requests are dispatched by code through a table ``code -> Route``. A route
   is *inline* (awaited by the reader, so requests of that code on one
   connection are handled in arrival order: sends keep their order) or
@@ -89,6 +91,8 @@ class Channel:
         sock = stream.socket.getsockname()
         self.local_addr: tuple[str, int] = (sock[0], sock[1])
         self._cancel: trio.CancelScope | None = None
+        self._batching = False  # the reader is dispatching a read's frames; it flushes after
+        self._writing = False
 
     def __repr__(self) -> str:
         return f"<Channel {self.id} {self.remote_addr[0]}:{self.remote_addr[1]}{' closed' if self.closed else ''}>"
@@ -112,7 +116,8 @@ class Channel:
             log.warning("%s: peer does not read (%d bytes queued); closing", self, self._out_bytes)
             self.close()
             return
-        self._wake.set()
+        if not self._batching:
+            self._wake.set()
 
     def send_oneway(self, cmd: RemotingCommand) -> None:
         """A broker-to-client oneway request with our own opaque."""
@@ -160,18 +165,26 @@ class Channel:
         slot[1] = cmd
         slot[0].set()
 
+    async def _flush(self) -> None:
+        """Send everything queued; one writer at a time, later data joins the running one."""
+        if self._writing or self.closed:
+            return
+        self._writing = True
+        try:
+            while self._out and not self.closed:
+                data = b"".join(self._out)
+                self._out.clear()
+                self._out_bytes = 0
+                with trio.fail_after(self._server.write_timeout):
+                    await self._stream.send_all(data)
+        finally:
+            self._writing = False
+
     async def _writer(self) -> None:
-        stream = self._stream
         while not self.closed:
             await self._wake.wait()
             self._wake = trio.Event()
-            if not self._out:
-                continue
-            data = b"".join(self._out)
-            self._out.clear()
-            self._out_bytes = 0
-            with trio.fail_after(self._server.write_timeout):
-                await stream.send_all(data)
+            await self._flush()
 
 
 class RemotingServer:
@@ -257,6 +270,7 @@ class RemotingServer:
                 return
             if not data:
                 return
+            channel._batching = True
             try:
                 decoder.receive_data(data)
                 for cmd in decoder.frames():
@@ -276,6 +290,14 @@ class RemotingServer:
                         await self._run(route.handler, channel, cmd)
             except RemotingProtocolError as exc:
                 log.warning("%s: %s sent a bad frame (%s); closing that connection", self.name, channel, exc)
+                return
+            finally:
+                channel._batching = False
+            # one write for every response of this read (the writer task covers spawned handlers)
+            try:
+                await channel._flush()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError) as exc:
+                log.info("%s: %s: write failed (%s); closing", self.name, channel, type(exc).__name__)
                 return
 
     async def _run(self, handler: Handler, channel: Channel, cmd: RemotingCommand) -> None:
