@@ -80,9 +80,6 @@ class IndexFile:
         _I.pack_into(mm, slot_pos, n)
         self.count = n + 1
         self.end_ts = store_ts
-        # the header in the map is kept current (as RocketMQ's IndexHeader
-        # does): a process crash then never leaves slots pointing past indexCount
-        HEADER.pack_into(mm, 0, self.begin_ts, store_ts, self.begin_phys, self.end_phys, self.slot_count, n + 1)
 
     def finish_entry(self, end_phys: int, store_ts: int) -> None:
         """Record that the log is indexed up to ``end_phys`` (written to the header)."""
@@ -204,6 +201,9 @@ class IndexService:
                 f.finish_entry(phys, store_ts)
                 f = self._writable(store_ts)
             f.put(key_hash(text), phys, store_ts)
+        # finish_entry writes the header into the map after every entry (as
+        # RocketMQ's IndexHeader does): a process crash never leaves slots
+        # pointing past indexCount
         f.finish_entry(phys + size, store_ts)
 
     def query(self, text: str, max_num: int, begin: int, end: int) -> list[int]:
