@@ -1,6 +1,8 @@
 """A name server and a broker with its remoting role, on 127.0.0.1 port 0, data in tmp_path."""
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import trio
@@ -10,6 +12,8 @@ from core.namesrv import run_namesrv
 from core.processors import BrokerRemoting
 from core.remoting.client import RemotingClient
 from core.store import StoreConfig
+
+sys.path.insert(0, str(Path(__file__).parent))  # wire.py
 
 # Short delay levels so retries and delayed messages take a fraction of a second.
 TEST_DELAY_LEVELS = "100ms 200ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms"
