@@ -3,7 +3,7 @@
 Rules kept here:
 - The format comes from the MQTT 5 content type when there is one (a type
   naming ``json`` or ``msgpack``); otherwise it is detected: a payload whose
-  first non-blank byte is ``{`` is JSON, one starting with a msgpack map
+  first non-blank byte is ``{`` or ``[`` is JSON, one starting with a msgpack map
   header (0x80-0x8F, 0xDE, 0xDF) is msgpack.
 - The payload must be an object (map). Numeric fields are ints and floats
   (not booleans), finite; nested objects are flattened with ``.`` (so
@@ -39,7 +39,7 @@ def payload_format(body: bytes, content_type: str | None) -> str:
         if "json" in ct:
             return "json"
     head = body.lstrip(b" \t\r\n")[:1]
-    if head == b"{":
+    if head in (b"{", b"["):
         return "json"
     if head and (0x80 <= head[0] <= 0x8F or head[0] in (0xDE, 0xDF)):
         return "msgpack"

@@ -141,8 +141,8 @@ def scan_segment(seg: Segment, start: int, *, last: bool, limit: int | None = No
             sizes = np.zeros(0, dtype=np.int32)
         stop = int(starts[-1] + sizes[-1]) if len(starts) else pos
         kind = stop_kind(buf, stop, size)
-        if limit is not None and stop >= end and kind != "end":
-            kind = "limit"
+        if kind == "torn" and limit is not None and (stop >= end or _crosses(buf, stop, end)):
+            kind = "limit"  # the entry here ends after the limit: not ours to judge
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
@@ -150,6 +150,10 @@ def scan_segment(seg: Segment, start: int, *, last: bool, limit: int | None = No
     if not last and kind == "torn":
         raise CorruptLogError(seg.path, stop, "invalid entry in a sealed segment")
     return SegmentScan(seg, start, starts + seg.base, sizes, stop + seg.base, kind)
+
+
+def _crosses(buf, pos: int, end: int) -> bool:
+    return pos + 4 <= len(buf) and pos + int.from_bytes(buf[pos : pos + 4], "big", signed=True) > end
 
 
 def segment_index(segments: list[Segment], pos: int) -> int:

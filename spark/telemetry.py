@@ -207,7 +207,6 @@ def summary(session, out: str, limit: int = 20) -> str:
             .orderBy("device")
         )
         rows = per_device.limit(limit + 1).collect()
-        total = per_device.count()
         header = ("device", "windows", "fields", "samples", "first window", "last window end")
         table = [header] + [
             (r.device, str(r.windows), str(r.fields), str(r.samples), str(r.first)[:19], str(r.last)[:19])
@@ -218,8 +217,8 @@ def summary(session, out: str, limit: int = 20) -> str:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)))
             if j == 0:
                 lines.append("  ".join("-" * w for w in widths))
-        if total > limit:
-            lines.append(f"... {total - limit} more devices")
+        if len(rows) > limit:
+            lines.append(f"... more devices (first {limit} shown)")
     else:
         lines.append("no aggregates")
     lines.append(f"rejects: {n_rejects} (in {rej_path})")

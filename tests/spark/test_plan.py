@@ -116,3 +116,11 @@ def test_tail_end_after_rolling(log_writer, tmp_path):
     assert plan.tail_end(str(tmp_path)) == segs[-1].base + 8192
     # ... and a walk from the old end crosses the unused rest of the old segment
     assert plan.plan(str(tmp_path), w.pos, None, 1 << 20) == ([], w.pos)
+
+
+def test_a_stop_past_a_blank_walks_into_the_next_segment(log_writer, tmp_path):
+    w = _fill(log_writer, tmp_path, n=200)
+    seg2 = [p for p in w.positions if p >= 8192]
+    ranges, end = plan.plan(str(tmp_path), w.positions[10], seg2[3], 1 << 20)
+    assert _entry_starts(ranges) == [p for p in w.positions if w.positions[10] <= p < seg2[3]]
+    assert end == seg2[3]

@@ -1,0 +1,170 @@
+"""The telemetry job against a plain-Python computation of the same data."""
+
+import json
+import math
+import os
+from collections import defaultdict
+
+import msgpack
+import pytest
+
+from core.store.message import Message
+from spark import telemetry
+from spark.payload import PayloadError, numeric_fields
+
+T0 = 1_700_000_040_000  # a minute boundary
+DEVICES = ["d0", "d1", "d2", "d3"]
+
+
+def _good(i):
+    """(device, payload dict, encoding, content type) of the i-th good message."""
+    device = DEVICES[i % 4]
+    payload = {"temp": 20 + (i * 7) % 13 - 0.5 * (i % 3), "hum": (i * 5) % 31, "ok": True, "name": "x",
+               "env": {"lux": i % 9}}
+    if i % 11 == 0:
+        del payload["hum"]
+    fmt = ["json", "msgpack", "json-ct", "msgpack-ct"][i % 4]
+    return device, payload, fmt
+
+
+def _encode(payload, fmt):
+    if fmt.startswith("json"):
+        return json.dumps(payload).encode(), ("application/json" if fmt == "json-ct" else None)
+    return msgpack.packb(payload), ("application/msgpack" if fmt == "msgpack-ct" else None)
+
+
+MALFORMED = [
+    (b"{bad json", None, "invalid json"),
+    (b"[1, 2]", None, "not an object"),
+    (b'{"s": "x", "b": false}', None, "no numeric field"),
+    (b"\x81\xa1t\xc1", "application/msgpack", "invalid msgpack"),
+    (msgpack.packb({"t": 1}), "application/json", "invalid json"),
+    (b"", None, "empty payload"),
+    (b"plain text", None, "unknown payload format"),
+]
+
+
+def _write_day(log_writer, data, first, n, t_start):
+    """n good messages, every 9th followed by a malformed one; returns what was written."""
+    w = log_writer(str(data), 16384) if first == 0 else _write_day.writer
+    _write_day.writer = w
+    good, bad = [], []
+    for i in range(first, first + n):
+        device, payload, fmt = _good(i)
+        body, ctype = _encode(payload, fmt)
+        props = {"mqttTopic": f"devices/{device}/telemetry"}
+        if ctype:
+            props["contentType"] = ctype
+        ts = t_start + (i - first) * 1700
+        pos = w.append(Message(topic="devices", body=body, properties=props), ts)
+        good.append((pos, ts, device, payload))
+        if i % 9 == 0:
+            body, ctype, reason = MALFORMED[(i // 9) % len(MALFORMED)]
+            props = {"mqttTopic": f"devices/{device}/telemetry"} | ({"contentType": ctype} if ctype else {})
+            bad.append((w.append(Message(topic="devices", body=body, properties=props), ts), reason))
+        if i % 10 == 0:  # not telemetry: another MQTT topic, and a native message
+            w.append(Message(topic="devices", body=b'{"v": 1}', properties={"mqttTopic": f"devices/{device}/status"}), ts)
+            w.append(Message(topic="orders", body=b'{"v": 1}'), ts)
+    return good, bad
+
+
+def _flat(payload):
+    out = {}
+    for k, v in payload.items():
+        if isinstance(v, dict):
+            out.update({f"{k}.{k2}": v2 for k2, v2 in v.items()})
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
+    return out
+
+
+def _expected(good, window_ms=60_000):
+    groups = defaultdict(list)
+    for pos, ts, device, payload in good:
+        for field, value in _flat(payload).items():
+            groups[(device, ts - ts % window_ms, field)].append((ts, pos, value))
+    out = {}
+    for key, vals in groups.items():
+        values = [v for _, _, v in vals]
+        out[key] = (len(values), min(values), max(values), sum(values) / len(values), max(vals)[2])
+    return out
+
+
+def _actual(spark, out):
+    rows = spark.read.parquet(os.path.join(out, "aggregates")).collect()
+    got = {}
+    for r in rows:
+        key = (r.device, round(r.window_start.timestamp() * 1000), r.field)
+        assert key not in got, f"duplicate aggregate {key}"
+        assert r.window_end.timestamp() - r.window_start.timestamp() == 60
+        assert str(r.date) == r.window_start.strftime("%Y-%m-%d")
+        got[key] = (r["count"], r["min"], r["max"], r["avg"], r["last"])
+    return got
+
+
+def _same(got, want):
+    assert got.keys() == want.keys()
+    for key, (c, lo, hi, avg, last) in want.items():
+        gc, glo, ghi, gavg, glast = got[key]
+        assert (gc, glo, ghi, glast) == (c, lo, hi, last), key
+        assert math.isclose(gavg, avg, rel_tol=1e-12), key
+
+
+def test_batch_job_matches_python_and_rejects_malformed(spark, log_writer, tmp_path, capsys):
+    data, out = tmp_path / "data", tmp_path / "out"
+    good, bad = _write_day(log_writer, data, 0, 160, T0)
+    argv = ["--data-dir", str(data), "--out", str(out), "--filter", "devices/+/telemetry", "--device-level", "2", "--window", "1 minute"]
+    assert telemetry.main(argv, session=spark) == 0
+    _same(_actual(spark, str(out)), _expected(good))
+
+    rejects = {r.commitlog_offset: r for r in spark.read.parquet(str(out / "rejects")).collect()}
+    assert sorted(rejects) == sorted(pos for pos, _ in bad)
+    for pos, reason in bad:
+        assert reason in rejects[pos].reason
+        assert rejects[pos].device in DEVICES and rejects[pos].body is not None
+    printed = capsys.readouterr().out
+    assert "device" in printed and "d3" in printed and f"rejects: {len(bad)}" in printed
+
+
+def test_device_level_out_of_range_is_a_reject(spark, log_writer, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    w = log_writer(str(data), 16384)
+    w.append(Message(topic="devices", body=b'{"t": 1}', properties={"mqttTopic": "devices/d1"}), T0)
+    w.append(Message(topic="devices", body=b'{"t": 2}', properties={"mqttTopic": "devices/d1/telemetry"}), T0)
+    telemetry.main(["--data-dir", str(data), "--out", str(out), "--device-level", "3"], session=spark)
+    reasons = [r.reason for r in spark.read.parquet(str(out / "rejects")).collect()]
+    assert reasons == ["MQTT topic has no level 3"]
+    assert [r.device for r in spark.read.parquet(str(out / "aggregates")).collect()] == ["telemetry"]
+
+
+def test_stream_mode_emits_closed_windows_once_across_restarts(spark, log_writer, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    argv = ["--data-dir", str(data), "--out", str(out), "--filter", "devices/+/telemetry", "--stream", "--once",
+            "--watermark", "1 minute"]
+    good, _ = _write_day(log_writer, data, 0, 120, T0)
+    telemetry.main(argv, session=spark)
+    more, _ = _write_day(log_writer, data, 120, 120, T0 + 120 * 1700)
+    telemetry.main(argv, session=spark)
+    everything = good + more
+    watermark = max(ts for _, ts, _, _ in everything) - 60_000
+    want = {k: v for k, v in _expected(everything).items() if k[1] + 60_000 <= watermark}
+    assert len({k[1] for k in want}) >= 3
+    _same(_actual(spark, str(out)), want)
+
+
+@pytest.mark.parametrize(
+    "body,ctype,want",
+    [
+        (b' {"a": 1, "b": {"c": 2.5, "d": [1]}, "e": null}', None, {"a": 1.0, "b.c": 2.5}),
+        (msgpack.packb({"a": 1, 2: 3, "f": 1e400 if False else 1.5}), None, {"a": 1.0, "f": 1.5}),
+        (b'{"a": NaN, "b": 1e999, "c": 10000000000000000000000}', "text/json", {"c": 1e22}),
+    ],
+)
+def test_payload_fields(body, ctype, want):
+    assert numeric_fields(body, ctype) == want
+
+
+@pytest.mark.parametrize("body,ctype", [(b"\xc1", None), (b"\x92\x01\x02", "application/x-msgpack"), (b"{}", None), (b"\xff" * 3, "application/json")])
+def test_payload_rejects(body, ctype):
+    with pytest.raises(PayloadError):
+        numeric_fields(body, ctype)
