@@ -103,7 +103,10 @@ class ScheduleService:
     # ---- parking (put hook: runs inside the broker's send, must not block) ----
 
     def park(self, msg: Message) -> None:
-        level = _int(msg.properties.get(PROPERTY_DELAY))
+        raw = msg.properties.get(PROPERTY_DELAY)
+        if not raw or raw == "0":  # the common case, kept cheap: this runs on every send
+            return
+        level = _int(raw)
         if level <= 0 or msg.topic == SCHEDULE_TOPIC:
             return
         tx = msg.sysflag & TRANSACTION_MASK

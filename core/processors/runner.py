@@ -8,7 +8,8 @@ Rules kept here:
 - The dispatch table `broker_routes` is the whole list of request codes the
   broker answers; every other code gets REQUEST_CODE_NOT_SUPPORTED from
   the server. PULL_MESSAGE is spawned (long polling); every other route is
-  inline, so one connection's sends are stored in arrival order.
+  inline, so one connection's sends are stored in arrival order; a run of
+  sends from one read is stored through one `Broker.send_many` call.
 - Started means: listening, delay-level service running, and one
   registration round done with every name server (each bounded by its
   timeout, so a dead name server delays start by at most that).
@@ -42,14 +43,14 @@ log = logging.getLogger("mqgate.processors.runner")
 
 
 def broker_routes(ctx: BrokerContext, schedule: ScheduleService | None = None) -> dict[int, Route]:
-    def r(fn, spawn=False):
-        return Route(functools.partial(fn, ctx), spawn)
+    def r(fn, spawn=False, batch=None):
+        return Route(functools.partial(fn, ctx), spawn, functools.partial(batch, ctx) if batch else None)
 
     C = RequestCode
     return {
-        C.SEND_MESSAGE: r(send.send_message),
-        C.SEND_MESSAGE_V2: r(send.send_message),
-        C.SEND_BATCH_MESSAGE: r(send.send_message),
+        C.SEND_MESSAGE: r(send.send_message, batch=send.send_messages),
+        C.SEND_MESSAGE_V2: r(send.send_message, batch=send.send_messages),
+        C.SEND_BATCH_MESSAGE: r(send.send_message, batch=send.send_messages),
         C.CONSUMER_SEND_MSG_BACK: r(send.consumer_send_msg_back),
         C.PULL_MESSAGE: r(pull.pull_message, spawn=True),
         C.HEART_BEAT: r(client_manage.heart_beat),

@@ -20,7 +20,11 @@ writer task. Rules kept here:
   answered for a oneway request.
 - A frame the decoder rejects (`RemotingProtocolError`: length lies, header
   longer than the frame, bad JSON, over 16 MiB) closes that connection only,
-  with one log line. Other connections are untouched.
+  with one log line, after the good frames before it are served. Other
+  connections are untouched.
+- A run of consecutive requests with the same code in one read may be
+  handed to the route's ``batch`` handler at once (same answers, fewer
+  scheduler passes).
 - Every wait on the peer has a timeout: reads (``idle_timeout``, Java's
   120 s channel idle), writes (``write_timeout``) and broker-to-client
   requests (``Channel.request``).
@@ -48,6 +52,7 @@ __all__ = ["Channel", "Handler", "RemotingServer", "Route", "ChannelClosedError"
 log = logging.getLogger("mqgate.remoting.server")
 
 Handler = Callable[["Channel", RemotingCommand], Awaitable[RemotingCommand | None]]
+BatchHandler = Callable[["Channel", list[RemotingCommand]], Awaitable[list[RemotingCommand | None]]]
 
 _RESPONSE = int(RemotingFlag.RESPONSE)
 _ONEWAY = int(RemotingFlag.ONEWAY)
@@ -60,8 +65,14 @@ class ChannelClosedError(ConnectionError):
 
 @dataclass(frozen=True, slots=True)
 class Route:
+    """How a code is served. ``batch``, for inline routes, takes a run of
+    consecutive requests of this code from one read and answers each in
+    order (e.g. one store append pass and one scheduler checkpoint for a
+    burst of oneway sends); it must behave exactly like ``handler`` on each."""
+
     handler: Handler
     spawn: bool = False
+    batch: BatchHandler | None = None
 
 
 class Channel:
@@ -212,8 +223,8 @@ class RemotingServer:
         self._close_callbacks: list[Callable[[Channel], None]] = []
         self.port: int | None = None
 
-    def register(self, code: int, handler: Route | Handler, *, spawn: bool = False) -> None:
-        self.routes[int(code)] = handler if isinstance(handler, Route) else Route(handler, spawn)
+    def register(self, code: int, handler: Route | Handler, *, spawn: bool = False, batch: BatchHandler | None = None) -> None:
+        self.routes[int(code)] = handler if isinstance(handler, Route) else Route(handler, spawn, batch)
 
     def on_close(self, callback: Callable[[Channel], None]) -> None:
         """``callback(channel)`` runs once when a connection ends (must not block)."""
@@ -270,35 +281,74 @@ class RemotingServer:
                 return
             if not data:
                 return
+            decoder.receive_data(data)
+            cmds: list[RemotingCommand] = []
+            bad: RemotingProtocolError | None = None
+            try:
+                cmds.extend(decoder.frames())
+            except RemotingProtocolError as exc:
+                bad = exc  # serve the good frames before it, then close
             channel._batching = True
             try:
-                decoder.receive_data(data)
-                for cmd in decoder.frames():
-                    if cmd.flag & _RESPONSE:
-                        channel._on_response(cmd)
-                        continue
-                    route = routes.get(cmd.code)
-                    if route is None:
-                        channel.send(
-                            cmd.make_response(
-                                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
-                            )
-                        )
-                    elif route.spawn:
-                        nursery.start_soon(self._run, route.handler, channel, cmd)
-                    else:
-                        await self._run(route.handler, channel, cmd)
-            except RemotingProtocolError as exc:
-                log.warning("%s: %s sent a bad frame (%s); closing that connection", self.name, channel, exc)
-                return
+                await self._dispatch(channel, cmds, nursery)
             finally:
                 channel._batching = False
+            if bad is not None:
+                await self._flush_quietly(channel)
+                log.warning("%s: %s sent a bad frame (%s); closing that connection", self.name, channel, bad)
+                return
             # one write for every response of this read (the writer task covers spawned handlers)
             try:
                 await channel._flush()
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError) as exc:
                 log.info("%s: %s: write failed (%s); closing", self.name, channel, type(exc).__name__)
                 return
+
+    async def _dispatch(self, channel: Channel, cmds: list[RemotingCommand], nursery: trio.Nursery) -> None:
+        routes = self.routes
+        i, n = 0, len(cmds)
+        while i < n:
+            cmd = cmds[i]
+            i += 1
+            if cmd.flag & _RESPONSE:
+                channel._on_response(cmd)
+                continue
+            route = routes.get(cmd.code)
+            if route is None:
+                channel.send(
+                    cmd.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+                )
+            elif route.spawn:
+                nursery.start_soon(self._run, route.handler, channel, cmd)
+            elif route.batch is not None and i < n and cmds[i].code == cmd.code and not cmds[i].flag & _RESPONSE:
+                j = i
+                while j < n and cmds[j].code == cmd.code and not cmds[j].flag & _RESPONSE:
+                    j += 1
+                await self._run_batch(route, channel, cmds[i - 1 : j])
+                i = j
+            else:
+                await self._run(route.handler, channel, cmd)
+
+    async def _run_batch(self, route: Route, channel: Channel, run: list[RemotingCommand]) -> None:
+        assert route.batch is not None
+        try:
+            responses = await route.batch(channel, run)
+        except Exception:
+            log.exception("%s: batch processor for code %d failed; serving one by one", self.name, run[0].code)
+            for cmd in run:
+                await self._run(route.handler, channel, cmd)
+            return
+        for cmd, resp in zip(run, responses):
+            if resp is not None and not cmd.flag & _ONEWAY:
+                resp.opaque = cmd.opaque
+                resp.flag |= _RESPONSE
+                channel.send(resp)
+
+    async def _flush_quietly(self, channel: Channel) -> None:
+        try:
+            await channel._flush()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError):
+            pass
 
     async def _run(self, handler: Handler, channel: Channel, cmd: RemotingCommand) -> None:
         try:

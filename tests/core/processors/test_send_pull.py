@@ -94,3 +94,36 @@ async def test_offsets(cluster):
 async def test_unknown_code(cluster):
     r = await cluster.client.invoke(cluster.broker_addr, RemotingCommand.request(12345))
     assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+async def test_a_read_of_many_sends_keeps_order_and_answers_each(cluster):
+    """Frames of one write go through the batch path: order kept, a bad header answered alone."""
+    from core.remoting import FrameDecoder, encode_frame
+
+    await cluster.client.invoke(cluster.broker_addr, send_req("TopicF", b"create", queue_id=0))
+    reqs = []
+    for i in range(40):
+        if i == 10:
+            r = send_req("TopicF", b"bad")
+            del r.ext_fields["queueId"]
+        elif i == 20:
+            r = send_req("TopicNewInBatch", b"new", queue_id=0)  # auto-created: served alone, in place
+        else:
+            r = send_req("TopicF", b"%d" % i, queue_id=0)
+        r.opaque = 1000 + i
+        reqs.append(r)
+    host, port = cluster.broker_addr.split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    await stream.send_all(b"".join(encode_frame(r) for r in reqs))
+    dec, got = FrameDecoder(), []
+    with trio.fail_after(5):
+        while len(got) < 40:
+            dec.receive_data(await stream.receive_some(65536))
+            got.extend(dec.frames())
+    await stream.aclose()
+    assert [g.opaque for g in got] == [1000 + i for i in range(40)]
+    assert got[10].code == ResponseCode.SYSTEM_ERROR and "queueId" in got[10].remark
+    assert all(g.code == 0 for i, g in enumerate(got) if i != 10)
+    r = await cluster.client.invoke(cluster.broker_addr, pull_req("TopicF", 0, 1))
+    bodies = [m.body for m in decode_messages(r.body)]
+    assert bodies == [b"%d" % i for i in range(40) if i not in (10, 20)][:32]
