@@ -16,6 +16,7 @@ Rules kept here:
 - The registered address is ``brokerIP1:<bound port>``; with ``listenPort``
   0 (tests) the broker's store host is set to the bound port too, so
   offset message ids point at the real listener.
+- ACL is off unless an ACL file (or `PlainAcl`) is given.
 - Any topic change (auto-created on send, ``%RETRY%`` on heartbeat,
   UPDATE_AND_CREATE_TOPIC) re-registers with the name servers at once.
 """
@@ -24,12 +25,14 @@ from __future__ import annotations
 
 import functools
 import logging
+from pathlib import Path
 
 import trio
 
 from core.broker import Broker
 from core.namesrv import BrokerIdentity, BrokerRegistrar
 from core.processors import admin, client_manage, offsets, pull, send
+from core.processors.acl import PlainAcl
 from core.processors.context import BrokerContext
 from core.remoting import RequestCode
 from core.remoting.client import RemotingClient
@@ -90,6 +93,7 @@ class BrokerRemoting:
         register_period: float | None = None,
         register_timeout: float = 3.0,
         client_scan_interval: float = 10.0,
+        acl: "PlainAcl | str | None" = None,
     ) -> None:
         if isinstance(namesrv_addrs, str):
             namesrv_addrs = [a for a in namesrv_addrs.split(";") if a]
@@ -100,7 +104,11 @@ class BrokerRemoting:
         levels = delay_levels or getattr(broker.config, "message_delay_level", None) or DEFAULT_DELAY_LEVELS
         self.schedule = ScheduleService(broker, levels)
         self.ctx = BrokerContext(broker)
-        self.server = RemotingServer(broker_routes(self.ctx, self.schedule), name=f"broker {broker.config.broker_name}")
+        if isinstance(acl, (str, Path)):
+            acl = PlainAcl.from_file(acl)
+        self.acl = acl
+        self.server = RemotingServer(broker_routes(self.ctx, self.schedule), name=f"broker {broker.config.broker_name}",
+                                     request_hook=acl.hook if acl is not None else None)
         self.server.on_close(self.ctx.channel_closed)
         self.register_period = register_period or broker.config.register_name_server_period / 1000
         self.register_timeout = register_timeout
@@ -143,7 +151,13 @@ async def run_broker_remoting(
     namesrv_addrs: list[str] | str | None,
     *,
     delay_levels: str | None = None,
+    acl_file: str | None = None,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve RocketMQ clients for ``broker`` on ``host:port`` until cancelled; reports the bound port."""
-    await BrokerRemoting(broker, host, port, namesrv_addrs, delay_levels=delay_levels).run(task_status=task_status)
+    """Serve RocketMQ clients for ``broker`` on ``host:port`` until cancelled; reports the bound port.
+
+    ``delay_levels``: ``messageDelayLevel`` text (default the 18 4.x levels);
+    ``acl_file``: a plain-ACL file (TOML, or RocketMQ's plain_acl.yml) turns ACL on.
+    """
+    remoting = BrokerRemoting(broker, host, port, namesrv_addrs, delay_levels=delay_levels, acl=acl_file)
+    await remoting.run(task_status=task_status)

@@ -28,6 +28,9 @@ writer task. Rules kept here:
 - Every wait on the peer has a timeout: reads (``idle_timeout``, Java's
   120 s channel idle), writes (``write_timeout``) and broker-to-client
   requests (``Channel.request``).
+- ``request_hook(channel, cmd)`` (ACL) sees every request that has a route
+  before it runs; a command it returns is the answer (not sent for oneway
+  requests) and the request is dropped.
 - Closing a connection runs the server's close callbacks once, with the
   `Channel`, so tables keyed by channel (consumer groups, namesrv brokers)
   forget it.
@@ -210,8 +213,10 @@ class RemotingServer:
         idle_timeout: float = 120.0,
         write_timeout: float = 30.0,
         max_output_bytes: int = 256 * 1024 * 1024,
+        request_hook: Callable[[Channel, RemotingCommand], RemotingCommand | None] | None = None,
     ) -> None:
         self.name = name
+        self.request_hook = request_hook
         self.routes: dict[int, Route] = {}
         for code, r in (routes or {}).items():
             self.register(code, r)
@@ -314,13 +319,21 @@ class RemotingServer:
                 channel._on_response(cmd)
                 continue
             route = routes.get(cmd.code)
+            if self.request_hook is not None and route is not None:
+                refusal = self.request_hook(channel, cmd)
+                if refusal is not None:
+                    if not cmd.flag & _ONEWAY:
+                        refusal.opaque = cmd.opaque
+                        refusal.flag |= _RESPONSE
+                        channel.send(refusal)
+                    continue
             if route is None:
                 channel.send(
                     cmd.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
                 )
             elif route.spawn:
                 nursery.start_soon(self._run, route.handler, channel, cmd)
-            elif route.batch is not None and i < n and cmds[i].code == cmd.code and not cmds[i].flag & _RESPONSE:
+            elif route.batch is not None and self.request_hook is None and i < n and cmds[i].code == cmd.code and not cmds[i].flag & _RESPONSE:
                 j = i
                 while j < n and cmds[j].code == cmd.code and not cmds[j].flag & _RESPONSE:
                     j += 1

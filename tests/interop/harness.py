@@ -25,8 +25,10 @@ FAST_DELAY_LEVELS = "100ms 200ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms 300ms
 
 
 class ClusterThread:
-    def __init__(self, data_dir: str, *, delay_levels: str | None = None, broker_config: dict | None = None):
+    def __init__(self, data_dir: str, *, delay_levels: str | None = None, broker_config: dict | None = None,
+                 acl: str | None = None):
         self.data_dir = data_dir
+        self.acl = acl
         self.delay_levels = delay_levels
         self.broker_config = broker_config or {}
         self._ready = threading.Event()
@@ -67,7 +69,7 @@ class ClusterThread:
                 async with trio.open_nursery() as broker_side:
                     await broker_side.start(self.broker.run)
                     self.remoting = BrokerRemoting(self.broker, "127.0.0.1", 0, [self.namesrv],
-                                                   delay_levels=self.delay_levels)
+                                                   delay_levels=self.delay_levels, acl=self.acl)
                     port = await broker_side.start(self.remoting.run)
                     self.broker_addr = f"127.0.0.1:{port}"
                     self._ready.set()
