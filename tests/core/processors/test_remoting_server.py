@@ -156,3 +156,45 @@ async def test_close_callback_runs(nursery):
         while not closed:
             await trio.sleep(0.01)
     assert len(closed) == 1 and closed[0].closed
+
+
+async def test_client_reconnects_after_server_restart():
+    async with open_remoting_client() as client:
+        async with trio.open_nursery() as n1:
+            server = RemotingServer({1000: echo})
+            port = await n1.start(server.serve, "127.0.0.1", 0)
+            addr = f"127.0.0.1:{port}"
+            assert (await client.invoke(addr, RemotingCommand.request(1000, {"x": "1"}))).code == 0
+            n1.cancel_scope.cancel()
+        async with trio.open_nursery() as n2:
+            server2 = RemotingServer({1000: echo})
+            await n2.start(server2.serve, "127.0.0.1", port)
+            with trio.fail_after(5):
+                while True:
+                    try:
+                        r = await client.invoke(addr, RemotingCommand.request(1000, {"x": "2"}))
+                        break
+                    except ConnectionError:
+                        await trio.sleep(0.01)  # the old connection's EOF may still be in flight
+            assert r.ext_fields["echo"] == "2"
+            n2.cancel_scope.cancel()
+
+
+async def test_broker_to_client_request_with_response(nursery):
+    channels = []
+
+    async def hello(channel, cmd):
+        channels.append(channel)
+        return cmd.make_response(0)
+
+    async def running_info(addr, cmd):
+        return cmd.make_response(0, body=b"info")
+
+    server = RemotingServer({1000: hello})
+    port = await nursery.start(server.serve, "127.0.0.1", 0)
+    async with open_remoting_client(handlers={int(RequestCode.GET_CONSUMER_RUNNING_INFO): running_info}) as client:
+        await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(1000))
+        resp = await channels[0].request(RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO), timeout=5)
+        assert resp.body == b"info"
+        r = await channels[0].request(RemotingCommand.request(4242), timeout=5)
+        assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
