@@ -140,7 +140,12 @@ class Channel:
         self.send(cmd)
 
     async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        """A broker-to-client request that waits for the response."""
+        """A broker-to-client request that waits for the response.
+
+        Call it from a spawned task or for another connection: an inline
+        handler of this same connection holds its reader, so the answer
+        could not be read before the timeout.
+        """
         if self.closed:
             raise ChannelClosedError(f"{self} is closed")
         cmd.flag &= ~(_ONEWAY | _RESPONSE)

@@ -210,3 +210,4 @@ async def test_query_view_and_admin(cluster):
     r = await c.invoke(a, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
     table = decode_json(r.body)["table"]
     assert table["brokerName"] == "broker-a" and all(isinstance(v, str) for v in table.values())
+    assert table["commitLogMaxOffset"].isdigit() and int(table["commitLogMaxOffset"]) > 0
