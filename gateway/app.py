@@ -96,21 +96,27 @@ class MQTTGateway:
 
     async def run(self, listeners: Sequence[ListenerSpec], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.started_at = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await self._restore()
-            self.broker.add_put_hook(self.router.put_hook)
-            self.broker.add_dispatch_listener(self.router.on_dispatch)
-            if self.settings.session.sys_interval:
-                nursery.start_soon(self._sys_loop)
-            if not any(s.enabled for s in listeners):
-                log.warning("no MQTT listener is enabled (every port is 0)")
-                task_status.started({})
-                await trio.sleep_forever()
-            ports = await nursery.start(partial(
-                serve_listeners, listeners, self.handle,
-                max_connections=self.settings.limits.max_connections, stats=self.listener_stats))
-            task_status.started(ports)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._run(nursery, listeners, task_status)
+        finally:
+            self.shutting_down = True
+
+    async def _run(self, nursery, listeners, task_status) -> None:
+        await self._restore()
+        self.broker.add_put_hook(self.router.put_hook)
+        self.broker.add_dispatch_listener(self.router.on_dispatch)
+        if self.settings.session.sys_interval:
+            nursery.start_soon(self._sys_loop)
+        if not any(s.enabled for s in listeners):
+            log.warning("no MQTT listener is enabled (every port is 0)")
+            task_status.started({})
+            await trio.sleep_forever()
+        ports = await nursery.start(partial(
+            serve_listeners, listeners, self.handle,
+            max_connections=self.settings.limits.max_connections, stats=self.listener_stats))
+        task_status.started(ports)
 
     async def handle(self, stream: trio.abc.Stream, info) -> None:
         await Connection(self, stream, info).run()
@@ -212,7 +218,7 @@ class MQTTGateway:
         sess = conn.session
         if sess is None or sess.conn is not conn:
             return
-        shutdown = self.shutting_down or trio.current_effective_deadline() == -math.inf
+        shutdown = self.shutting_down or conn.server_stopping
         sess.conn = None
         self.stats.connected -= 1
         sess.wake.set()
@@ -302,6 +308,8 @@ class MQTTGateway:
         sess.expiry_scope = sess.will_scope = None
 
     def _schedule_expiry(self, sess: Session, seconds: float) -> None:
+        if self.shutting_down:
+            return
         scope = sess.expiry_scope = trio.CancelScope()
         self._nursery.start_soon(self._expire_later, sess, max(0.0, seconds), scope)
 
@@ -314,6 +322,8 @@ class MQTTGateway:
                 await self.end_session(sess)
 
     def _schedule_will(self, sess: Session | None, will: Will, seconds: float, cid: str | None = None) -> None:
+        if self.shutting_down:
+            return
         scope = trio.CancelScope()
         if sess is not None:
             sess.will_scope = scope

@@ -70,6 +70,7 @@ class Connection:
         self.keepalive = 0
         self.will = None
         self.taken_over = False
+        self.server_stopping = False
         self.takeover_ends_session = False
         self.done = trio.Event()
         self._reader_scope: trio.CancelScope | None = None
@@ -184,11 +185,18 @@ class Connection:
                 if self.session is not None:
                     self.session.wake.set()
         finally:
+            # Cancelled from outside (not by kick): the server is stopping.
+            self.server_stopping = trio.current_effective_deadline() == -math.inf
             with trio.CancelScope(shield=True):
                 try:
                     await self.gw.connection_closed(self)
                 finally:
                     self.done.set()
+                    with trio.move_on_after(1):
+                        try:
+                            await self.stream.aclose()
+                        except _STREAM_ERRORS:
+                            pass
 
     async def _recv(self) -> bytes:
         try:

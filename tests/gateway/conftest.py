@@ -125,3 +125,54 @@ def gateway_factory(tmp_path):
 @pytest.fixture
 def client_cls():
     return Client
+
+
+async def memory_client(gw, nursery, client_id: str = "", *, version: int = 5, expect: int | None = 0,
+                        **connect_kw):
+    """A Client talking to ``gw`` over an in-memory stream (for MockClock tests)."""
+    from trio.testing import memory_stream_pair
+
+    from gateway.listeners import ConnectionInfo
+
+    client_stream, server_stream = memory_stream_pair()
+    info = ConnectionInfo(transport="tcp", listener="memory", peer=("memory", 0), local_port=0,
+                          connection_id=id(client_stream))
+    nursery.start_soon(gw.handle, server_stream, info)
+    self = Client(client_stream, version)
+    connect_kw.setdefault("clean_start", True)
+    await self.send(Connect(protocol_version=version, client_id=client_id, **connect_kw))
+    ack = await self.recv(timeout=1e6)
+    if expect is not None:
+        assert isinstance(ack, ConnAck), ack
+        assert ack.reason_code == expect, ack
+    return self, ack
+
+
+@asynccontextmanager
+async def memory_gateway(root, settings=None):
+    """(broker, gateway, nursery) with no listener: clients come in via memory_client.
+
+    The broker's periodic tasks (flush, offset persistence, retention) are
+    pushed out of the way: each runs in a worker thread, and while a thread
+    runs the autojump clock leaps to the next deadline, so they would make
+    virtual time race ahead."""
+    cfg = BrokerConfig(default_topic_queue_nums=4, listen_port=0, flush_interval_commit_log=10**9,
+                       flush_consumer_offset_interval=10**9, clean_resource_interval=10**9)
+    async with open_broker(cfg, small_store_config(root)) as broker:
+        gw = MQTTGateway(broker, GatewaySettings.from_dict(settings or {"sysInterval": 0}))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(gw.run, [])
+            try:
+                yield broker, gw, nursery
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+def memory_factory(tmp_path):
+    return partial(memory_gateway, tmp_path / "store")
+
+
+@pytest.fixture
+def memory_connect():
+    return memory_client

@@ -1,0 +1,155 @@
+"""Keepalive, will delay and session expiry, driven in-process on trio's
+autojump clock (no real sleeps): the gateway's timers fire in virtual time.
+
+The clock jumps after 10 ms of real idleness rather than at once: the broker
+does some work in worker threads (file creation, fsync), and a clock that
+jumps the moment the loop waits for a thread would fire every timeout
+before the thread could answer."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+from gateway.mqtt import Disconnect, Publish, ReasonCode, Will
+
+BIG = 1e6  # a virtual-time timeout that never fires first
+
+
+@pytest.fixture
+def clock():
+    return MockClock(autojump_threshold=0.01)
+
+
+async def test_keepalive_expiry_at_one_and_a_half(clock, memory_factory, memory_connect):
+    async with memory_factory() as (broker, gw, nursery):
+        c, ack = await memory_connect(gw, nursery, "ka", keep_alive=10)
+        start = trio.current_time()
+        d = await c.recv(timeout=BIG)
+        assert isinstance(d, Disconnect) and d.reason_code == ReasonCode.KEEP_ALIVE_TIMEOUT
+        assert 14.9 <= trio.current_time() - start <= 15.5
+        assert await c.recv(timeout=BIG) is None
+
+
+async def test_pings_keep_the_connection(clock, memory_factory, memory_connect):
+    from gateway.mqtt import PingResp
+
+    async with memory_factory() as (broker, gw, nursery):
+        c, _ = await memory_connect(gw, nursery, "ka", keep_alive=10)
+        for _ in range(5):
+            await trio.sleep(9)
+            await c.ping()
+            await c.expect(PingResp, timeout=BIG)
+        assert gw.stats.connected == 1
+
+
+async def test_server_keepalive_is_announced_and_enforced(clock, memory_factory, memory_connect):
+    async with memory_factory({"sysInterval": 0, "maxKeepalive": 20}) as (broker, gw, nursery):
+        c, ack = await memory_connect(gw, nursery, "ka", keep_alive=0)
+        assert ack.server_keep_alive == 20
+        start = trio.current_time()
+        d = await c.recv(timeout=BIG)
+        assert isinstance(d, Disconnect) and d.reason_code == ReasonCode.KEEP_ALIVE_TIMEOUT
+        assert 29.9 <= trio.current_time() - start <= 30.5
+
+
+async def test_will_after_its_delay(clock, memory_factory, memory_connect):
+    async with memory_factory() as (broker, gw, nursery):
+        w, _ = await memory_connect(gw, nursery, "watcher")
+        await w.subscribe("will/#", qos=1)
+        dev, _ = await memory_connect(gw, nursery, "dev", clean_start=True, session_expiry_interval=100,
+                                      will=Will(topic="will/dev", payload=b"bye", qos=1, will_delay_interval=30))
+        await dev.close()  # no DISCONNECT: the will is due
+        start = trio.current_time()
+        m = await w.expect(Publish, timeout=BIG)
+        assert m.payload == b"bye"
+        assert 29.9 <= trio.current_time() - start <= 31
+
+
+async def test_no_will_when_client_returns_in_time(clock, memory_factory, memory_connect):
+    async with memory_factory() as (broker, gw, nursery):
+        w, _ = await memory_connect(gw, nursery, "watcher")
+        await w.subscribe("will/#")
+        dev, _ = await memory_connect(gw, nursery, "dev", clean_start=True, session_expiry_interval=100,
+                                      will=Will(topic="will/dev", payload=b"bye", will_delay_interval=30))
+        await dev.close()
+        await trio.sleep(10)
+        dev, ack = await memory_connect(gw, nursery, "dev", clean_start=False, session_expiry_interval=100)
+        assert ack.session_present
+        with trio.move_on_after(200):
+            m = await w.recv(timeout=BIG)
+            raise AssertionError(f"will sent although the client came back: {m!r}")
+
+
+async def test_will_at_session_end_when_sooner_than_delay(clock, memory_factory, memory_connect):
+    async with memory_factory() as (broker, gw, nursery):
+        w, _ = await memory_connect(gw, nursery, "watcher")
+        await w.subscribe("will/#")
+        dev, _ = await memory_connect(gw, nursery, "dev", clean_start=True, session_expiry_interval=5,
+                                      will=Will(topic="will/dev", payload=b"bye", will_delay_interval=60))
+        await dev.close()
+        start = trio.current_time()
+        await w.expect(Publish, timeout=BIG)
+        assert 4.9 <= trio.current_time() - start <= 6
+
+
+async def test_normal_disconnect_discards_will_0x04_sends_it(clock, memory_factory, memory_connect):
+    async with memory_factory() as (broker, gw, nursery):
+        w, _ = await memory_connect(gw, nursery, "watcher")
+        await w.subscribe("will/#")
+        a, _ = await memory_connect(gw, nursery, "a", will=Will(topic="will/a", payload=b"a"))
+        await a.disconnect()
+        b, _ = await memory_connect(gw, nursery, "b", will=Will(topic="will/b", payload=b"b"))
+        await b.disconnect(reason_code=ReasonCode.DISCONNECT_WITH_WILL_MESSAGE)
+        m = await w.expect(Publish, timeout=BIG)
+        assert m.payload == b"b"
+
+
+async def test_session_expiry(clock, memory_factory, memory_connect):
+    async with memory_factory() as (broker, gw, nursery):
+        c, _ = await memory_connect(gw, nursery, "exp", clean_start=False, session_expiry_interval=50)
+        await c.subscribe("e", qos=1)
+        await c.disconnect()
+        await trio.sleep(40)
+        c, ack = await memory_connect(gw, nursery, "exp", clean_start=False, session_expiry_interval=50)
+        assert ack.session_present
+        await c.disconnect()
+        await trio.sleep(51)
+        assert "exp" not in gw.router.sessions
+        assert len(gw.router.trie) == 0
+        c, ack = await memory_connect(gw, nursery, "exp", clean_start=False, session_expiry_interval=50)
+        assert not ack.session_present
+
+
+async def test_disconnect_may_shorten_session_expiry(clock, memory_factory, memory_connect):
+    async with memory_factory() as (broker, gw, nursery):
+        c, _ = await memory_connect(gw, nursery, "exp", clean_start=False, session_expiry_interval=500)
+        await c.disconnect(session_expiry_interval=0)
+        await trio.sleep(0.1)
+        assert "exp" not in gw.router.sessions
+
+
+async def test_connect_timeout(clock, memory_factory):
+    from trio.testing import memory_stream_pair
+
+    from gateway.listeners import ConnectionInfo
+
+    async with memory_factory({"sysInterval": 0, "connectTimeout": 3}) as (broker, gw, nursery):
+        cs, ss = memory_stream_pair()
+        nursery.start_soon(gw.handle, ss, ConnectionInfo("tcp", "m", ("m", 0), 0, 1))
+        start = trio.current_time()
+        assert await cs.receive_some(10) == b""
+        assert 2.9 <= trio.current_time() - start <= 3.5
+
+
+async def test_sys_topics_every_interval(clock, memory_factory, memory_connect):
+    async with memory_factory({"sysInterval": 10}) as (broker, gw, nursery):
+        c, _ = await memory_connect(gw, nursery, "sys")
+        await c.subscribe("$SYS/broker/clients/connected", "#")
+        m = await c.expect(Publish, timeout=BIG)  # retained value at subscribe
+        assert m.topic == "$SYS/broker/clients/connected" and m.retain
+        start = trio.current_time()
+        m = await c.expect(Publish, timeout=BIG)
+        assert m.topic == "$SYS/broker/clients/connected" and m.payload == b"1" and not m.retain
+        assert 0 < trio.current_time() - start <= 10.5
