@@ -277,3 +277,7 @@ class RouteTable:
 
     def topic_list(self) -> list[str]:
         return sorted(self.topic_queues)
+
+    def topics_of_cluster(self, cluster: str) -> list[str]:
+        names = self.clusters.get(cluster, set())
+        return sorted(t for t, qmap in self.topic_queues.items() if names.intersection(qmap))

@@ -62,6 +62,7 @@ class NameServer:
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.topics_by_cluster,
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
             RequestCode.PUT_KV_CONFIG: self.put_kv,
             RequestCode.GET_KV_CONFIG: self.get_kv,
@@ -137,6 +138,10 @@ class NameServer:
 
     async def topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         return req.make_response(ResponseCode.SUCCESS, body=_json({"topicList": self.table.topic_list()}))
+
+    async def topics_by_cluster(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        topics = self.table.topics_of_cluster(req.get_str("cluster"))
+        return req.make_response(ResponseCode.SUCCESS, body=_json({"topicList": topics}))
 
     async def query_data_version(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         addr = req.get_str("brokerAddr")

@@ -63,6 +63,8 @@ async def test_register_with_every_namesrv_and_route_forms(nursery):
             assert decode_json(ci.body)["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
             tl = await cpp.invoke(addrs[0], RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
             assert decode_json(tl.body) == {"topicList": ["TBW102", "TopicTest"]}
+            tc = await cpp.invoke(addrs[0], RemotingCommand.request(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "DefaultCluster"}))
+            assert decode_json(tc.body) == {"topicList": ["TBW102", "TopicTest"]}
 
 
 async def test_broker_removed_when_its_connection_closes(nursery):
