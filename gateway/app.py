@@ -202,6 +202,7 @@ class MQTTGateway:
             sess.inbound.receive_maximum = self.settings.limits.max_inflight_messages
         sess.conn = conn
         conn.session = sess
+        sess.flows.receive_maximum = min(conn.mq.peer_receive_maximum, self.settings.limits.max_inflight_messages)
         items = []
         if sess.persistent:
             items.append(record("sess", cid, sess.to_record(gone=None)))

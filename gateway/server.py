@@ -392,9 +392,14 @@ class Connection:
         items = []
         plan = []  # (publish, item index or None, refusal code, reason string)
         qos2 = False
+        error = None
         for pub in batch:
             gw.stats.received += 1
-            action = inbound.on_publish(pub)
+            try:
+                action = inbound.on_publish(pub)
+            except RemoteProtocolError as e:
+                error = e  # store and acknowledge what came before, then close
+                break
             if action is InboundAction.ACK_PENDING:
                 continue
             if action is InboundAction.RESEND_PUBREC:
@@ -446,6 +451,8 @@ class Connection:
             await gw.write_records([self._in2_record()])
         for ack in acks:
             self.send_event(ack)
+        if error is not None:
+            raise error
 
     async def _prepare(self, pub: Publish, received: int):
         """The (message, queue id) to store for ``pub``, or None to drop it."""
