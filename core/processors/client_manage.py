@@ -80,7 +80,7 @@ def _lock_body(req: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:
 async def lock_batch_mq(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     try:
         group, client_id, mqs = _lock_body(req)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad lock body: {exc}")
     held = ctx.locks.try_lock(group, mqs, client_id, now_ms())
     return req.make_response(ResponseCode.SUCCESS, body=_body({"lockOKMQSet": [mq.to_json() for mq in sorted(held)]}))
@@ -89,7 +89,7 @@ async def lock_batch_mq(ctx: BrokerContext, channel: Channel, req: RemotingComma
 async def unlock_batch_mq(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     try:
         group, client_id, mqs = _lock_body(req)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad unlock body: {exc}")
     ctx.locks.unlock(group, mqs, client_id)
     return req.make_response(ResponseCode.SUCCESS)

@@ -109,7 +109,16 @@ class Heartbeat:
 
 
 def parse_heartbeat(doc: Any) -> Heartbeat:
-    """A decoded HeartbeatData JSON document (C++ ordinals or Java names)."""
+    """A decoded HeartbeatData JSON document (C++ ordinals or Java names); `HeartbeatError` if not one."""
+    try:
+        return _parse_heartbeat(doc)
+    except HeartbeatError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise HeartbeatError(f"malformed heartbeat: {exc}") from exc
+
+
+def _parse_heartbeat(doc: Any) -> Heartbeat:
     if not isinstance(doc, dict):
         raise HeartbeatError("heartbeat body is not a JSON object")
     client_id = doc.get("clientID")
