@@ -122,8 +122,12 @@ class MQTTGateway:
         await Connection(self, stream, info).run()
 
     def timers_supported(self) -> bool:
-        """Whether the broker fires TIMER_DELAY_SEC messages (the timer wheel)."""
-        return bool(getattr(self.broker, "timer_enabled", False))
+        """Whether a timer service is attached to the broker (``broker.timers``,
+        set by ``gateway.serve``); without one TIMER_DELAY_SEC would be ignored
+        and the message delivered at once. Whether it takes a given delay is
+        the broker's answer to the send (a refusal comes back as 0x83)."""
+        timers = getattr(self.broker, "timers", None)
+        return timers is not None and getattr(getattr(timers, "config", None), "enabled", True)
 
     async def topic_config(self, name: str):
         cfg = self.broker.get_topic(name)

@@ -429,6 +429,8 @@ class Connection:
                 r = results[idx]
                 if r.status is not SendStatus.SEND_OK:
                     code, reason = R.UNSPECIFIED_ERROR, f"not stored: {r.status.name} {r.remark or ''}".strip()
+                    if pub.topic.startswith("$delayed/"):
+                        code = R.IMPLEMENTATION_SPECIFIC_ERROR  # e.g. the timer service refused the delay
                     gw.stats.store_errors += 1
                     log.warning("client %s: publish on %r not stored: %s", self.client_id, pub.topic, reason)
                     if self.version < 5 and pub.qos:
