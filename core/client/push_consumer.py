@@ -1,0 +1,427 @@
+"""The trio push consumer (Java ``DefaultMQPushConsumer``): concurrent or orderly listeners.
+
+Rules kept here:
+
+- One pull loop per owned queue, long polling; a queue holding
+  ``pull_threshold_for_queue`` (1000) unacknowledged messages stops pulling
+  until the listener catches up.
+- Concurrent: messages go to the listener in batches of
+  ``consume_batch_size`` (1), at most ``consume_concurrency`` (20) batches
+  at a time across queues. CONSUME_SUCCESS acknowledges the batch;
+  RECONSUME_LATER (or an exception) sends each message back
+  (CONSUMER_SEND_MSG_BACK with ``maxReconsumeTimes``, default 16): the
+  broker re-delivers it through ``%RETRY%<group>`` after delay level
+  ``3 + reconsume times`` and puts it in ``%DLQ%<group>`` past the
+  maximum. If the send-back fails the message is re-sent to the retry topic
+  as a new message; if that fails too it is consumed again locally after
+  5 s. Broadcasting consumers do not retry (as in Java).
+- Orderly: one queue is consumed by one task, one batch at a time, lowest
+  offset first; in clustering mode only while this client holds the
+  broker lock on the queue (LOCK_BATCH_MQ when the queue is taken, renewed
+  every ``lock_interval``, 20 s; a lock is trusted for 30 s; UNLOCK when the
+  queue is given up). SUSPEND_CURRENT_QUEUE_A_MOMENT (or an exception)
+  consumes the same messages again after ``suspend_current_queue_ms``;
+  past ``max_reconsume_times`` (unlimited by default) they go to the DLQ.
+- Committed offsets advance only past acknowledged messages (`ProcessQueue`)
+  and are sent every 5 s and at shutdown.
+- Listeners take ``(msgs, context)`` and may be plain or async functions;
+  ``None``/``True`` mean success and ``False`` means later. A plain
+  listener runs on the event loop, so it must be quick; the blocking
+  facade runs it in a worker thread instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import zlib
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import trio
+
+from core.client.consumer_base import ConsumerBase
+from core.client.model import (
+    ConsumeConcurrentlyStatus,
+    ConsumeOrderlyStatus,
+    MessageExt,
+    MessageQueue,
+)
+from core.client.process_queue import ProcessQueue
+from core.remoting import RequestCode
+from core.store.message import (
+    COMPRESSED_FLAG,
+    PROPERTY_DELAY,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    encode_properties,
+)
+
+__all__ = ["AsyncPushConsumer", "ConsumeContext", "MessageListener", "open_push_consumer"]
+
+log = logging.getLogger("mqgate.client.push")
+
+MessageListener = Callable[[list[MessageExt], "ConsumeContext"], Any | Awaitable[Any]]
+ORDERLY_MAX_RECONSUME = 2**31 - 1
+LOCAL_RETRY_DELAY = 5.0
+
+
+@dataclass(slots=True)
+class ConsumeContext:
+    """Passed to listeners. Concurrent listeners may set ``delay_level_when_next_consume``
+    (0: the broker's 3 + reconsume times; -1: straight to the DLQ); orderly ones may set
+    ``suspend_current_queue_ms``."""
+
+    queue: MessageQueue
+    delay_level_when_next_consume: int = 0
+    suspend_current_queue_ms: int = -1
+
+
+class AsyncPushConsumer(ConsumerBase):
+    consume_type = "CONSUME_PASSIVELY"
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        namesrv: str | list[str],
+        group: str,
+        *,
+        orderly: bool = False,
+        listener: MessageListener | None = None,
+        consume_concurrency: int = 20,
+        consume_batch_size: int = 1,
+        pull_threshold_for_queue: int = 1000,
+        max_reconsume_times: int = -1,
+        suspend_current_queue_ms: int = 1000,
+        lock_interval: float = 20.0,
+        await_termination: float = 5.0,
+        **options: Any,
+    ) -> None:
+        super().__init__(nursery, namesrv, group, **options)
+        self.orderly = orderly
+        self.listener = listener
+        self.consume_batch_size = max(1, consume_batch_size)
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        if max_reconsume_times < 0:
+            max_reconsume_times = ORDERLY_MAX_RECONSUME if orderly else 16
+        self.max_reconsume_times = max_reconsume_times
+        self.suspend_current_queue_ms = suspend_current_queue_ms
+        self.lock_interval = lock_interval
+        self.await_termination = await_termination
+        self._limiter = trio.CapacityLimiter(max(1, consume_concurrency))
+        self._consuming = 0
+        self._consume_idle = trio.Event()
+        self._consume_idle.set()
+        self.consumed_count = 0
+
+    def subscribe(self, topic: str, expression: str = "*", listener: MessageListener | None = None) -> "AsyncPushConsumer":
+        """Subscribe to ``topic`` with a tag expression (``*``, ``TagA || TagC``); the listener
+        defaults to the consumer's own."""
+        self._subscribe(topic, expression, listener)
+        return self
+
+    def register_listener(self, listener: MessageListener) -> "AsyncPushConsumer":
+        self.listener = listener
+        return self
+
+    # ---- lifecycle ----
+
+    def _start_extra(self, n: trio.Nursery) -> None:
+        if self.orderly and self.clustering:
+            n.start_soon(self._lock_loop)
+
+    async def shutdown(self) -> None:
+        """Stop pulling, let running listeners finish (up to ``await_termination``), commit
+        offsets, release queue locks, unregister and close."""
+        if self.stopping:
+            return
+        self.stopping = True
+        with trio.CancelScope(shield=True):
+            for scope in list(self._scopes.values()):
+                scope.cancel()
+            with trio.move_on_after(self.await_termination):
+                await self._consume_idle.wait()
+            with trio.move_on_after(self.instance.api.timeout * 2):
+                await self.offsets.persist_all()
+                if self.orderly and self.clustering:
+                    await self._unlock(list(self.pqs))
+            self._stopped.set()
+            await self.instance.shutdown(consumer_group=self.group)
+
+    # ---- queues ----
+
+    async def _add_queue(self, mq: MessageQueue, offset: int) -> bool:
+        if self.orderly and self.clustering:
+            try:
+                addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+                locked = await self.instance.api.lock_batch(addr, self.group, self.client_id, [mq])
+            except Exception as exc:
+                log.info("lock of %s failed: %s", mq, exc)
+                locked = set()
+            if mq not in locked:
+                assert self._n is not None
+                self._n.start_soon(self._retry_rebalance_soon)
+                return False
+            ok = await super()._add_queue(mq, offset)
+            self.pqs[mq].locked = True
+            self.pqs[mq].last_lock_time = trio.current_time()
+            return ok
+        return await super()._add_queue(mq, offset)
+
+    async def _retry_rebalance_soon(self) -> None:
+        await trio.sleep(self.missing_route_retry)
+        self.trigger_rebalance()
+
+    async def _remove_queue(self, mq: MessageQueue) -> None:
+        await super()._remove_queue(mq)
+        if self.orderly and self.clustering:
+            await self._unlock([mq])
+
+    async def _unlock(self, mqs: list[MessageQueue]) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, group in by_broker.items():
+            addr = self.instance.broker_addr(broker)
+            if addr is None:
+                continue
+            try:
+                await self.instance.api.unlock_batch(addr, self.group, self.client_id, group)
+            except Exception as exc:
+                log.info("unlock on %s failed: %s", broker, exc)
+
+    async def _lock_loop(self) -> None:
+        while True:
+            await trio.sleep(self.lock_interval)
+            await self.lock_all()
+
+    async def lock_all(self) -> None:
+        """Renew the locks of every owned queue (orderly, clustering)."""
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in self.pqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, mqs in by_broker.items():
+            addr = self.instance.broker_addr(broker)
+            try:
+                locked = await self.instance.api.lock_batch(addr, self.group, self.client_id, mqs) if addr else set()
+            except Exception as exc:
+                log.info("lock renewal on %s failed: %s", broker, exc)
+                continue
+            now = trio.current_time()
+            for mq in mqs:
+                pq = self.pqs.get(mq)
+                if pq is None:
+                    continue
+                pq.locked = mq in locked
+                if pq.locked:
+                    pq.last_lock_time = now
+
+    async def _queue_task(self, mq: MessageQueue, pq: ProcessQueue, offset: int, scope: trio.CancelScope) -> None:
+        pq.pulled_to = offset
+        with scope:
+            async with trio.open_nursery() as qn:
+                if self.orderly:
+                    qn.start_soon(self._consume_orderly, mq, pq)
+                await self._pull_loop(mq, pq, offset)
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        sub = self.subscriptions.get(mq.topic)
+        if sub is None:
+            return
+        while not pq.dropped:
+            if len(pq) >= self.pull_threshold_for_queue:
+                await pq.changed.wait()
+                continue
+            if self.orderly and self.clustering and not pq.lock_valid():
+                await trio.sleep(min(1.0, self.pull_error_delay))
+                continue
+            try:
+                code, next_offset, msgs = await self.pull_once(mq, offset, sub)
+            except Exception as exc:
+                log.info("pull %s@%d failed: %s", mq, offset, exc)
+                await trio.sleep(self.pull_error_delay)
+                continue
+            if pq.dropped:
+                return
+            if code == 21:
+                log.info("offset %d of %s is illegal; moving to %d", offset, mq, next_offset)
+                self.offsets.update(mq, next_offset, increase_only=False)
+            offset = pq.pulled_to = next_offset
+            added = pq.put(msgs) if msgs else []
+            if added:
+                if not self.orderly:
+                    self._dispatch(mq, pq, added)
+            elif not len(pq):
+                self.offsets.update(mq, offset)
+
+    # ---- listeners ----
+
+    def _listener_for(self, topic: str) -> MessageListener:
+        sub = self.subscriptions.get(topic)
+        listener = (sub.listener if sub is not None else None) or self.listener
+        if listener is None:
+            raise RuntimeError(f"no listener for topic {topic}")
+        return listener
+
+    async def _call(self, msgs: list[MessageExt], ctx: ConsumeContext) -> Any:
+        out = self._listener_for(msgs[0].topic)(msgs, ctx)
+        if inspect.isawaitable(out):
+            out = await out
+        return out
+
+    def _begin(self) -> None:
+        self._consuming += 1
+        if self._consume_idle.is_set():
+            self._consume_idle = trio.Event()
+
+    def _end(self) -> None:
+        self._consuming -= 1
+        if not self._consuming:
+            self._consume_idle.set()
+
+    # ---- concurrent ----
+
+    def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], delay: float = 0.0) -> None:
+        assert self._n is not None
+        for i in range(0, len(msgs), self.consume_batch_size):
+            self._begin()
+            self._n.start_soon(self._consume_concurrently, mq, pq, msgs[i:i + self.consume_batch_size], delay)
+
+    async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], delay: float) -> None:
+        try:
+            if delay:
+                await trio.sleep(delay)
+            async with self._limiter:
+                if pq.dropped:
+                    return
+                ctx = ConsumeContext(mq)
+                try:
+                    out = await self._call(batch, ctx)
+                    ok = out is None or out is True or out is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+                except Exception:
+                    log.exception("listener failed on %d message(s) of %s; reconsume later", len(batch), mq)
+                    ok = False
+                self.consumed_count += len(batch)
+                again: list[MessageExt] = []
+                if not ok and self.clustering:
+                    for m in batch:
+                        if not await self._send_back(m, ctx.delay_level_when_next_consume):
+                            again.append(m)
+                elif not ok:
+                    log.warning("broadcasting: %d message(s) of %s dropped after RECONSUME_LATER", len(batch), mq)
+                done = [m for m in batch if m not in again] if again else batch
+                offset = pq.remove(done)
+                if not pq.dropped:
+                    self.offsets.update(mq, offset)
+                if again:
+                    for m in again:
+                        m.reconsume_times += 1
+                    self._dispatch(mq, pq, again, LOCAL_RETRY_DELAY)
+        finally:
+            self._end()
+
+    async def _send_back(self, m: MessageExt, delay_level: int) -> bool:
+        try:
+            addr = await self.instance.find_broker_addr(m.broker_name, m.queue.topic)
+            await self.instance.api.send_back(
+                addr, self.group, m.commit_log_offset, delay_level=delay_level, origin_msg_id=m.msg_id,
+                origin_topic=m.topic, max_reconsume_times=self.max_reconsume_times)
+            return True
+        except Exception as exc:
+            log.info("send-back of %s failed (%s); re-sending to %s", m.msg_id, exc, self.retry_topic)
+        try:
+            await self._resend_to_retry(m)
+            return True
+        except Exception as exc:
+            log.info("re-send of %s to %s failed: %s", m.msg_id, self.retry_topic, exc)
+            return False
+
+    async def _resend_to_retry(self, m: MessageExt) -> None:
+        """Java's fallback: a new message in ``%RETRY%<group>`` carrying the retry bookkeeping."""
+        props = dict(m.properties)
+        for k in ("MIN_OFFSET", "MAX_OFFSET"):
+            props.pop(k, None)
+        props.setdefault(PROPERTY_RETRY_TOPIC, m.topic)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, m.msg_id)
+        props[PROPERTY_DELAY] = str(3 + m.reconsume_times)
+        props.pop(PROPERTY_MAX_RECONSUME_TIMES, None)
+        props.setdefault(PROPERTY_UNIQ_KEY, m.msg_id)
+        route = await self.instance.route(self.retry_topic)
+        queues = route.publish_queues() if route else []
+        if not queues:
+            raise RuntimeError(f"no route to {self.retry_topic}")
+        mq = queues[0]
+        addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+        header = {"a": "CLIENT_INNER_PRODUCER", "b": mq.topic, "c": "TBW102", "d": 4, "e": mq.queue_id,
+                  "f": m.sysflag & COMPRESSED_FLAG, "g": m.born_timestamp, "h": m.flag, "i": encode_properties(props),
+                  "j": m.reconsume_times + 1, "k": False, "l": self.max_reconsume_times}
+        body = zlib.compress(m.body) if m.sysflag & COMPRESSED_FLAG else m.body
+        await self.instance.api.send(addr, RequestCode.SEND_MESSAGE_V2, header, body)
+
+    # ---- orderly ----
+
+    async def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        while not pq.dropped:
+            if not pq.available():
+                await pq.changed.wait()
+                continue
+            if self.clustering and not pq.lock_valid():
+                await trio.sleep(min(1.0, self.pull_error_delay))
+                continue
+            batch = pq.take(self.consume_batch_size)
+            ctx = ConsumeContext(mq)
+            self._begin()
+            try:
+                try:
+                    out = await self._call(batch, ctx)
+                    ok = out is None or out is True or out is ConsumeOrderlyStatus.SUCCESS
+                except Exception:
+                    log.exception("orderly listener failed on %s; suspending the queue", mq)
+                    ok = False
+                self.consumed_count += len(batch)
+                if not ok and all(m.reconsume_times >= self.max_reconsume_times for m in batch):
+                    ok = all([await self._to_dlq(m) for m in batch])
+                if ok:
+                    offset = pq.commit(batch)
+                    if not pq.dropped:
+                        self.offsets.update(mq, offset)
+                    continue
+                pq.give_back(batch)
+            finally:
+                self._end()
+            wait_ms = ctx.suspend_current_queue_ms if ctx.suspend_current_queue_ms >= 0 else self.suspend_current_queue_ms
+            await trio.sleep(wait_ms / 1000)
+
+    async def _to_dlq(self, m: MessageExt) -> bool:
+        try:
+            addr = await self.instance.find_broker_addr(m.broker_name, m.queue.topic)
+            await self.instance.api.send_back(addr, self.group, m.commit_log_offset, delay_level=-1,
+                                              origin_msg_id=m.msg_id, origin_topic=m.topic,
+                                              max_reconsume_times=self.max_reconsume_times)
+            return True
+        except Exception as exc:
+            log.info("moving %s to the DLQ failed: %s", m.msg_id, exc)
+            return False
+
+
+@asynccontextmanager
+async def open_push_consumer(namesrv: str | list[str], group: str, subscriptions: dict[str, str] | None = None,
+                             listener: MessageListener | None = None, **options: Any) -> AsyncIterator[AsyncPushConsumer]:
+    """Start a push consumer; it consumes until the block exits.
+
+    ``subscriptions`` maps topic -> tag expression; more can be added with
+    ``consumer.subscribe`` before or after it starts.
+    """
+    async with trio.open_nursery() as nursery:
+        consumer = AsyncPushConsumer(nursery, namesrv, group, listener=listener, **options)
+        for topic, expr in (subscriptions or {}).items():
+            consumer.subscribe(topic, expr)
+        await consumer.start()
+        try:
+            yield consumer
+        finally:
+            await consumer.shutdown()
+            nursery.cancel_scope.cancel()
