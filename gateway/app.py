@@ -161,8 +161,11 @@ class MQTTGateway:
                 items.append(record("ret", topic, None))
         await self.write_records(items)
 
-    async def send_retained(self, sess: Session, flt, opts: SubOptions) -> None:
+    async def retained_for(self, flt, opts: SubOptions) -> list[Delivery]:
+        """The retained messages a new subscription gets (read before its SUBACK
+        is sent, so they reach the client before any later publish)."""
         stored, local = self.retained.matching(flt)
+        out_list: list[Delivery] = []
         ids = () if opts.sub_id is None else (opts.sub_id,)
         for topic, (phys, size) in stored:
             out = await self.router.load(["r", phys, size], None)
@@ -170,10 +173,10 @@ class MQTTGateway:
                 if self.retained.clear(topic):
                     await self.write_records([record("ret", topic, None)])
                 continue
-            sess.pending.append(Delivery(out, min(opts.qos, out.qos), True, ids))
+            out_list.append(Delivery(out, min(opts.qos, out.qos), True, ids))
         for out in local:
-            sess.pending.append(Delivery(out, 0, True, ids))
-        sess.wake.set()
+            out_list.append(Delivery(out, 0, True, ids))
+        return out_list
 
     # ---- sessions -------------------------------------------------------------------------
 

@@ -517,11 +517,15 @@ class Connection:
             codes.append(s.qos)
             if flt.group is None and (s.retain_handling == 0 or (s.retain_handling == 1 and new)):
                 retained.append((flt, opts))
+        deliveries = []
+        for flt, opts in retained:
+            deliveries += await gw.retained_for(flt, opts)
         if sess.persistent:
             await gw.save_session(sess)
         self.send_event(SubAck(packet_id=ev.packet_id, reason_codes=codes))
-        for flt, opts in retained:
-            await gw.send_retained(sess, flt, opts)
+        if deliveries:
+            sess.pending.extend(deliveries)
+            sess.wake.set()
 
     async def _unsubscribe(self, ev: Unsubscribe) -> None:
         gw = self.gw

@@ -23,6 +23,8 @@ async def test_retained_set_sent_cleared_and_retain_handling(gateway_factory, cl
         await s.subscribe(Subscription(topic_filter="home/#", qos=1, retain_handling=2))
         # live retained publish: retain flag cleared unless retain-as-published
         await s.subscribe(Subscription(topic_filter="home/t", qos=0, retain_as_published=True))
+        m = await s.expect(Publish)  # a new subscription with retain handling 0
+        assert (m.payload, m.retain) == (b"21", True)
         await pub.publish("home/t", b"22", qos=0, retain=True)
         m = await s.expect(Publish)
         assert m.payload == b"22" and m.retain  # overlapping subs: one delivery, RAP from any
