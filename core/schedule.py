@@ -27,8 +27,10 @@ Rules kept here:
   (fastjson form: bare numeric keys), written atomically (temp file, fsync,
   rename) at most once a second and at shutdown. Delivery is at least
   once: a crash between a delivery and the next write re-delivers.
-- A message whose real topic can no longer be written (deleted topic) is
-  logged and skipped, so one bad message never stalls its level.
+- A message whose real topic can no longer be written (deleted topic, no
+  permission, illegal) is logged and skipped, so one bad message never
+  stalls its level; a transient refusal (broker stopping or busy, system
+  error) is retried every second without moving on, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Any
 
 import trio
 
-from core.broker import SCHEDULE_TOPIC, Broker
+from core.broker import SCHEDULE_TOPIC, Broker, SendStatus
 from core.remoting import decode_json, encode_json
 from core.store.message import (
     PROPERTY_DELAY,
@@ -63,6 +65,8 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 DELAY_OFFSET_FILE = "delayOffset.json"
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _LEVEL = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+# send outcomes worth retrying (the broker is stopping, busy, or the disk is full for now)
+_TRANSIENT = frozenset({SendStatus.SERVICE_NOT_AVAILABLE, SendStatus.SYSTEM_BUSY, SendStatus.SYSTEM_ERROR})
 
 
 def parse_delay_levels(text: str) -> list[int]:
@@ -87,6 +91,7 @@ class ScheduleService:
         if len(self.delays_ms) > 18:
             raise ValueError("at most 18 delay levels (SCHEDULE_TOPIC_XXXX has 18 queues)")
         self.persist_interval = persist_interval
+        self.retry_interval = 1.0
         self.offsets: dict[int, int] = {}
         self.delivered = 0
         self._dirty = False
@@ -192,30 +197,40 @@ class ScheduleService:
                 wait_ms = stored.store_timestamp + delay - int(time.time() * 1000)
                 if wait_ms > 0:
                     await trio.sleep(wait_ms / 1000)
-                await self._deliver(stored)
+                while not await self._deliver(stored):
+                    await trio.sleep(self.retry_interval)
                 offset = stored.queue_offset + 1
                 self.offsets[level] = offset
                 self._dirty = True
 
-    async def _deliver(self, stored: Any) -> None:
+    async def _deliver(self, stored: Any) -> bool:
+        """True when done with this entry (stored, or refused for good); False to try again later."""
         props = dict(stored.properties)
         real_topic = props.pop(PROPERTY_REAL_TOPIC, None)
         real_qid = _int(props.pop(PROPERTY_REAL_QID, None), -1)
         props.pop(PROPERTY_DELAY, None)
         if not real_topic:
             log.error("scheduled message at %d has no REAL_TOPIC; skipped", stored.physical_offset)
-            return
+            return True
         msg = Message(
             topic=real_topic, body=stored.body, flag=stored.flag, properties=props, sysflag=stored.sysflag,
             born_timestamp=stored.born_timestamp, born_host=stored.born_host, reconsume_times=stored.reconsume_times,
             prepared_transaction_offset=stored.prepared_transaction_offset,
         )
+        cfg = self.broker.get_topic(real_topic)
+        if cfg is not None and real_qid >= cfg.queue_nums:
+            real_qid = -1  # the topic shrank while the message waited: any queue
         result = await self.broker.send(msg, real_qid if real_qid >= 0 else None, internal=True)
-        if not result.ok:
-            log.error("delivering scheduled message to %s/%d failed: %s %s; skipped",
-                      real_topic, real_qid, result.status.name, result.remark)
-        else:
+        if result.ok:
             self.delivered += 1
+            return True
+        if result.status in _TRANSIENT:
+            log.warning("delivering scheduled message to %s/%d failed: %s %s; will retry",
+                        real_topic, real_qid, result.status.name, result.remark)
+            return False
+        log.error("delivering scheduled message to %s/%d failed: %s %s; skipped",
+                  real_topic, real_qid, result.status.name, result.remark)
+        return True
 
 
 def _int(value: Any, default: int = 0) -> int:
