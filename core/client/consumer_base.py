@@ -85,6 +85,7 @@ class Subscription:
 
 class ConsumerBase:
     consume_type = "CONSUME_PASSIVELY"
+    subscribe_retry = True  # push consumers take messages sent back through %RETRY%<group>
 
     def __init__(
         self,
@@ -142,6 +143,7 @@ class ConsumerBase:
         self._stopped = trio.Event()
         self.stopping = False
         self.rebalance_count = 0
+        self.rebalanced = trio.Event()  # fires after each rebalance (then replaced)
 
     @property
     def client_id(self) -> str:
@@ -159,7 +161,7 @@ class ConsumerBase:
 
     def _subscribe(self, topic: str, expression: str = "*", listener: Any = None) -> None:
         self.subscriptions[topic] = Subscription(topic, expression or "*", listener)
-        if self.clustering and self.retry_topic not in self.subscriptions:
+        if self.clustering and self.subscribe_retry and self.retry_topic not in self.subscriptions:
             self.subscriptions[self.retry_topic] = Subscription(self.retry_topic, "*")
         if self._n is not None:
             self._n.start_soon(self._after_subscribe, topic)
@@ -281,6 +283,8 @@ class ConsumerBase:
                 else:
                     mine = queues
                 await self._update_queues(topic, set(mine))
+            self.rebalanced.set()
+            self.rebalanced = trio.Event()
 
     async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> None:
         for mq in [mq for mq in self.pqs if mq.topic == topic and mq not in mine]:

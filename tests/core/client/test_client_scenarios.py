@@ -125,9 +125,15 @@ async def test_rebalance_two_then_three_consumers(cluster):
         return [sorted(mq.queue_id for mq in c.pqs if mq.topic == "TopicSplit") for c in consumers]
 
     async def until_split(consumers, expected):
+        # each member re-splits on NOTIFY_CONSUMER_IDS_CHANGED; wait for the next rebalance of any
         with trio.fail_after(10):
             while sorted(owned(consumers)) != expected:
-                await trio.sleep(0.02)
+                async with trio.open_nursery() as n:
+                    for c in consumers:
+                        async def one(ev=c.rebalanced):
+                            await ev.wait()
+                            n.cancel_scope.cancel()
+                        n.start_soon(one)
 
     async with open_push_consumer(cluster.namesrv, "GSplit", {"TopicSplit": "*"}, cols[0], **opts) as c1:
         async with open_push_consumer(cluster.namesrv, "GSplit", {"TopicSplit": "*"}, cols[1], **opts) as c2:
