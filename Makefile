@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 ARGS   ?=
 
-.PHONY: run test bench install install-dev system-deps clean
+.PHONY: run test bench install install-dev system-deps node-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 
 install: $(VENV)/.installed
 
-install-dev: $(VENV)/.installed-dev system-deps
+install-dev: $(VENV)/.installed-dev system-deps node-deps
 
 # Debian packages the suite uses as real peers: mosquitto (broker to compare
 # against) and mosquitto-clients (mosquitto_pub / mosquitto_sub).
@@ -36,6 +36,15 @@ system-deps:
 	      mosquitto mosquitto-clients default-jre-headless >/dev/null; \
 	fi
 
+# The Node `ali-ons` RocketMQ client, a real peer of the interop tests.
+ALI_ONS := .deps/ali-ons/node_modules/ali-ons/package.json
+node-deps: $(ALI_ONS)
+
+$(ALI_ONS):
+	@command -v npm >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	npm install --prefix .deps/ali-ons ali-ons@3.12.0 --no-audit --no-fund --loglevel=error
+
 run: install
 	$(VENV)/bin/mqgate serve $(ARGS)
 
@@ -46,4 +55,4 @@ bench: install-dev
 	$(PY) -m loadtest bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) .deps build *.egg-info .pytest_cache

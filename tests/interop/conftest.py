@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from harness import FAST_DELAY_LEVELS, ClusterThread  # noqa: E402
 
-rocketmq = pytest.importorskip("rocketmq.client")
+import rocketmq.client as rocketmq  # the PyPI C++ client; `make test` installs it
 
 
 @pytest.fixture(scope="session")
