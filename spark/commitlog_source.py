@@ -27,9 +27,15 @@ Schema:
     body                binary                         BODY as stored
     ==================  =============================  =====================================
 
+Projection: Python data sources get no column pruning from Spark, so a
+reader given a user schema that names a subset of these columns (same
+types), e.g. ``.schema("mqtt_topic string, body binary")``, decodes only
+those; an unasked properties map or body costs nothing.
+
 Options (names are case-insensitive; validated on the driver):
 
-- ``path``: the data directory (holds ``commitlog/``); given by ``load(path)``.
+- ``path``: the data directory (holds ``commitlog/``, or ``store/commitlog/``
+  as under ``mqgate serve``'s data directory); given by ``load(path)``.
 - ``topics``: comma-separated broker topics (first MQTT levels) to keep.
 - ``mqttTopicFilter``: an MQTT filter with ``+`` / ``#``; rows without an
   MQTT topic are dropped when it is set.
@@ -37,7 +43,7 @@ Options (names are case-insensitive; validated on the driver):
   [start, end); epoch milliseconds or ISO-8601 (naive means UTC).
 - ``includeSystemTopics`` (default ``false``): when false, topics starting
   with ``%RETRY%``, ``%DLQ%``, ``SCHEDULE_TOPIC_XXXX``, ``rmq_sys_``,
-  ``RMQ_SYS_``, ``%LMQ%`` and entries whose transaction type is PREPARED or
+  ``RMQ_SYS_``, ``%LMQ%``, ``%MQGATE%`` (our own markers) and entries whose transaction type is PREPARED or
   ROLLBACK are left out.
 - ``maxBytesPerPartition`` (default 64m): the largest byte range one task
   reads; a plain byte count or with a k / m / g suffix. A single larger entry
@@ -72,7 +78,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, SupportsTriggerAvailableNow
 
 from . import plan, topicfilter
-from .decode import RowFilter, decode_range
+from .decode import ARROW_SCHEMA, COLUMNS, RowFilter, decode_range
 
 SCHEMA = (
     "topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, "
@@ -93,10 +99,10 @@ class CommitLogDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema) -> "CommitLogReader":
-        return CommitLogReader(ScanOptions.parse(self.options))
+        return CommitLogReader(ScanOptions.parse(self.options, schema))
 
     def streamReader(self, schema) -> "CommitLogStreamReader":
-        return CommitLogStreamReader(ScanOptions.parse(self.options))
+        return CommitLogStreamReader(ScanOptions.parse(self.options, schema))
 
 
 def register(session) -> None:
@@ -107,21 +113,25 @@ def register(session) -> None:
 class ScanOptions:
     """Validated options; plain attributes only, so it pickles to readers."""
 
-    def __init__(self, path: str, rows: RowFilter, max_bytes: int, starting: str | int, max_bytes_per_trigger: int | None):
+    def __init__(self, path: str, rows: RowFilter, max_bytes: int, starting: str | int, max_bytes_per_trigger: int | None,
+                 columns: tuple[str, ...] = COLUMNS):
         self.path = path
+        self.columns = columns
         self.rows = rows
         self.max_bytes = max_bytes
         self.starting = starting
         self.max_bytes_per_trigger = max_bytes_per_trigger
 
     @classmethod
-    def parse(cls, options) -> "ScanOptions":
+    def parse(cls, options, schema=None) -> "ScanOptions":
         opts = {k.lower(): v for k, v in dict(options).items()}
         path = opts.get("path")
         if not path:
             raise ValueError("commitlog: give the data directory, e.g. load('/path/to/data')")
         if not os.path.isdir(path):
             raise ValueError(f"commitlog: data directory {path!r} does not exist")
+        if not os.path.isdir(os.path.join(path, "commitlog")) and os.path.isdir(os.path.join(path, "store", "commitlog")):
+            path = os.path.join(path, "store")  # the data directory of `mqgate serve`
         topics = None
         if opts.get("topics"):
             topics = tuple(t.strip() for t in opts["topics"].split(",") if t.strip())
@@ -146,7 +156,22 @@ class ScanOptions:
             except (ValueError, KeyError, TypeError):
                 raise ValueError(f"commitlog: startingOffsets must be earliest, latest or a position: {starting!r}") from None
         per_trigger = _bytes(opts.get("maxbytespertrigger"), "maxBytesPerTrigger")
-        return cls(path, rows, max_bytes, starting, per_trigger)
+        return cls(path, rows, max_bytes, starting, per_trigger, _columns(schema))
+
+
+def _columns(schema) -> tuple[str, ...]:
+    """The columns a (possibly user-given) schema asks for; each must be one of ours, same type."""
+    if schema is None:
+        return COLUMNS
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    asked = to_arrow_schema(schema, timezone="UTC")
+    for f in asked:
+        if f.name not in COLUMNS or not ARROW_SCHEMA.field(f.name).equals(f):
+            raise ValueError(
+                f"commitlog: a user schema may only pick columns of {SCHEMA!r} with their types; got {f.name} {f.type}"
+            )
+    return tuple(asked.names)
 
 
 def _timestamp_ms(value: str | None, name: str) -> int | None:
@@ -180,7 +205,7 @@ def _bytes(value: str | None, name: str) -> int | None:
     return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2)]
 
 
-def read_range(part: InputPartition, rows: RowFilter) -> Iterator:
+def read_range(part: InputPartition, rows: RowFilter, columns: tuple[str, ...] = COLUMNS) -> Iterator:
     """Decode one planned range; shared by the batch and streaming readers."""
     r = part.value
     if r is None:  # Spark's stand-in partition for an empty plan
@@ -190,7 +215,7 @@ def read_range(part: InputPartition, rows: RowFilter) -> Iterator:
         data = os.pread(f.fileno(), length, r.start - r.base)
     if len(data) != length:
         raise plan.CorruptLogError(r.path, r.start - r.base, f"short read ({len(data)} of {length} bytes)")
-    yield from decode_range(np.frombuffer(data, dtype=np.uint8), r.starts_in_range(), r.start, rows)
+    yield from decode_range(np.frombuffer(data, dtype=np.uint8), r.starts_in_range(), r.start, rows, columns)
 
 
 class CommitLogReader(DataSourceReader):
@@ -202,7 +227,7 @@ class CommitLogReader(DataSourceReader):
         return [InputPartition(r) for r in ranges]
 
     def read(self, partition):
-        return read_range(partition, self.options.rows)
+        return read_range(partition, self.options.rows, self.options.columns)
 
 
 class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -260,7 +285,7 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [InputPartition(r) for r in ranges]
 
     def read(self, partition):
-        return read_range(partition, self.options.rows)
+        return read_range(partition, self.options.rows, self.options.columns)
 
     def commit(self, end: dict) -> None:
         pass

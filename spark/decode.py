@@ -27,9 +27,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core.store.message import (
+    BORNTIMESTAMP_POS,
     PROPERTY_KEYS,
     PROPERTY_MQTT_TOPIC,
     PROPERTY_TAGS,
+    QUEUEID_POS,
+    QUEUEOFFSET_POS,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -53,9 +56,12 @@ ARROW_SCHEMA = pa.schema([
     ("body", pa.binary()),
 ])
 
+COLUMNS = tuple(ARROW_SCHEMA.names)
+
 # Topics of broker bookkeeping (retry, dead letters, delay/timer parking,
-# transaction half/op, multi-dispatch queues), hidden unless asked for.
-SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "rmq_sys_", "RMQ_SYS_", "%LMQ%")
+# transaction half/op, multi-dispatch queues, and our own `%MQGATE%` markers
+# such as the store's queue-deletion records), hidden unless asked for.
+SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "rmq_sys_", "RMQ_SYS_", "%LMQ%", "%MQGATE%")
 
 CHUNK_ROWS = 65536
 CHUNK_BYTES = 8 << 20
@@ -76,8 +82,14 @@ class RowFilter:
     include_system: bool = False
 
 
-def decode_range(b: np.ndarray, starts: np.ndarray, origin: int, flt: RowFilter) -> Iterator[pa.RecordBatch]:
-    """RecordBatches for the entries at ``starts`` of ``b``; ``b[0]`` is global position ``origin``."""
+def decode_range(
+    b: np.ndarray, starts: np.ndarray, origin: int, flt: RowFilter, columns: tuple[str, ...] = COLUMNS
+) -> Iterator[pa.RecordBatch]:
+    """RecordBatches for the entries at ``starts`` of ``b``; ``b[0]`` is global position ``origin``.
+
+    ``columns`` (names of `ARROW_SCHEMA`, in output order) are the only ones
+    decoded: an unrequested properties map or body costs nothing.
+    """
     if len(starts) == 0:
         return
     fields = locate(b, starts, origin)
@@ -92,7 +104,7 @@ def decode_range(b: np.ndarray, starts: np.ndarray, origin: int, flt: RowFilter)
         base = cum[lo - 1] if lo else 0
         hi = min(int(np.searchsorted(cum, base + CHUNK_BYTES, side="right")), lo + CHUNK_ROWS, n)
         hi = max(hi, lo + 1)
-        batch = _decode_chunk(b, fields.take(slice(lo, hi)), origin, flt)
+        batch = _decode_chunk(b, fields.take(slice(lo, hi)), origin, flt, columns)
         if batch.num_rows:
             yield batch
         lo = hi
@@ -110,13 +122,7 @@ def _strings(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
     return arr
 
 
-def _keep(mask: np.ndarray, f: EntryFields, *arrays):
-    idx = np.flatnonzero(mask)
-    sel = pa.array(idx)
-    return (f.take(idx), *(a.take(sel) for a in arrays))
-
-
-def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter) -> pa.RecordBatch:
+def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, columns: tuple[str, ...]) -> pa.RecordBatch:
     store_ms = gather_be(b, f.store_ts_pos, 8)
     keep = np.ones(len(f.start), dtype=bool)
     if not flt.include_system:
@@ -126,48 +132,52 @@ def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter) ->
         keep &= store_ms >= flt.start_ms
     if flt.end_ms is not None:
         keep &= store_ms < flt.end_ms
-    topic = _strings(*gather_var(b, f.topic_pos, f.topic_len))
-    if not flt.include_system or flt.topics is not None:
-        # evaluate topic predicates once per distinct topic
-        enc = pc.dictionary_encode(topic)
-        dic = enc.dictionary
-        ok = np.ones(len(dic), dtype=bool)
-        if not flt.include_system:
-            for prefix in SYSTEM_TOPIC_PREFIXES:
-                ok &= ~pc.starts_with(dic, prefix).to_numpy(zero_copy_only=False)
-        if flt.topics is not None:
-            ok &= pc.is_in(dic, value_set=pa.array(flt.topics, pa.string())).to_numpy(zero_copy_only=False)
-        keep &= ok[enc.indices.to_numpy(zero_copy_only=False)]
+    cols: dict[str, pa.Array] = {}
+    if "topic" in columns or not flt.include_system or flt.topics is not None:
+        topic = cols["topic"] = _strings(*gather_var(b, f.topic_pos, f.topic_len))
+        if not flt.include_system or flt.topics is not None:
+            # evaluate topic predicates once per distinct topic
+            enc = pc.dictionary_encode(topic)
+            dic = enc.dictionary
+            ok = np.ones(len(dic), dtype=bool)
+            if not flt.include_system:
+                for prefix in SYSTEM_TOPIC_PREFIXES:
+                    ok &= ~pc.starts_with(dic, prefix).to_numpy(zero_copy_only=False)
+            if flt.topics is not None:
+                ok &= pc.is_in(dic, value_set=pa.array(flt.topics, pa.string())).to_numpy(zero_copy_only=False)
+            keep &= ok[enc.indices.to_numpy(zero_copy_only=False)]
     if not keep.all():
-        f, topic = _keep(keep, f, topic)
-        store_ms = store_ms[keep]
-    props, mqtt_topic, tags, keys = _properties(b, f)
+        idx = np.flatnonzero(keep)
+        f, store_ms = f.take(idx), store_ms[idx]
+        cols = {k: v.take(pa.array(idx)) for k, v in cols.items()}
+    wanted = [c for c in ("mqtt_topic", "tags", "keys") if c in columns or (c == "mqtt_topic" and flt.mqtt_regex)]
+    if wanted or "properties" in columns:
+        cols.update(_properties(b, f, "properties" in columns, wanted))
     if flt.mqtt_regex is not None:
-        m = pc.match_substring_regex(mqtt_topic, flt.mqtt_regex).fill_null(False).to_numpy(zero_copy_only=False)
+        m = pc.match_substring_regex(cols["mqtt_topic"], flt.mqtt_regex).fill_null(False).to_numpy(zero_copy_only=False)
         if not m.all():
-            f, topic, props, mqtt_topic, tags, keys = _keep(m, f, topic, props, mqtt_topic, tags, keys)
-            store_ms = store_ms[m]
-    body_off, body_data = gather_var(b, f.body_pos, f.body_len)
-    body = pa.Array.from_buffers(pa.binary(), len(f.start), [None, pa.py_buffer(body_off), pa.py_buffer(body_data)])
+            idx = np.flatnonzero(m)
+            f, store_ms = f.take(idx), store_ms[idx]
+            cols = {k: v.take(pa.array(idx)) for k, v in cols.items()}
     ts_type = ARROW_SCHEMA.field("store_ts").type
-    columns = [
-        topic,
-        pa.array(gather_be(b, f.start + 12, 4).astype(np.int32)),
-        pa.array(gather_be(b, f.start + 20, 8)),
-        pa.array(f.start + origin),
-        pa.array(gather_be(b, f.start + 40, 8) * 1000, type=pa.int64()).view(ts_type),
-        pa.array(store_ms * 1000, type=pa.int64()).view(ts_type),
-        tags,
-        keys,
-        props,
-        mqtt_topic,
-        body,
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    fixed = {
+        "queue_id": lambda: pa.array(gather_be(b, f.start + QUEUEID_POS, 4).astype(np.int32)),
+        "queue_offset": lambda: pa.array(gather_be(b, f.start + QUEUEOFFSET_POS, 8)),
+        "commitlog_offset": lambda: pa.array(f.start + origin),
+        "born_ts": lambda: pa.array(gather_be(b, f.start + BORNTIMESTAMP_POS, 8) * 1000, type=pa.int64()).view(ts_type),
+        "store_ts": lambda: pa.array(store_ms * 1000, type=pa.int64()).view(ts_type),
+        "body": lambda: _binary(*gather_var(b, f.body_pos, f.body_len)),
+    }
+    arrays = [cols[c] if c in cols else fixed[c]() for c in columns]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns]))
 
 
-def _properties(b: np.ndarray, f: EntryFields):
-    """(properties map, mqtt_topic, tags, keys) arrays for the entries of ``f``."""
+def _binary(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
+    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _properties(b: np.ndarray, f: EntryFields, want_map: bool, wanted: list[str]) -> dict[str, pa.Array]:
+    """The ``properties`` map (if ``want_map``) and the ``wanted`` property columns."""
     n = len(f.start)
     po, pd = gather_var(b, f.props_pos, f.props_len)
     po64 = po.astype(np.int64)
@@ -189,18 +199,21 @@ def _properties(b: np.ndarray, f: EntryFields):
         keys_arr = _strict_strings(*gather_var(pd, item_s, first1 - item_s))
         vals_arr = _strict_strings(*gather_var(pd, first1 + 1, item_e - first1 - 1))
     except pa.ArrowInvalid:
-        return _properties_slow(pd, po64)
-    counts = np.bincount(row, minlength=n)
-    map_off = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=map_off[1:])
-    props = pa.MapArray.from_arrays(pa.array(map_off), keys_arr, vals_arr, type=MAP_TYPE)
-    wanted = []
-    for name in (PROPERTY_MQTT_TOPIC, PROPERTY_TAGS, PROPERTY_KEYS):
-        hit = np.flatnonzero(pc.equal(keys_arr, name).to_numpy(zero_copy_only=False))
+        return _properties_slow(pd, po64, want_map, wanted)
+    out = {}
+    if want_map:
+        map_off = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(row, minlength=n), out=map_off[1:])
+        out["properties"] = pa.MapArray.from_arrays(pa.array(map_off), keys_arr, vals_arr, type=MAP_TYPE)
+    for col in wanted:
+        hit = np.flatnonzero(pc.equal(keys_arr, _COLUMN_PROPERTY[col]).to_numpy(zero_copy_only=False))
         pick = np.full(n, -1, dtype=np.int64)
         pick[row[hit]] = hit  # a repeated key: the last item wins, like dict()
-        wanted.append(vals_arr.take(pa.array(pick, mask=pick < 0)))
-    return (props, *wanted)
+        out[col] = vals_arr.take(pa.array(pick, mask=pick < 0))
+    return out
+
+
+_COLUMN_PROPERTY = {"mqtt_topic": PROPERTY_MQTT_TOPIC, "tags": PROPERTY_TAGS, "keys": PROPERTY_KEYS}
 
 
 def _strict_strings(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
@@ -209,11 +222,12 @@ def _strict_strings(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
     return arr
 
 
-def _properties_slow(pd: np.ndarray, po: np.ndarray):
+def _properties_slow(pd: np.ndarray, po: np.ndarray, want_map: bool, wanted: list[str]) -> dict[str, pa.Array]:
     """Per-row fallback for properties that are not valid UTF-8."""
     dicts = [
         decode_properties(bytes(pd[po[i] : po[i + 1]]).decode("utf-8", "replace")) for i in range(len(po) - 1)
     ]
-    props = pa.array([list(d.items()) for d in dicts], type=MAP_TYPE)
-    cols = [pa.array([d.get(k) for d in dicts], pa.string()) for k in (PROPERTY_MQTT_TOPIC, PROPERTY_TAGS, PROPERTY_KEYS)]
-    return (props, *cols)
+    out = {col: pa.array([d.get(_COLUMN_PROPERTY[col]) for d in dicts], pa.string()) for col in wanted}
+    if want_map:
+        out["properties"] = pa.array([list(d.items()) for d in dicts], type=MAP_TYPE)
+    return out

@@ -67,15 +67,25 @@ def stop_kind(buf, pos: int, end: int) -> str:
     return "torn"
 
 
+def _rows(b: np.ndarray, width: int) -> np.ndarray:
+    """A (len(b) - width + 1, width) read-only view: row p is ``b[p : p + width]``."""
+    n = max(len(b) - width + 1, 0)
+    return np.lib.stride_tricks.as_strided(b, shape=(n, width), strides=(1, 1), writeable=False)
+
+
 def gather_be(b: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     """Big-endian signed integers of ``width`` bytes at each position, as int64.
 
+    One row gather over an overlapping strided view (no index matrix).
     Positions are clipped into the buffer: a position computed from a bad
     entry reads something harmless, and `locate` marks that entry invalid.
     """
-    pos = np.clip(pos, 0, max(len(b) - width, 0))
-    idx = pos[:, None] + np.arange(width, dtype=np.int64)
-    raw = b[idx]
+    if len(b) < width:
+        return np.zeros(len(pos), dtype=np.int64)
+    pos = np.clip(pos, 0, len(b) - width)
+    raw = _rows(b, width)[pos]
+    if width == 1:
+        return raw[:, 0].astype(np.int64)
     return raw.view(f">i{width}")[:, 0].astype(np.int64)
 
 
@@ -149,15 +159,25 @@ def first_invalid(fields: EntryFields) -> int:
 
 
 def gather_var(b: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate ``b[pos[i] : pos[i] + length[i]]``: (int32 offsets, uint8 data)."""
+    """Concatenate ``b[pos[i] : pos[i] + length[i]]``: (int32 offsets, uint8 data).
+
+    Slices must be ascending and disjoint (fields of consecutive entries).
+    Short slices are gathered through an index; when the slices cover much
+    of the buffer, a byte mask built from +1/-1 marks is cheaper.
+    """
     offsets = np.zeros(len(length) + 1, dtype=np.int64)
     np.cumsum(length, out=offsets[1:])
     total = int(offsets[-1])
     if total == 0:
         return offsets.astype(np.int32), np.zeros(0, dtype=np.uint8)
-    idx = np.repeat(pos - offsets[:-1], length) + np.arange(total, dtype=np.int64)
-    return offsets.astype(np.int32), b[idx]
-
+    if total * 4 < len(b):
+        idx = np.repeat(pos - offsets[:-1], length) + np.arange(total, dtype=np.int64)
+        return offsets.astype(np.int32), b[idx]
+    marks = np.zeros(len(b) + 1, dtype=np.int8)
+    marks[pos[length > 0]] += 1
+    marks[(pos + length)[length > 0]] -= 1
+    mask = np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
+    return offsets.astype(np.int32), b[mask]
 
 def crc_ok(b: np.ndarray, fields: EntryFields, idx) -> np.ndarray:
     """BODYCRC check for the entries ``idx`` (a few: this is a per-entry step)."""

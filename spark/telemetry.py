@@ -6,18 +6,19 @@
 Rules kept here:
 - Input is every message with an MQTT topic matching ``--filter`` (default
   ``#``: all MQTT messages; native messages have no MQTT topic and are
-  never read). Event time is the store timestamp.
+  never read). Event time is the born timestamp (when the gateway took the
+  publish), or the store timestamp for an entry born at 0.
 - The device id is level ``--device-level`` of the MQTT topic, counted from
   1: for ``devices/d7/telemetry`` level 1 is ``devices`` and level 2 (the
   default) is ``d7``.
 - Payloads are parsed by `spark.payload` (JSON or msgpack, content type
   property ``contentType`` first). For every numeric field, per device per
   tumbling window: count, min, max, avg and last (the value with the latest
-  store time, ties broken by log position).
+  event time, ties broken by log position).
 - A message that cannot be used (bad payload, topic too short) becomes one
   row of ``<out>/rejects`` with its reason; the job never fails on data.
 - Output: ``<out>/aggregates`` and ``<out>/rejects``, parquet partitioned by
-  ``date`` (UTC date of the window start / of the store time). A batch run
+  ``date`` (UTC date of the window start / of the event time). A batch run
   overwrites both; a streaming run appends, with a watermark (default
   ``2 minutes``): a window is written once the watermark passes its end, so
   the newest windows stay open until later data arrives. Streaming
@@ -87,9 +88,10 @@ def parsed(df, device_level: int):
     """The source's rows, parsed: (commitlog_offset, ts, mqtt_topic, device, field, value, reason, body)."""
     from pyspark.sql import functions as F
 
+    born = F.col("born_ts")
     src = df.where(F.col("mqtt_topic").isNotNull()).select(
         "commitlog_offset",
-        F.col("store_ts").alias("ts"),
+        F.when(born > F.lit(0).cast("timestamp"), born).otherwise(F.col("store_ts")).alias("ts"),
         "mqtt_topic",
         F.col("properties").getItem(CONTENT_TYPE_PROPERTY).alias("content_type"),
         "body",
@@ -134,8 +136,15 @@ def rejects(rows):
     )
 
 
+SOURCE_COLUMNS = (
+    "commitlog_offset bigint, born_ts timestamp, store_ts timestamp, properties map<string,string>, "
+    "mqtt_topic string, body binary"
+)
+
+
 def _source(reader, args):
-    r = reader.format("commitlog").option("mqttTopicFilter", args.filter)
+    # only the columns the job uses are decoded
+    r = reader.format("commitlog").schema(SOURCE_COLUMNS).option("mqttTopicFilter", args.filter)
     if args.topics:
         r = r.option("topics", args.topics)
     return r.load(args.data_dir)

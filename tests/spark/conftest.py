@@ -39,6 +39,32 @@ def spark():
 
 
 @pytest.fixture
+def make_store():
+    """``make_store(root, segment_size=64 KiB)``: a started `core.store.MessageStore`.
+
+    Spark reads its files while it runs (the entries are in the shared
+    mapping, so no flush is needed), like a live ``mqgate serve``.
+    """
+    from core.store import MessageStore, StoreConfig
+
+    opened = []
+
+    def make(root, segment_size=64 * 1024):
+        store = MessageStore(StoreConfig(
+            store_path_root_dir=str(root), mapped_file_size_commit_log=segment_size,
+            mapped_file_size_consume_queue=20 * 1000, max_hash_slot_num=64, max_index_num=512,
+            message_index_enable=False,
+        ))
+        store.start()
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.shutdown()
+
+
+@pytest.fixture
 def log_writer():
     """The `LogWriter` class: ``log_writer(data_dir, segment_size)``."""
     return LogWriter

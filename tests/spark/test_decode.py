@@ -39,7 +39,7 @@ def _log(n=500, seed=3, origin=0):
         if rnd.random() < 0.5:
             props["UNIQ_KEY"] = f"U{i}"
         msg = Message(
-            topic=rnd.choice(["devices", "plant", "%RETRY%g1", "%DLQ%g1", "SCHEDULE_TOPIC_XXXX", "rmq_sys_x", "RMQ_SYS_TRANS_HALF_TOPIC", "%LMQ%q"]),
+            topic=rnd.choice(["devices", "plant", "%RETRY%g1", "%DLQ%g1", "SCHEDULE_TOPIC_XXXX", "rmq_sys_x", "RMQ_SYS_TRANS_HALF_TOPIC", "%LMQ%q", "%MQGATE%DELETE_QUEUE"]),
             body=bytes(rnd.randrange(256) for _ in range(rnd.choice([0, 1, 30, 700]))),
             queue_id=rnd.randrange(8),
             properties=props,
@@ -92,7 +92,7 @@ def test_system_topics_and_unfinished_transactions_are_hidden_by_default():
     kept = {r["commitlog_offset"] for r in _rows(buf, starts)}
     for s in starts:
         m = decode_message(buf, int(s))
-        hidden = m.topic.startswith(("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "rmq_sys_", "RMQ_SYS_", "%LMQ%")) or (
+        hidden = m.topic.startswith(("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "rmq_sys_", "RMQ_SYS_", "%LMQ%", "%MQGATE%")) or (
             m.transaction_type in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
         )
         assert (int(s) not in kept) is hidden
@@ -132,3 +132,13 @@ def test_properties_that_are_not_utf8_do_not_stop_a_scan():
     rows = _rows(good + bytes(bad), np.array([0, len(good)]))
     assert dict(rows[0]["properties"]) == {"k": "v"}
     assert dict(rows[1]["properties"]) == {"k": "v\ufffd"}
+
+
+@pytest.mark.parametrize("columns", [("body",), ("mqtt_topic", "commitlog_offset"), ("properties", "topic"), ("store_ts",)])
+def test_only_asked_columns_are_decoded(columns):
+    buf, starts = _log()
+    flt = RowFilter(mqtt_regex=to_regex("#"))
+    full = pa.Table.from_batches(decode_range(np.frombuffer(buf, np.uint8), starts, 0, flt))
+    part = pa.Table.from_batches(decode_range(np.frombuffer(buf, np.uint8), starts, 0, flt, columns))
+    assert part.schema.names == list(columns)
+    assert part.equals(full.select(list(columns)))

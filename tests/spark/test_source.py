@@ -5,8 +5,7 @@ import pytest
 from core.store.message import Message, decode_message
 
 
-def _write(log_writer, path, n=300, segment_size=8192):
-    w = log_writer(str(path), segment_size)
+def _messages(n):
     for i in range(n):
         if i % 10 == 9:
             msg = Message(topic="orders", body=b"native %d" % i, properties={"TAGS": "t", "KEYS": "a b"})
@@ -16,16 +15,30 @@ def _write(log_writer, path, n=300, segment_size=8192):
                 body=b'{"v": %d}' % i,
                 properties={"mqttTopic": f"devices/d{i % 3}/{'telemetry' if i % 2 else 'status'}"},
             )
-        w.append(msg, 1_700_000_000_000 + i * 1000)
+        msg.born_timestamp = 1_700_000_000_000 + i * 1000
+        yield msg
+
+
+def _write(log_writer, path, n=300, segment_size=8192):
+    """With the test writer (store timestamps = born timestamps)."""
+    w = log_writer(str(path), segment_size)
+    for msg in _messages(n):
+        w.append(msg, msg.born_timestamp)
     return w
 
 
-def test_reads_every_entry_once_with_reference_values(spark, log_writer, tmp_path):
-    w = _write(log_writer, tmp_path)
-    df = spark.read.format("commitlog").option("maxBytesPerPartition", "2k").load(str(tmp_path))
+def _store(make_store, path, n=300, segment_size=8192):
+    """With the real store; returns the positions of what it wrote."""
+    store = make_store(path, segment_size)
+    return [store.append(msg).physical_offset for msg in _messages(n)]
+
+
+def test_reads_what_the_store_wrote_once_with_reference_values(spark, make_store, tmp_path):
+    positions = _store(make_store, tmp_path)
+    df = spark.read.format("commitlog").option("maxBytesPerPartition", "3k").load(str(tmp_path))
     assert df.rdd.getNumPartitions() > len(list((tmp_path / "commitlog").iterdir()))
     rows = sorted(df.collect(), key=lambda r: r.commitlog_offset)
-    assert [r.commitlog_offset for r in rows] == w.positions
+    assert [r.commitlog_offset for r in rows] == positions
     files = {p.name: p.read_bytes() for p in (tmp_path / "commitlog").iterdir()}
     for r in rows[:40]:
         base = max(int(n) for n in files if int(n) <= r.commitlog_offset)
@@ -34,6 +47,7 @@ def test_reads_every_entry_once_with_reference_values(spark, log_writer, tmp_pat
         assert r.mqtt_topic == m.properties.get("mqttTopic")
         assert (r.tags, r.keys) == (m.properties.get("TAGS"), m.properties.get("KEYS"))
         assert round(r.store_ts.timestamp() * 1000) == m.store_timestamp
+        assert round(r.born_ts.timestamp() * 1000) == m.born_timestamp
 
 
 def test_options(spark, log_writer, tmp_path):
@@ -50,13 +64,13 @@ def test_options(spark, log_writer, tmp_path):
     assert read(startingTimestamp="2023-11-14T22:15:00").count() == 300 - 100
 
 
-def test_system_topics_only_when_asked(spark, log_writer, tmp_path):
-    w = log_writer(str(tmp_path), 8192)
+def test_system_topics_only_when_asked(spark, make_store, tmp_path):
+    store = make_store(tmp_path)
     for t in ("devices", "%RETRY%g", "%DLQ%g", "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel", "RMQ_SYS_TRANS_HALF_TOPIC", "%LMQ%s1"):
-        w.append(Message(topic=t, body=b"x"), 1)
-    w.append(Message(topic="devices", body=b"half", sysflag=0x4), 1)
-    w.append(Message(topic="devices", body=b"rolled back", sysflag=0xC), 1)
-    w.append(Message(topic="devices", body=b"committed", sysflag=0x8), 1)
+        assert store.append(Message(topic=t, body=b"x")).ok
+    store.append(Message(topic="devices", body=b"half", sysflag=0x4))
+    store.append(Message(topic="devices", body=b"rolled back", sysflag=0xC))
+    store.append(Message(topic="devices", body=b"committed", sysflag=0x8))
     df = spark.read.format("commitlog").load(str(tmp_path))
     assert sorted(r.body for r in df.collect()) == [b"committed", b"x"]
     assert spark.read.format("commitlog").option("includeSystemTopics", "true").load(str(tmp_path)).count() == 10
@@ -69,6 +83,21 @@ def test_torn_tail_and_empty_log(spark, log_writer, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert spark.read.format("commitlog").load(str(empty)).count() == 0
+
+
+def test_a_user_schema_picks_columns(spark, make_store, tmp_path):
+    positions = _store(make_store, tmp_path, n=50)
+    df = spark.read.format("commitlog").schema("body binary, commitlog_offset bigint").load(str(tmp_path))
+    rows = df.collect()
+    assert df.columns == ["body", "commitlog_offset"]
+    assert [r.commitlog_offset for r in rows] == positions
+    with pytest.raises(Exception, match="commitlog: a user schema"):
+        spark.read.format("commitlog").schema("body string").load(str(tmp_path)).collect()
+
+
+def test_store_directory_of_mqgate_serve(spark, make_store, tmp_path):
+    _store(make_store, tmp_path / "store", n=10)
+    assert spark.read.format("commitlog").load(str(tmp_path)).count() == 10
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,20 @@
 """readStream.format("commitlog"): live appends, restarts from a checkpoint, triggers."""
 
+from core.store import MessageStore
 from core.store.message import Message, encode_message
 
 
+def _msg(i):
+    return Message(topic="devices", body=b'{"n": %d}' % i, properties={"mqttTopic": f"devices/d{i % 4}/telemetry"})
+
+
 def _append(w, first, n):
+    """Through the real store (`MessageStore`) or the test writer (`LogWriter`)."""
     for i in range(first, first + n):
-        w.append(Message(topic="devices", body=b'{"n": %d}' % i, properties={"mqttTopic": f"devices/d{i % 4}/telemetry"}), 1_700_000_000_000 + i)
+        if isinstance(w, MessageStore):
+            w.positions.append(w.append(_msg(i)).physical_offset)
+        else:
+            w.append(_msg(i), 1_700_000_000_000 + i)
 
 
 def _query(spark, data, out, ckpt, **trigger):
@@ -21,36 +30,47 @@ def _sink_offsets(spark, out):
     return sorted(r.commitlog_offset for r in spark.read.parquet(str(out)).select("commitlog_offset").collect())
 
 
-def test_appends_while_running_and_restart_neither_skip_nor_repeat(spark, log_writer, tmp_path):
+def test_appends_while_running_and_restart_neither_skip_nor_repeat(spark, make_store, tmp_path):
     data, out, ckpt = tmp_path / "data", tmp_path / "out", tmp_path / "ckpt"
-    w = log_writer(str(data), 8192)
-    _append(w, 0, 120)
+    store = make_store(data, 8192)
+    store.positions = []
+    _append(store, 0, 120)
     q = _query(spark, data, out, ckpt, processingTime="200 milliseconds")
     try:
         q.processAllAvailable()
-        _append(w, 120, 150)  # crosses segment boundaries while the query runs
-        q.processAllAvailable()
-        # an entry being written: only its first bytes are there
-        nxt = encode_message(Message(topic="devices", body=b"late", properties={"mqttTopic": "devices/x/telemetry"}), 0, w.pos, 1)
-        w.write_raw(nxt[:60])
+        _append(store, 120, 150)  # crosses segment boundaries while the query runs
         q.processAllAvailable()
     finally:
         q.stop()
-    assert _sink_offsets(spark, out) == w.positions
+    assert _sink_offsets(spark, out) == store.positions
 
-    # while stopped: the torn entry completes, more arrive; restart from the checkpoint
-    w.append(Message(topic="devices", body=b"late", properties={"mqttTopic": "devices/x/telemetry"}), 1)
-    _append(w, 270, 90)
+    _append(store, 270, 90)  # while stopped; then restart from the checkpoint
     q = _query(spark, data, out, ckpt, availableNow=True)
     q.awaitTermination(120)
-    assert _sink_offsets(spark, out) == w.positions
-    assert len(w.positions) == 361
+    assert _sink_offsets(spark, out) == store.positions
+    assert len(store.positions) == 360
 
     # nothing new: a restart reads nothing
     q = _query(spark, data, out, ckpt, availableNow=True)
     q.awaitTermination(120)
     assert sum(p["numInputRows"] for p in q.recentProgress) == 0
+    assert _sink_offsets(spark, out) == store.positions
+
+
+def test_a_torn_tail_waits_until_it_is_complete(spark, log_writer, tmp_path):
+    data, out, ckpt = tmp_path / "data", tmp_path / "out", tmp_path / "ckpt"
+    w = log_writer(str(data), 8192)
+    _append(w, 0, 50)
+    late = Message(topic="devices", body=b"late", properties={"mqttTopic": "devices/x/telemetry"})
+    w.write_raw(encode_message(late, 0, w.pos, 1)[:60])  # only its first bytes are there
+    q = _query(spark, data, out, ckpt, availableNow=True)
+    q.awaitTermination(120)
     assert _sink_offsets(spark, out) == w.positions
+    w.append(late, 1)  # the entry completes, more follow
+    _append(w, 50, 10)
+    q = _query(spark, data, out, ckpt, availableNow=True)
+    q.awaitTermination(120)
+    assert _sink_offsets(spark, out) == w.positions and len(w.positions) == 61
 
 
 def test_max_bytes_per_trigger_splits_available_now(spark, log_writer, tmp_path):

@@ -44,11 +44,17 @@ MALFORMED = [
 ]
 
 
-def _write_day(log_writer, data, first, n, t_start):
-    """n good messages, every 9th followed by a malformed one; returns what was written."""
-    w = log_writer(str(data), 16384) if first == 0 else _write_day.writer
-    _write_day.writer = w
+def _write_day(store, first, n, t_start):
+    """n good messages, every 9th followed by a malformed one; returns what was written.
+
+    Event time is the born timestamp, which the test sets."""
     good, bad = [], []
+
+    def append(topic, body, props, ts):
+        r = store.append(Message(topic=topic, body=body, properties=props, born_timestamp=ts))
+        assert r.ok
+        return r.physical_offset
+
     for i in range(first, first + n):
         device, payload, fmt = _good(i)
         body, ctype = _encode(payload, fmt)
@@ -56,15 +62,15 @@ def _write_day(log_writer, data, first, n, t_start):
         if ctype:
             props["contentType"] = ctype
         ts = t_start + (i - first) * 1700
-        pos = w.append(Message(topic="devices", body=body, properties=props), ts)
+        pos = append("devices", body, props, ts)
         good.append((pos, ts, device, payload))
         if i % 9 == 0:
             body, ctype, reason = MALFORMED[(i // 9) % len(MALFORMED)]
             props = {"mqttTopic": f"devices/{device}/telemetry"} | ({"contentType": ctype} if ctype else {})
-            bad.append((w.append(Message(topic="devices", body=body, properties=props), ts), reason))
+            bad.append((append("devices", body, props, ts), reason))
         if i % 10 == 0:  # not telemetry: another MQTT topic, and a native message
-            w.append(Message(topic="devices", body=b'{"v": 1}', properties={"mqttTopic": f"devices/{device}/status"}), ts)
-            w.append(Message(topic="orders", body=b'{"v": 1}'), ts)
+            append("devices", b'{"v": 1}', {"mqttTopic": f"devices/{device}/status"}, ts)
+            append("orders", b'{"v": 1}', {}, ts)
     return good, bad
 
 
@@ -110,9 +116,9 @@ def _same(got, want):
         assert math.isclose(gavg, avg, rel_tol=1e-12), key
 
 
-def test_batch_job_matches_python_and_rejects_malformed(spark, log_writer, tmp_path, capsys):
+def test_batch_job_matches_python_and_rejects_malformed(spark, make_store, tmp_path, capsys):
     data, out = tmp_path / "data", tmp_path / "out"
-    good, bad = _write_day(log_writer, data, 0, 160, T0)
+    good, bad = _write_day(make_store(data, 16384), 0, 160, T0)
     argv = ["--data-dir", str(data), "--out", str(out), "--filter", "devices/+/telemetry", "--device-level", "2", "--window", "1 minute"]
     assert telemetry.main(argv, session=spark) == 0
     _same(_actual(spark, str(out)), _expected(good))
@@ -126,24 +132,25 @@ def test_batch_job_matches_python_and_rejects_malformed(spark, log_writer, tmp_p
     assert "device" in printed and "d3" in printed and f"rejects: {len(bad)}" in printed
 
 
-def test_device_level_out_of_range_is_a_reject(spark, log_writer, tmp_path):
+def test_device_level_out_of_range_is_a_reject(spark, make_store, tmp_path):
     data, out = tmp_path / "data", tmp_path / "out"
-    w = log_writer(str(data), 16384)
-    w.append(Message(topic="devices", body=b'{"t": 1}', properties={"mqttTopic": "devices/d1"}), T0)
-    w.append(Message(topic="devices", body=b'{"t": 2}', properties={"mqttTopic": "devices/d1/telemetry"}), T0)
+    store = make_store(data)
+    store.append(Message(topic="devices", body=b'{"t": 1}', properties={"mqttTopic": "devices/d1"}, born_timestamp=T0))
+    store.append(Message(topic="devices", body=b'{"t": 2}', properties={"mqttTopic": "devices/d1/telemetry"}, born_timestamp=T0))
     telemetry.main(["--data-dir", str(data), "--out", str(out), "--device-level", "3"], session=spark)
     reasons = [r.reason for r in spark.read.parquet(str(out / "rejects")).collect()]
     assert reasons == ["MQTT topic has no level 3"]
     assert [r.device for r in spark.read.parquet(str(out / "aggregates")).collect()] == ["telemetry"]
 
 
-def test_stream_mode_emits_closed_windows_once_across_restarts(spark, log_writer, tmp_path):
+def test_stream_mode_emits_closed_windows_once_across_restarts(spark, make_store, tmp_path):
     data, out = tmp_path / "data", tmp_path / "out"
     argv = ["--data-dir", str(data), "--out", str(out), "--filter", "devices/+/telemetry", "--stream", "--once",
             "--watermark", "1 minute"]
-    good, _ = _write_day(log_writer, data, 0, 120, T0)
+    store = make_store(data, 16384)
+    good, _ = _write_day(store, 0, 120, T0)
     telemetry.main(argv, session=spark)
-    more, _ = _write_day(log_writer, data, 120, 120, T0 + 120 * 1700)
+    more, _ = _write_day(store, 120, 120, T0 + 120 * 1700)
     telemetry.main(argv, session=spark)
     everything = good + more
     watermark = max(ts for _, ts, _, _ in everything) - 60_000
