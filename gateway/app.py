@@ -53,7 +53,7 @@ from gateway.mqtt import InboundFlows, Publish, Will
 from gateway.retained import RetainedIndex
 from gateway.router import Router
 from gateway.server import Connection
-from gateway.sessions import Delivery, Session, SubOptions
+from gateway.sessions import Delivery, Session, SubOptions, inbound_window
 from gateway.settings import GatewaySettings
 from gateway.sys_topics import GatewayStats, sys_values
 
@@ -206,7 +206,7 @@ class MQTTGateway:
             sess.version = version
             sess.expiry = expiry
             sess.inbound.reset_unacked()
-            sess.inbound.receive_maximum = self.settings.limits.max_inflight_messages
+            sess.inbound.receive_maximum = inbound_window(version, self.settings.limits.max_inflight_messages)
         sess.conn = conn
         conn.session = sess
         sess.flows.receive_maximum = min(conn.mq.peer_receive_maximum, self.settings.limits.max_inflight_messages)

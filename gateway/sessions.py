@@ -65,6 +65,15 @@ class Delivery(NamedTuple):
     group: str | None = None  # the $share filter it came through, for redispatch
 
 
+def inbound_window(version: int, receive_maximum: int) -> int:
+    """How many unacknowledged QoS 1/2 publishes a client may have in flight.
+
+    Only MQTT 5 has a Receive Maximum (we announce ours in CONNACK); a 3.1.1
+    client has no flow control and may use every packet identifier.
+    """
+    return receive_maximum if version >= 5 else 65535
+
+
 class Session:
     def __init__(self, gw: MQTTGateway, client_id: str, *, expiry: int, version: int) -> None:
         self.gw = gw
@@ -74,7 +83,7 @@ class Session:
         self.queue: str | None = session_queue_name(client_id) if expiry > 0 else None
         self.subs: dict[str, tuple[TopicFilter, SubOptions]] = {}
         self.flows = OutboundFlows(gw.settings.limits.max_inflight_messages)
-        self.inbound = InboundFlows(gw.settings.limits.max_inflight_messages)
+        self.inbound = InboundFlows(inbound_window(version, gw.settings.limits.max_inflight_messages))
         self.refs: dict[int, object] = {}  # packet id -> ref (see module docstring)
         self.mem: dict[int, Delivery] = {}  # packet id -> in-memory delivery in flight
         self.pending: deque[Delivery] = deque()
