@@ -45,7 +45,7 @@ from typing import Any, TextIO
 import trio
 
 from core.client.api import ClientApi, MQBrokerError, MQClientError
-from core.client.model import Message, MessageExt, MessageQueue
+from core.client.model import Message, MessageExt
 from core.client.producer import open_producer
 from core.client.route import TopicRoute
 from core.remoting import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode, decode_json
@@ -381,4 +381,8 @@ async def run_admin(argv: list[str], out: TextIO | None = None, err: TextIO | No
 
 def admin_main(argv: list[str]) -> int:
     """``mqgate admin ...``: run one command and answer the exit status."""
-    return trio.run(run_admin, list(argv))
+    try:
+        return trio.run(run_admin, list(argv))
+    except BrokenPipeError:  # `mqgate admin ... | head`
+        sys.stdout = open(os.devnull, "w")
+        return 0

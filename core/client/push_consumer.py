@@ -35,6 +35,7 @@ from __future__ import annotations
 import inspect
 import logging
 import zlib
+from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -67,6 +68,16 @@ log = logging.getLogger("mqgate.client.push")
 MessageListener = Callable[[list[MessageExt], "ConsumeContext"], Any | Awaitable[Any]]
 ORDERLY_MAX_RECONSUME = 2**31 - 1
 LOCAL_RETRY_DELAY = 5.0
+
+
+@dataclass(slots=True)
+class _Work:
+    """The batches of one pull waiting for the listener."""
+
+    mq: MessageQueue
+    pq: ProcessQueue
+    batches: deque
+    pending: int = 0  # helper tasks started but not yet running
 
 
 @dataclass(slots=True)
@@ -286,42 +297,59 @@ class AsyncPushConsumer(ConsumerBase):
 
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], delay: float = 0.0) -> None:
         assert self._n is not None
-        for i in range(0, len(msgs), self.consume_batch_size):
-            self._begin()
-            self._n.start_soon(self._consume_concurrently, mq, pq, msgs[i:i + self.consume_batch_size], delay)
+        bs = self.consume_batch_size
+        work = _Work(mq, pq, deque(msgs[i:i + bs] for i in range(0, len(msgs), bs)))
+        self._begin()
+        work.pending = 1
+        self._n.start_soon(self._drain, work, delay)
 
-    async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], delay: float) -> None:
+    async def _drain(self, work: "_Work", delay: float = 0.0) -> None:
+        """Consume batches of one pull until none is left. A helper task is started only
+        while this one is inside a listener that let others run (a slow or threaded
+        listener), so a quick listener costs no task per batch and a slow one still gets
+        up to ``consume_concurrency`` batches at a time."""
+        work.pending -= 1
         try:
             if delay:
                 await trio.sleep(delay)
             async with self._limiter:
-                if pq.dropped:
-                    return
-                ctx = ConsumeContext(mq)
-                try:
-                    out = await self._call(batch, ctx)
-                    ok = out is None or out is True or out is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-                except Exception:
-                    log.exception("listener failed on %d message(s) of %s; reconsume later", len(batch), mq)
-                    ok = False
-                self.consumed_count += len(batch)
-                again: list[MessageExt] = []
-                if not ok and self.clustering:
-                    for m in batch:
-                        if not await self._send_back(m, ctx.delay_level_when_next_consume):
-                            again.append(m)
-                elif not ok:
-                    log.warning("broadcasting: %d message(s) of %s dropped after RECONSUME_LATER", len(batch), mq)
-                done = [m for m in batch if m not in again] if again else batch
-                offset = pq.remove(done)
-                if not pq.dropped:
-                    self.offsets.update(mq, offset)
-                if again:
-                    for m in again:
-                        m.reconsume_times += 1
-                    self._dispatch(mq, pq, again, LOCAL_RETRY_DELAY)
+                while work.batches:
+                    batch = work.batches.popleft()
+                    if work.batches and not work.pending and self._limiter.available_tokens:
+                        self._begin()
+                        work.pending += 1
+                        assert self._n is not None
+                        self._n.start_soon(self._drain, work)
+                    await self._consume_batch(work.mq, work.pq, batch)
         finally:
             self._end()
+
+    async def _consume_batch(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        if pq.dropped:
+            return
+        ctx = ConsumeContext(mq)
+        try:
+            out = await self._call(batch, ctx)
+            ok = out is None or out is True or out is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        except Exception:
+            log.exception("listener failed on %d message(s) of %s; reconsume later", len(batch), mq)
+            ok = False
+        self.consumed_count += len(batch)
+        again: list[MessageExt] = []
+        if not ok and self.clustering:
+            for m in batch:
+                if not await self._send_back(m, ctx.delay_level_when_next_consume):
+                    again.append(m)
+        elif not ok:
+            log.warning("broadcasting: %d message(s) of %s dropped after RECONSUME_LATER", len(batch), mq)
+        done = [m for m in batch if m not in again] if again else batch
+        offset = pq.remove(done)
+        if not pq.dropped:
+            self.offsets.update(mq, offset)
+        if again:
+            for m in again:
+                m.reconsume_times += 1
+            self._dispatch(mq, pq, again, LOCAL_RETRY_DELAY)
 
     async def _send_back(self, m: MessageExt, delay_level: int) -> bool:
         try:
