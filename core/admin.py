@@ -166,18 +166,23 @@ class Admin:
                                            {"namespace": "ORDER_TOPIC_CONFIG", "key": a.name, "value": conf})
                 if resp.code != ResponseCode.SUCCESS:
                     raise MQBrokerError(resp.code, resp.remark, ns)
-        await self.wait_route(a.name, a.queues)
+        await self.wait_route(a.name, a.queues, set(masters))
         return {"topic": a.name, "queues": a.queues, "order": a.order, "brokers": sorted(masters)}
 
-    async def wait_route(self, topic: str, queues: int, timeout: float = 5.0) -> None:
-        """Brokers re-register a new topic at once but asynchronously; wait until the name
-        servers show it, so the next command (or client) finds the route."""
+    async def wait_route(self, topic: str, queues: int, brokers: set[str], timeout: float = 5.0) -> None:
+        """Brokers re-register a new topic at once but asynchronously; wait until every name
+        server shows it on every broker, so the next command (or client) finds the route."""
         with trio.move_on_after(timeout):
-            while True:
-                route = await self.on_namesrv(lambda addr: self.api.get_route(addr, topic))
-                if route is not None and any(q.write_queue_nums == queues for q in route.queue_datas):
-                    return
-                await trio.sleep(0.05)
+            for ns in self.namesrvs:
+                while True:
+                    try:
+                        route = await self.api.get_route(ns, topic)
+                    except (RemotingConnectionError, RemotingTimeoutError, OSError):
+                        break  # a dead name server is not waited for
+                    have = {q.broker_name for q in (route.queue_datas if route else ()) if q.write_queue_nums == queues}
+                    if brokers <= have:
+                        break
+                    await trio.sleep(0.05)
 
     async def topic_list(self, a) -> dict:
         return {"topics": sorted(await self.on_namesrv(self.api.get_topic_list))}
