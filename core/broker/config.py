@@ -88,11 +88,16 @@ class BrokerConfig:
     broker_topic_enable: bool = _key("brokerTopicEnable", "create a topic named after the broker", True)
     notify_consumer_ids_changed_enable: bool = _key("notifyConsumerIdsChangedEnable", "tell a group's members when it changes", True)
     register_name_server_period: int = _key("registerNameServerPeriod", "ms between registrations with the name servers", 30000)
+    # transactions (core/transactions.py): when and how often a pending half message is checked back
+    transaction_timeout: int = _key("transactionTimeOut", "ms a half message waits for END_TRANSACTION before its first check", 6000)
+    transaction_check_interval: int = _key("transactionCheckInterval", "ms between checks of a half message still unresolved", 60000)
+    transaction_check_max: int = _key("transactionCheckMax", "checks of a half message before it is rolled back", 15)
 
     def __post_init__(self) -> None:
         positive = ("flush_interval_commit_log", "sync_flush_timeout", "default_topic_queue_nums", "short_polling_time_mills",
                     "max_message_size", "clean_resource_interval", "flush_consumer_offset_interval", "default_query_max_num",
-                    "register_name_server_period")
+                    "register_name_server_period", "transaction_timeout", "transaction_check_interval",
+                    "transaction_check_max")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_KEY_OF[name]} must be > 0, got {getattr(self, name)!r}")
