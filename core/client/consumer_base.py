@@ -17,8 +17,9 @@ Rules kept here:
   topic). Note the broker answers 0 rather than "none" for a group new to a
   queue that still starts at 0, exactly as a Java broker does.
 - A topic without a route (not created yet; ``%RETRY%`` right after the
-  first heartbeat) is asked for again every ``missing_route_retry`` (1 s)
-  until it has one; a route change then triggers a rebalance.
+  first heartbeat) is asked for again after 20 ms, then at doubling
+  intervals up to ``missing_route_retry`` (1 s), until it has one; a route
+  change then triggers a rebalance.
 - `pull_once` sends PULL_MESSAGE with the subscription (flag 0x4), the
   commit offset (flag 0x1, clustering), long polling (flag 0x2,
   ``suspend_ms`` 15 s; call timeout 30 s), filters tags again on the
@@ -139,6 +140,7 @@ class ConsumerBase:
         self._rebalance_wanted = trio.Event()
         self._rebalance_lock = trio.Lock()
         self._missing: set[str] = set()
+        self._missing_added = trio.Event()
         self._n: trio.Nursery | None = None
         self._stopped = trio.Event()
         self.stopping = False
@@ -241,8 +243,16 @@ class ConsumerBase:
             await self.offsets.persist_all()
 
     async def _missing_route_loop(self) -> None:
+        # a %RETRY% topic is registered a few ms after our first heartbeat: ask again soon,
+        # then back off to missing_route_retry
+        delay = 0.02
         while True:
-            await trio.sleep(self.missing_route_retry)
+            if not self._missing:
+                delay = 0.02
+                await self._missing_added.wait()
+                self._missing_added = trio.Event()
+            await trio.sleep(delay)
+            delay = min(delay * 2, self.missing_route_retry)
             for topic in sorted(self._missing):
                 try:
                     await self.instance.update_route(topic)
@@ -273,6 +283,7 @@ class ConsumerBase:
             for topic, route in routes.items():
                 if route is None:
                     self._missing.add(topic)
+                    self._missing_added.set()
                     continue
                 queues = route.subscribe_queues()
                 if self.clustering:
