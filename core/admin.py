@@ -44,12 +44,12 @@ from typing import Any, TextIO
 
 import trio
 
-from core.client.api import ClientApi, MQBrokerError, MQClientError
+from core.client.api import ClientApi, MQBrokerError, MQClientError, open_client_api
 from core.client.model import Message, MessageExt
 from core.client.producer import open_producer
 from core.client.route import TopicRoute
-from core.remoting import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode, decode_json
-from core.remoting.client import RemotingConnectionError, RemotingTimeoutError, open_remoting_client
+from core.remoting import RequestCode, ResponseCode, decode_json
+from core.remoting.client import RemotingConnectionError, RemotingTimeoutError
 from core.store.message import decode_messages, parse_offset_msg_id, unpack_host
 
 __all__ = ["admin_main", "run_admin"]
@@ -356,8 +356,8 @@ async def run_admin(argv: list[str], out: TextIO | None = None, err: TextIO | No
         return int(exc.code or 0)
     namesrvs = _namesrvs(a.namesrv)
     try:
-        async with open_remoting_client(language=LanguageCode.PYTHON, version=CURRENT_VERSION) as remoting:
-            admin = Admin(ClientApi(remoting, a.timeout), namesrvs)
+        async with open_client_api(a.timeout) as api:
+            admin = Admin(api, namesrvs)
             handlers = {
                 ("topic", "create"): admin.topic_create, ("topic", "list"): admin.topic_list,
                 ("topic", "route"): admin.topic_route, ("group", "progress"): admin.group_progress,

@@ -44,13 +44,10 @@ def _stored(namesrv: str, topic: str, *, must_exist: bool = False) -> int:
     """Messages stored in ``topic`` (sum of GET_MAX_OFFSET), through our client's API layer."""
     import trio
 
-    from core.client.api import ClientApi
-    from core.remoting import CURRENT_VERSION, LanguageCode
-    from core.remoting.client import open_remoting_client
+    from core.client.api import open_client_api
 
     async def count() -> int:
-        async with open_remoting_client(language=LanguageCode.PYTHON, version=CURRENT_VERSION) as rc:
-            api = ClientApi(rc)
+        async with open_client_api() as api:
             route = await api.get_route(namesrv, topic)
             if route is None:
                 if must_exist:

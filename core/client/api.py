@@ -16,15 +16,27 @@ Rules kept here:
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import AsyncIterator
 
 from core.client.model import MessageQueue
 from core.client.route import TopicRoute
-from core.remoting import PullSysFlag, RemotingCommand, RequestCode, ResponseCode, decode_json, encode_json
-from core.remoting.client import RemotingClient, RemotingConnectionError, RemotingTimeoutError
+from core.remoting import (
+    CURRENT_VERSION,
+    LanguageCode,
+    PullSysFlag,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    decode_json,
+    encode_json,
+)
+from core.remoting.client import RemotingClient, RemotingConnectionError, RemotingTimeoutError, open_remoting_client
 
 __all__ = [
     "ClientApi",
+    "open_client_api",
     "MQBrokerError",
     "MQClientError",
     "PullResponse",
@@ -227,3 +239,10 @@ class ClientApi:
 
     async def all_topic_config(self, addr: str) -> dict:
         return decode_json(_check(await self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG), addr).body)
+
+
+@asynccontextmanager
+async def open_client_api(timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[ClientApi]:
+    """A `ClientApi` on connections of its own (admin tools, benchmarks)."""
+    async with open_remoting_client(language=LanguageCode.PYTHON, version=CURRENT_VERSION) as remoting:
+        yield ClientApi(remoting, timeout)
