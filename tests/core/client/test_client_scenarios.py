@@ -141,3 +141,15 @@ async def test_rebalance_two_then_three_consumers(cluster):
             async with open_push_consumer(cluster.namesrv, "GSplit", {"TopicSplit": "*"}, cols[2], **opts) as c3:
                 await until_split([c1, c2, c3], [[0, 1], [2], [3]])
             await until_split([c1, c2], [[0, 1], [2, 3]])  # and back when it leaves
+
+
+async def test_delay_level_3_arrives_after_its_delay(cluster):
+    # the test broker's level 3 is 300 ms (10 s with RocketMQ's default levels)
+    async with open_producer(cluster.namesrv, "PG") as producer:
+        sent = await producer.send(Message("TopicDelay", "later", delay_level=3))  # parked, topic created
+    got = Collector()
+    async with open_push_consumer(cluster.namesrv, "GDelay", {"TopicDelay": "*"}, got, consume_from=FIRST):
+        await got.until(1)
+    m = got.msgs[0]
+    assert m.msg_id == sent.msg_id and m.topic == "TopicDelay" and "DELAY" not in m.properties
+    assert m.store_timestamp - m.born_timestamp >= 300  # stored again in TopicDelay once due
