@@ -27,19 +27,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core.store.message import (
-    BORNTIMESTAMP_POS,
     PROPERTY_KEYS,
     PROPERTY_MQTT_TOPIC,
     PROPERTY_TAGS,
-    QUEUEID_POS,
-    QUEUEOFFSET_POS,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     decode_properties,
 )
 
-from .entries import EntryFields, gather_be, gather_var, locate
+from .entries import EntryFields, gather_var, locate
 
 MAP_TYPE = pa.map_(pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string()))
 ARROW_SCHEMA = pa.schema([
@@ -110,20 +107,18 @@ def decode_range(
         lo = hi
 
 
-def _strings(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
-    arr = pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+def _strings(b: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
     try:
-        arr.validate(full=True)
-    except pa.ArrowInvalid:
-        arr = pa.array(
-            [bytes(data[offsets[i] : offsets[i + 1]]).decode("utf-8", "replace") for i in range(len(offsets) - 1)],
+        return gather_var(b, pos, length, pa.string())
+    except pa.ArrowInvalid:  # not UTF-8: decode row by row with replacement characters
+        return pa.array(
+            [bytes(b[p : p + n]).decode("utf-8", "replace") for p, n in zip(pos.tolist(), length.tolist())],
             type=pa.string(),
         )
-    return arr
 
 
 def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, columns: tuple[str, ...]) -> pa.RecordBatch:
-    store_ms = gather_be(b, f.store_ts_pos, 8)
+    store_ms = f.store_ms
     keep = np.ones(len(f.start), dtype=bool)
     if not flt.include_system:
         tx = f.sysflag & TRANSACTION_MASK
@@ -134,7 +129,7 @@ def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, co
         keep &= store_ms < flt.end_ms
     cols: dict[str, pa.Array] = {}
     if "topic" in columns or not flt.include_system or flt.topics is not None:
-        topic = cols["topic"] = _strings(*gather_var(b, f.topic_pos, f.topic_len))
+        topic = cols["topic"] = _strings(b, f.topic_pos, f.topic_len)
         if not flt.include_system or flt.topics is not None:
             # evaluate topic predicates once per distinct topic
             enc = pc.dictionary_encode(topic)
@@ -161,26 +156,24 @@ def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, co
             cols = {k: v.take(pa.array(idx)) for k, v in cols.items()}
     ts_type = ARROW_SCHEMA.field("store_ts").type
     fixed = {
-        "queue_id": lambda: pa.array(gather_be(b, f.start + QUEUEID_POS, 4).astype(np.int32)),
-        "queue_offset": lambda: pa.array(gather_be(b, f.start + QUEUEOFFSET_POS, 8)),
+        "queue_id": lambda: pa.array(f.queue_id.astype(np.int32)),
+        "queue_offset": lambda: pa.array(f.queue_offset),
         "commitlog_offset": lambda: pa.array(f.start + origin),
-        "born_ts": lambda: pa.array(gather_be(b, f.start + BORNTIMESTAMP_POS, 8) * 1000, type=pa.int64()).view(ts_type),
+        "born_ts": lambda: pa.array(f.born_ms * 1000, type=pa.int64()).view(ts_type),
         "store_ts": lambda: pa.array(store_ms * 1000, type=pa.int64()).view(ts_type),
-        "body": lambda: _binary(*gather_var(b, f.body_pos, f.body_len)),
+        "body": lambda: gather_var(b, f.body_pos, f.body_len),
     }
     arrays = [cols[c] if c in cols else fixed[c]() for c in columns]
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns]))
 
 
-def _binary(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
-    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
 def _properties(b: np.ndarray, f: EntryFields, want_map: bool, wanted: list[str]) -> dict[str, pa.Array]:
     """The ``properties`` map (if ``want_map``) and the ``wanted`` property columns."""
     n = len(f.start)
-    po, pd = gather_var(b, f.props_pos, f.props_len)
-    po64 = po.astype(np.int64)
+    props = gather_var(b, f.props_pos, f.props_len)
+    po64 = np.frombuffer(props.buffers()[1], dtype=np.int32)[props.offset : props.offset + n + 1].astype(np.int64)
+    data = props.buffers()[2]
+    pd = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
     nonempty = f.props_len > 0
     s2 = np.flatnonzero(pd == 2)
     item_s = np.sort(np.concatenate([po64[:-1][nonempty], s2 + 1]))
@@ -196,8 +189,8 @@ def _properties(b: np.ndarray, f: EntryFields, want_map: bool, wanted: list[str]
     item_s, item_e, first1 = item_s[ok], item_e[ok], first1[ok]
     row = np.searchsorted(po64, item_s, side="right") - 1
     try:
-        keys_arr = _strict_strings(*gather_var(pd, item_s, first1 - item_s))
-        vals_arr = _strict_strings(*gather_var(pd, first1 + 1, item_e - first1 - 1))
+        keys_arr = gather_var(pd, item_s, first1 - item_s, pa.string())
+        vals_arr = gather_var(pd, first1 + 1, item_e - first1 - 1, pa.string())
     except pa.ArrowInvalid:
         return _properties_slow(pd, po64, want_map, wanted)
     out = {}
@@ -214,12 +207,6 @@ def _properties(b: np.ndarray, f: EntryFields, want_map: bool, wanted: list[str]
 
 
 _COLUMN_PROPERTY = {"mqtt_topic": PROPERTY_MQTT_TOPIC, "tags": PROPERTY_TAGS, "keys": PROPERTY_KEYS}
-
-
-def _strict_strings(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
-    arr = pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    arr.validate(full=True)
-    return arr
 
 
 def _properties_slow(pd: np.ndarray, po: np.ndarray, want_map: bool, wanted: list[str]) -> dict[str, pa.Array]:

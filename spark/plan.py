@@ -5,6 +5,12 @@ Rules kept here:
   file). Every boundary this module hands out is a segment start or the
   start of an entry reached by walking sizes from a segment start or from an
   earlier boundary; nothing is guessed from byte patterns.
+- Consume-queue units only speed the walk up: where the units' positions
+  follow each other exactly by the sizes written in the log (checked for
+  all at once), the walk takes them as they are; anywhere else (entries
+  with no unit, such as prepared transactions, units not written yet, a
+  unit that does not fit) it walks entry by entry. So the result is the same
+  with or without consume queues.
 - The readable end of the log is the end of its last complete, valid entry.
   In the newest segment a walk stops at the first invalid entry (a torn or
   unfinished tail, skipped until it is complete). In an older segment the
@@ -32,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .entries import crc_ok, first_invalid, locate, stop_kind, walk_sizes
+from .entries import MIN_ENTRY_SIZE, crc_ok, first_invalid, gather_be, locate, stop_kind, walk_sizes
 
 _SEGMENT_NAME = re.compile(r"^\d{20}$")
 TAIL_CRC_ENTRIES = 8
@@ -114,16 +120,55 @@ def _open(seg: Segment):
     return f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), size
 
 
-def scan_segment(seg: Segment, start: int, *, last: bool, limit: int | None = None) -> SegmentScan:
-    """Walk ``seg`` from global ``start`` up to its last valid entry (or ``limit``)."""
+def _walk(buf, arr: np.ndarray, pos: int, end: int, hints: np.ndarray) -> np.ndarray:
+    """Entry starts from ``pos`` (file positions), using ``hints`` where they chain."""
+    parts = []
+    while pos + MIN_ENTRY_SIZE <= end:
+        i = int(np.searchsorted(hints, pos))
+        if i < len(hints) and hints[i] == pos:
+            cand = hints[i:]
+            sizes = gather_be(arr, cand, 4)
+            nxt = cand + sizes
+            # a chain: each unit starts where the previous entry ends, and fits
+            ok = (sizes >= MIN_ENTRY_SIZE) & (nxt <= end)
+            follows = np.append(nxt[:-1] == cand[1:], False)
+            brk = np.flatnonzero(~(ok & follows))
+            j = int(brk[0]) if len(brk) else len(cand) - 1
+            if not ok[j]:
+                parts.append(cand[:j])
+                pos = int(cand[j])
+                if j == 0:
+                    break  # the walk below would stop here too
+                continue
+            parts.append(cand[: j + 1])
+            pos = int(nxt[j])
+            continue
+        until = int(hints[i]) if i < len(hints) else None
+        walked, stop = walk_sizes(buf, pos, end, until)
+        parts.append(np.asarray(walked, dtype=np.int64))
+        if stop == pos or (until is None or stop < until):
+            break  # the walk ended (or could not move): nothing more to chain
+        pos = stop
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def scan_segment(seg: Segment, start: int, *, last: bool, limit: int | None = None,
+                 hints: np.ndarray | None = None) -> SegmentScan:
+    """Walk ``seg`` from global ``start`` up to its last valid entry (or ``limit``).
+
+    ``hints``: sorted global positions from consume-queue units (optional).
+    """
     f, buf, size = _open(seg)
     try:
         pos = start - seg.base
         end = size if limit is None else min(size, limit - seg.base)
-        starts_l, _ = walk_sizes(buf, pos, end)
-        if starts_l:
-            arr = np.frombuffer(buf, dtype=np.uint8, count=size) if size else np.zeros(0, np.uint8)
-            starts = np.asarray(starts_l, dtype=np.int64)
+        arr = np.frombuffer(buf, dtype=np.uint8, count=size) if size else np.zeros(0, np.uint8)
+        rel_hints = np.zeros(0, dtype=np.int64)
+        if hints is not None and len(hints):
+            lo, hi = np.searchsorted(hints, [seg.base + pos, seg.base + end])
+            rel_hints = hints[lo:hi] - seg.base
+        starts = _walk(buf, arr, pos, end, rel_hints)
+        if len(starts):
             fields = locate(arr, starts, seg.base)
             k = first_invalid(fields)
             if last and k:
@@ -135,11 +180,12 @@ def scan_segment(seg: Segment, start: int, *, last: bool, limit: int | None = No
                     k = int(tail[bad[0]])
             sizes = fields.size[:k].astype(np.int32)
             starts = starts[:k]
-            del arr, fields
+            del fields
         else:
             starts = np.zeros(0, dtype=np.int64)
             sizes = np.zeros(0, dtype=np.int32)
         stop = int(starts[-1] + sizes[-1]) if len(starts) else pos
+        del arr
         kind = stop_kind(buf, stop, size)
         if kind == "torn" and limit is not None and (stop >= end or _crosses(buf, stop, end)):
             kind = "limit"  # the entry here ends after the limit: not ours to judge
@@ -154,6 +200,49 @@ def scan_segment(seg: Segment, start: int, *, last: bool, limit: int | None = No
 
 def _crosses(buf, pos: int, end: int) -> bool:
     return pos + 4 <= len(buf) and pos + int.from_bytes(buf[pos : pos + 4], "big", signed=True) > end
+
+
+_CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+CQ_READ_BUDGET = 256 << 20  # bytes of consume-queue files read per plan, at most
+
+
+def queue_positions(data_dir: str, start: int = 0) -> np.ndarray:
+    """Sorted distinct commit-log positions >= ``start`` named by consume-queue units.
+
+    Only topic queues are read (not multi-dispatch or session queues, whose
+    units point at the same entries), newest files first within a budget:
+    these are hints for `scan_segment`, and a missing one costs only time.
+    """
+    root = os.path.join(data_dir, "consumequeue")
+    try:
+        topics = os.listdir(root)
+    except FileNotFoundError:
+        return np.zeros(0, dtype=np.int64)
+    files = []
+    for topic in topics:
+        if topic.startswith(("~", "%LMQ%", "%RETRY%", "%DLQ%")):
+            continue
+        tdir = os.path.join(root, topic)
+        for qid in os.listdir(tdir) if os.path.isdir(tdir) else ():
+            qdir = os.path.join(tdir, qid)
+            if os.path.isdir(qdir):
+                files.extend(os.path.join(qdir, n) for n in os.listdir(qdir) if _SEGMENT_NAME.match(n))
+    parts, budget = [], CQ_READ_BUDGET
+    for path in sorted(files, key=lambda p: os.path.basename(p), reverse=True):
+        try:
+            units = np.fromfile(path, dtype=_CQ_UNIT, count=max(0, budget // _CQ_UNIT.itemsize))
+        except OSError:
+            continue
+        budget -= units.nbytes
+        off, size = units["offset"], units["size"]
+        good = (size > 0) & (size != 0x7FFFFFFF) & (off >= start)
+        parts.append(off[good].astype(np.int64))
+        if budget <= 0:
+            break
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    pos = np.sort(np.concatenate(parts))
+    return pos[np.append(True, pos[1:] != pos[:-1])] if len(pos) else pos
 
 
 def segment_index(segments: list[Segment], pos: int) -> int:
@@ -180,13 +269,14 @@ def scan_log(data_dir: str, start: int | None = None, stop: int | None = None) -
         return []
     if start is None or start < segs[0].base:
         start = segs[0].base
+    hints = queue_positions(data_dir, start)
     out = []
     for i in range(segment_index(segs, start), len(segs)):
         seg = segs[i]
         if stop is not None and seg.base >= stop:
             break
         pos = max(start, seg.base)
-        scan = scan_segment(seg, pos, last=i == len(segs) - 1, limit=stop)
+        scan = scan_segment(seg, pos, last=i == len(segs) - 1, limit=stop, hints=hints)
         out.append(scan)
         if scan.kind in ("torn", "limit"):
             break

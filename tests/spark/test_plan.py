@@ -124,3 +124,34 @@ def test_a_stop_past_a_blank_walks_into_the_next_segment(log_writer, tmp_path):
     ranges, end = plan.plan(str(tmp_path), w.positions[10], seg2[3], 1 << 20)
     assert _entry_starts(ranges) == [p for p in w.positions if w.positions[10] <= p < seg2[3]]
     assert end == seg2[3]
+
+
+def test_consume_queue_hints_never_change_the_result(log_writer, tmp_path):
+    w = _fill(log_writer, tmp_path, n=300)
+    rnd = random.Random(5)
+    truth = plan.scan_log(str(tmp_path))
+    pos = np.array(w.positions, dtype=np.int64)
+    for hints in (
+        pos,  # every entry
+        pos[::3],  # some entries have no unit (prepared transactions, not dispatched yet)
+        np.sort(np.concatenate([pos[::2], pos[1::7] + 5, [pos[-1] + 1, 3]])),  # units that are not entries
+        np.zeros(0, dtype=np.int64),
+    ):
+        for i, seg in enumerate(plan.list_segments(str(tmp_path))):
+            start = max(seg.base, int(rnd.choice(pos)) if i == 0 else seg.base)
+            got = plan.scan_segment(seg, start, last=False, hints=hints)
+            want = plan.scan_segment(seg, start, last=False)
+            assert got.starts.tolist() == want.starts.tolist() and got.stop == want.stop
+    assert [s.starts.tolist() for s in truth] == [s.starts.tolist() for s in plan.scan_log(str(tmp_path))]
+
+
+def test_plan_uses_the_store_consume_queues(make_store, tmp_path):
+    store = make_store(tmp_path, 16384)
+    positions = [store.append(Message(topic="devices", body=b"x" * (i % 50), queue_id=i % 3)).physical_offset for i in range(500)]
+    store.append(Message(topic="devices", body=b"half", sysflag=0x4))  # no consume-queue unit
+    positions.append(store.append(Message(topic="devices", body=b"after")).physical_offset)
+    hints = plan.queue_positions(str(tmp_path))
+    assert hints.tolist() == positions
+    ranges, end = plan.plan(str(tmp_path), None, None, 4000)
+    starts = _entry_starts(ranges)
+    assert [p for p in starts if p in set(positions)] == positions and len(starts) == len(positions) + 1
