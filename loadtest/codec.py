@@ -192,3 +192,39 @@ def packet_id_of(body) -> int:
 def connack_code(body, version: int = MQTT311) -> int:
     """Return code (3.1.1) or reason code (5.0) of a CONNACK; 0 is success."""
     return body[1] if len(body) >= 2 else 0x80
+
+
+# CONNACK property ids and their value sizes (None = length-prefixed), MQTT 5 section 3.2.2.3
+_CONNACK_PROPS = {0x11: 4, 0x21: 2, 0x24: 1, 0x25: 1, 0x27: 4, 0x12: None, 0x22: 2, 0x1F: None,
+                  0x26: "pair", 0x28: 1, 0x29: 1, 0x2A: 1, 0x13: 2, 0x1A: None, 0x1C: None,
+                  0x15: None, 0x16: None}
+
+
+def connack_receive_maximum(body, version: int = MQTT311) -> int:
+    """The server's Receive Maximum from a 5.0 CONNACK (65535 when absent or 3.1.1).
+
+    A 5.0 client must not have more unacknowledged QoS 1/2 publishes than this.
+    """
+    if version != MQTT5 or len(body) < 3:
+        return 65535
+    got = read_varint(body, 2)
+    if got is None:
+        raise ProtocolError("CONNACK ends inside its property length")
+    plen, pos = got
+    end = pos + plen
+    while pos < end:
+        pid = body[pos]
+        pos += 1
+        size = _CONNACK_PROPS.get(pid)
+        if pid == 0x21:
+            return _U16.unpack_from(body, pos)[0]
+        if size == "pair":
+            for _ in range(2):
+                pos += 2 + _U16.unpack_from(body, pos)[0]
+        elif size is None:
+            if pid not in _CONNACK_PROPS:
+                raise ProtocolError(f"unknown CONNACK property 0x{pid:02X}")
+            pos += 2 + _U16.unpack_from(body, pos)[0]
+        else:
+            pos += size
+    return 65535

@@ -38,8 +38,9 @@ class ConnectError(Exception):
 def open_connection(host: str, port: int, client_id: str, *, version: int,
                     clean: bool = True, keepalive: int = 600,
                     timeout: float = 10.0, receive_maximum: int = 0):
-    """A connected socket whose CONNACK said yes, plus the reader holding any
-    bytes that came after the CONNACK."""
+    """A connected socket whose CONNACK said yes, the reader holding any bytes
+    that came after the CONNACK, those packets, and the server's Receive
+    Maximum (the most QoS 1/2 publishes this client may have unacknowledged)."""
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.sendall(codec.connect(client_id, version=version, clean=clean,
@@ -52,7 +53,7 @@ def open_connection(host: str, port: int, client_id: str, *, version: int,
     if code:
         sock.close()
         raise ConnectError(f"{client_id}: CONNACK refused with code {code}")
-    return sock, reader, rest
+    return sock, reader, rest, codec.connack_receive_maximum(body, version)
 
 
 def expect(sock, reader, kind: int):

@@ -102,13 +102,13 @@ def _setup(specs, cfg: RunConfig):
                     timeout=cfg.connect_timeout, buckets=buckets,
                     log=SubscriberLog(spec.group)))
             continue
-        sock, reader, rest = rawclient.open_connection(
+        sock, reader, rest, server_window = rawclient.open_connection(
             cfg.host, cfg.port, spec.client_id, version=cfg.version, clean=spec.clean,
             timeout=cfg.connect_timeout,
             receive_maximum=65535 if spec.role == "sub" else 0)
         if spec.role == "pub":
             client = rawclient.RawPublisher(sock, spec, qos=cfg.qos, payload=cfg.payload,
-                                            inflight=cfg.inflight, version=cfg.version,
+                                            inflight=min(cfg.inflight, server_window), version=cfg.version,
                                             start_ns=0, buckets=buckets)
             client.reader = reader
         else:
@@ -146,7 +146,7 @@ def _reconnect(client, cfg: RunConfig, sel) -> None:
     if cfg.mode == "paho":
         client.reconnect()
         return
-    sock, reader, rest = rawclient.open_connection(
+    sock, reader, rest, _window = rawclient.open_connection(
         cfg.host, cfg.port, spec.client_id, version=cfg.version, clean=False,
         timeout=cfg.connect_timeout, receive_maximum=65535)
     client.sock, client.reader, client.closed = sock, reader, False

@@ -1,4 +1,8 @@
-"""Brokers for the load-generator tests: Mosquitto and amqtt on free ports."""
+"""Brokers for the load-generator tests: Mosquitto, amqtt and ours on free ports.
+
+`make test` installs every one of them; a missing broker fails the tests that
+need it (with the command that installs it) instead of skipping them.
+"""
 
 import pytest
 
@@ -7,8 +11,7 @@ from loadtest.brokers import available
 
 
 def _broker(name):
-    if not available(name):
-        pytest.skip(f"{name} is not installed (make system-deps / pip install amqtt)")
+    assert available(name), f"{name} is not installed: run `make install-dev` (apt mosquitto, pip amqtt)"
     with Broker(name) as broker:
         yield broker
 
@@ -21,3 +24,9 @@ def mosquitto():
 @pytest.fixture(scope="session")
 def amqtt():
     yield from _broker("amqtt")
+
+
+@pytest.fixture(scope="session")
+def ours():
+    """`mqgate serve` as a separate process, as `make bench` runs it."""
+    yield from _broker("ours")

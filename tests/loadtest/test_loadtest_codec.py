@@ -69,3 +69,17 @@ def test_publish_prefix_matches_publish():
 def test_connect_311_layout():
     pkt = codec.connect("id", clean=True, keepalive=30)
     assert pkt == b"\x10\x0e\x00\x04MQTT\x04\x02\x00\x1e\x00\x02id"
+
+
+def test_connack_receive_maximum_is_read_among_other_properties():
+    from gateway.mqtt import ConnAck, encode
+    from loadtest.codec import MQTT5, MQTT311, PacketReader, connack_receive_maximum
+
+    pkt = encode(ConnAck(receive_maximum=20, topic_alias_maximum=10, assigned_client_identifier="abc",
+                         user_properties=(("k", "v"),), maximum_packet_size=1 << 20), MQTT5)
+    [(_kind, _flags, body)] = PacketReader().feed(pkt)
+    assert connack_receive_maximum(body, MQTT5) == 20
+    [(_kind, _flags, body)] = PacketReader().feed(encode(ConnAck(), MQTT5))
+    assert connack_receive_maximum(body, MQTT5) == 65535  # absent: no limit
+    [(_kind, _flags, body)] = PacketReader().feed(encode(ConnAck(), MQTT311))
+    assert connack_receive_maximum(body, MQTT311) == 65535
