@@ -36,6 +36,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ class TimerConfig:
     slots_total: int = 7 * 86400
     roll_window_slots: int | None = None
     timerlog_file_size: int = 100 * 1024 * 1024
-    checkpoint_interval_s: float = 1.0
+    checkpoint_interval_s: float = 1.0  # how often progress is saved (a crash may re-fire up to this much)
 
 
 class TimerError(ValueError):
@@ -165,7 +166,7 @@ class TimerMessageService:
     @property
     def pending(self) -> int:
         """Timers filed and not yet fired (rolls count once)."""
-        return self.wheel.checkpoint.counter if self.wheel else 0
+        return max(0, self.wheel.checkpoint.counter) if self.wheel else 0
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
@@ -178,22 +179,26 @@ class TimerMessageService:
         now = self.now_ms()
         self._read_time = cp.last_read_time_ms or (now // precision * precision)
         await self.broker.ensure_topic(TIMER_TOPIC, 1)
-        task_status.started(self)
         try:
-            next_checkpoint = trio.current_time() + cfg.checkpoint_interval_s
-            while True:
-                await self._enqueue_new()
-                await self._fire_due()
-                if trio.current_time() >= next_checkpoint:
-                    await self._checkpoint()
-                    next_checkpoint = trio.current_time() + cfg.checkpoint_interval_s
-                wait_s = max(0.0, (self._read_time + precision - self.now_ms()) / 1000)
-                with trio.move_on_after(min(wait_s, cfg.checkpoint_interval_s)):
-                    await self.broker.wait_for_messages(TIMER_TOPIC, 0, self._queue_offset)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._checkpoint_loop)
+                task_status.started(self)
+                while True:
+                    await self._enqueue_new()
+                    await self._fire_due()
+                    wait_s = max(0.0, (self._read_time + precision - self.now_ms()) / 1000)
+                    with trio.move_on_after(wait_s):
+                        await self.broker.wait_for_messages(TIMER_TOPIC, 0, self._queue_offset)
         finally:
             with trio.CancelScope(shield=True):
                 await self._checkpoint()
                 await trio.to_thread.run_sync(self.wheel.close)
+
+    async def _checkpoint_loop(self) -> None:
+        """Save progress every interval, in its own task: the firing loop never waits on a disk."""
+        while True:
+            await trio.sleep(self.config.checkpoint_interval_s)
+            await self._checkpoint()
 
     async def _enqueue_new(self) -> None:
         wheel = self.wheel
@@ -234,14 +239,13 @@ class TimerMessageService:
             if units:
                 await self._deliver([(u.offset_py, u.size_py, bool(u.magic & MAGIC_ROLL)) for u in units])
             self._read_time = slot
-            wheel.checkpoint.last_read_time_ms = slot
 
     async def _deliver(self, items: list[tuple[int, int, bool]]) -> None:
         """Store the real messages of fired timers (or roll them on); one flush wait."""
         out: list[tuple[Message, int | None]] = []
         now = self.now_ms()
         for offset, _size, roll in items:
-            raw = await self.broker.read_at(offset)
+            raw = self.broker.store.read_at(offset)  # page-cache read: inline, no thread
             if raw is None:
                 log.error("timer entry at commit log offset %d is gone (retention?); it cannot fire", offset)
                 self.wheel.checkpoint.counter -= 1
@@ -273,9 +277,24 @@ class TimerMessageService:
                 self.wheel.checkpoint.counter -= 1
 
     async def _checkpoint(self) -> None:
+        """Flush the wheel and log, then record how far enqueue and firing got.
+
+        The positions are taken *before* the flush, so the saved checkpoint
+        never claims more than what is on disk.
+        """
         wheel = self.wheel
         if wheel is None:
             return
-        wheel.checkpoint.last_timer_queue_offset = self._queue_offset
-        wheel.checkpoint.timestamp = self.now_ms()
-        await trio.to_thread.run_sync(wheel.flush)
+        snapshot = dataclasses.replace(wheel.checkpoint, last_timer_queue_offset=self._queue_offset,
+                                       last_read_time_ms=self._read_time, timestamp=self.now_ms(),
+                                       last_timerlog_flush_pos=wheel.log.write_pos)
+
+        def save() -> None:
+            wheel.log.flush()
+            wheel.wheel.flush()
+            snapshot.save()
+
+        await trio.to_thread.run_sync(save)
+        live = wheel.checkpoint  # what TimerWheelStore.close() saves last
+        live.last_timer_queue_offset = snapshot.last_timer_queue_offset
+        live.last_read_time_ms = snapshot.last_read_time_ms

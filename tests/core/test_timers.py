@@ -22,10 +22,10 @@ BASE_MS = 1_800_000_000_000
 
 @pytest.fixture
 def autojump_clock():
-    """Virtual time that jumps only after 50 ms of real idleness: with a zero
+    """Virtual time that jumps only after 10 ms of real idleness: with a zero
     threshold a wait on a worker thread (fsync) would count as idle and make
     deadlines fire in virtual time while the disk is still working."""
-    return trio.testing.MockClock(autojump_threshold=0.05)
+    return trio.testing.MockClock(autojump_threshold=0.01)
 
 
 def clock_ms() -> int:
