@@ -14,6 +14,11 @@ Rules kept:
   no flush running syncs everything written so far (its own entry and all
   that arrived meanwhile) while the others park; one ``fdatasync`` serves
   them all.
+- A new segment is created (blocks allocated) *before* the BLANK closes the
+  current one, so a full disk fails the append with ``OSError`` and nothing
+  written; `reserve` creates every segment a batch will need up front, so a
+  batch is written whole or not at all.  Segments made by `reserve` sit after
+  the current one (``current``) until the writes reach them.
 - The caller serialises writers with ``lock`` (a ``threading.Lock``);
   flushing takes it only to snapshot positions, never across a sync.
 """
@@ -93,6 +98,7 @@ class CommitLog:
         self.segment_size = segment_size
         self.lock = threading.Lock()
         self.segments: list[MappedFile] = []
+        self.current: MappedFile | None = None  # the segment holding write_pos
         self.write_pos = 0
         self.last_store_ts = 0  # store timestamp of the entry just before write_pos
         self.flushed = 0
@@ -122,6 +128,7 @@ class CommitLog:
         for seg in self.segments:
             seg.close()
         self.segments = []
+        self.current = None
 
     @property
     def min_offset(self) -> int:
@@ -142,12 +149,20 @@ class CommitLog:
         fsync_dir(self.directory)
         return seg
 
+    def _next_after(self, seg: MappedFile) -> MappedFile:
+        """The segment after ``seg``: one `reserve` made, or a new one (``OSError``)."""
+        segs = self.segments
+        if segs[-1] is not seg:
+            return segs[segs.index(seg) + 1]
+        return self._roll(seg.end)
+
     def set_write_pos(self, pos: int, last_store_ts: int) -> None:
         """After recovery: writing resumes at ``pos`` (everything before is durable or re-checked)."""
         if not self.segments:
             self._roll(pos - pos % self.segment_size)
         elif pos >= self.segments[-1].end:
             self._roll(self.segments[-1].end)
+        self.current = self.segment_for(pos)
         self.write_pos = pos
         self.last_store_ts = last_store_ts
         self.flushed = pos
@@ -155,15 +170,29 @@ class CommitLog:
 
     # ---- writing (caller holds self.lock) ----
 
+    def reserve(self, sizes) -> None:
+        """Create the segments that entries of ``sizes``, appended in order, need.
+        ``OSError`` if one cannot be made; nothing is written either way."""
+        seg = self.current
+        pos = self.write_pos
+        limit = self.segment_size - 8
+        for size in sizes:
+            if pos - seg.start + size > limit:
+                seg = self._next_after(seg)
+                pos = seg.start
+            pos += size
+
     def append(self, enc: EncodedMessage, queue_offset: int, store_ts: int) -> int:
-        """Write ``enc`` stamped with its offsets; return its physical offset."""
+        """Write ``enc`` stamped with its offsets; return its physical offset.
+        ``OSError`` before anything is written if a needed segment cannot be made."""
         size = enc.size
         pos = self.write_pos
-        seg = self.segments[-1]
+        seg = self.current
         rel = pos - seg.start
         if rel + size + 8 > self.segment_size:
+            nxt = self._next_after(seg)
             _II.pack_into(seg.mm, rel, self.segment_size - rel, BLANK_MAGIC)
-            seg = self._roll(seg.end)
+            seg = self.current = nxt
             pos = seg.start
             rel = 0
         seg.mm[rel : rel + size] = enc.stamp(queue_offset, pos, store_ts)
@@ -189,6 +218,8 @@ class CommitLog:
         size, magic = _II.unpack_from(seg.mm, rel)
         if magic != MAGIC_V1 or size < _MIN_ENTRY or phys + size > self.write_pos:
             return None
+        if _Q.unpack_from(seg.mm, rel + 28)[0] != phys:
+            return None  # not an entry start (e.g. entry-like bytes inside a body)
         return seg.mm[rel : rel + size]
 
     def store_ts_at(self, phys: int) -> int:
@@ -229,6 +260,8 @@ class CommitLog:
         """
         if self.flushed >= offset:
             return True
+        if offset > self.write_pos:
+            return False  # nothing was written there: it will never be flushed
         deadline = time.monotonic() + timeout_s
         mutex = self._flush_mutex
         with mutex:
@@ -260,6 +293,9 @@ class CommitLog:
             if self.flushed >= offset:
                 self._hand_over()
                 return time.monotonic() <= deadline
+            if offset > self.write_pos:  # the log was cut below it meanwhile
+                self._hand_over()
+                return False
 
     def _hand_over(self) -> None:
         """Release followers the last sync covered; make the first other one lead."""
@@ -286,12 +322,13 @@ class CommitLog:
 
     # ---- retention ----
 
-    def delete_head_segments(self, should_delete, max_files: int = 10) -> list[str]:
-        """Delete leading segments while ``should_delete(seg)``; never the last one."""
-        deleted = []
+    def delete_head_segments(self, should_delete, max_files: int = 10) -> list[MappedFile]:
+        """Take leading segments off the list while ``should_delete(seg)``, never
+        the current one; return them, still open.  The caller deletes them
+        (`MappedFile.delete`) after releasing ``lock``: unlinking a large file
+        can take long, and no reader can reach a segment once it is off the list."""
+        taken = []
         with self.lock:
-            while len(self.segments) > 1 and len(deleted) < max_files and should_delete(self.segments[0]):
-                seg = self.segments.pop(0)
-                seg.delete()
-                deleted.append(seg.path)
-        return deleted
+            while self.segments and self.segments[0] is not self.current and len(taken) < max_files and should_delete(self.segments[0]):
+                taken.append(self.segments.pop(0))
+        return taken

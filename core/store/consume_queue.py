@@ -14,7 +14,14 @@ Rules kept:
 - ``min_offset`` is the first unit whose entry is still in the commit log;
   units below it are gone (retention), even while their file remains.
 - Derived data: `put` is idempotent for replay (a unit already present is
-  skipped), so re-dispatching any stretch of the log yields the same units.
+  left alone, a missing or different one is rewritten from the log), so
+  re-dispatching any stretch of the log yields the same units and heals a
+  unit lost with a page that never reached the disk.
+- Files are created only by `ensure_room` (or replay), before the commit-log
+  entry they index is written: a file that cannot be made (full disk) fails
+  the put before anything is written, so the log never holds an entry whose
+  unit is missing.
+- `sync` covers every file written since the previous sync, not only the tail.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ BLANK_UNIT_SIZE = 0x7FFFFFFF
 
 
 class ConsumeQueue:
-    __slots__ = ("topic", "queue_id", "directory", "file_size", "files", "max_offset", "min_offset", "last_phys", "_tail_end")
+    __slots__ = ("topic", "queue_id", "directory", "file_size", "files", "max_offset", "min_offset", "last_phys", "room_end",
+                 "_write_file", "_synced_pos")
 
     def __init__(self, topic: str, queue_id: int, directory: str, file_size: int):
         self.topic = topic
@@ -43,7 +51,9 @@ class ConsumeQueue:
         self.max_offset = 0
         self.min_offset = 0
         self.last_phys = -1
-        self._tail_end = 0  # byte offset where the last file ends
+        self.room_end = 0  # byte offset where the last file ends: units below it have a file
+        self._write_file: MappedFile | None = None  # the file holding unit max_offset
+        self._synced_pos = 0  # bytes below this were durable at the last sync
 
     # ---- loading ----
 
@@ -68,7 +78,8 @@ class ConsumeQueue:
             else:
                 hi = mid
         self.max_offset = tail.start // UNIT_SIZE + lo
-        self._tail_end = tail.end
+        self.room_end = tail.end
+        self._synced_pos = tail.start  # a healing replay lowers it
         self.last_phys = self.unit(self.max_offset - 1)[0] if self.max_offset > self.min_offset else -1
 
     @staticmethod
@@ -85,36 +96,58 @@ class ConsumeQueue:
             if needs_name_file(os.path.basename(os.path.dirname(self.directory))):
                 with open(os.path.join(os.path.dirname(self.directory), NAME_FILE), "w", encoding="utf-8", errors="surrogatepass") as f:
                     f.write(self.topic)
-            self.min_offset = start // UNIT_SIZE
         f = MappedFile.create(self.directory, start, self.file_size)
+        if not self.files:
+            self.min_offset = start // UNIT_SIZE
         self.files.append(f)
-        self._tail_end = f.end
+        self.room_end = f.end
         return f
 
+    def ensure_room(self, n: int) -> None:
+        """Create the files the next ``n`` units need.  ``OSError`` (a full
+        disk) before anything is written; files made before it stay, empty."""
+        end = (self.max_offset + n) * UNIT_SIZE
+        while self.room_end < end or not self.files:
+            self._file_for_write(self.room_end if self.files else self.max_offset * UNIT_SIZE)
+
+    def _file_at(self, pos: int) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        i = (pos - files[0].start) // self.file_size
+        if 0 <= i < len(files) and files[i].start == pos - pos % self.file_size:
+            return files[i]
+        return None
+
     def append(self, phys: int, size: int, tags: int) -> int:
-        """Write the next unit; return the new max offset.  The hot path."""
+        """Write the next unit; return the new max offset.  The hot path: the
+        store calls `ensure_room` first, so no file is made here then."""
         off = self.max_offset
         pos = off * UNIT_SIZE
-        if pos >= self._tail_end:
-            f = self._file_for_write(pos)
-        else:
-            f = self.files[-1]
+        f = self._write_file
+        if f is None or pos >= f.start + self.file_size or pos < f.start:
+            f = self._write_file = self._file_at(pos) or self._file_for_write(pos)  # replay makes files here
         UNIT.pack_into(f.mm, pos - f.start, phys, size, tags)
         self.max_offset = off + 1
         self.last_phys = phys
         return off + 1
 
     def put(self, offset: int, phys: int, size: int, tags: int) -> bool:
-        """Replay: write the unit at ``offset`` unless it is there already.
-        A gap before ``offset`` is padded with blank units.  True if written."""
-        if offset < self.max_offset:
-            return False
+        """Replay: make the unit at ``offset`` say (phys, size, tags).  A gap
+        before ``offset`` is padded with blank units.  True if written."""
         pos = offset * UNIT_SIZE
-        if pos >= self._tail_end or not self.files:
+        if offset < self.max_offset:
+            f = self._file_at(pos) if offset >= self.min_offset else None
+            if f is None or UNIT.unpack_from(f.mm, pos - f.start) == (phys, size, tags):
+                return False
+            UNIT.pack_into(f.mm, pos - f.start, phys, size, tags)  # a hole or a stale unit
+            self._synced_pos = min(self._synced_pos, pos)
+            return True
+        if pos >= self.room_end or not self.files:
             f = self._file_for_write(pos)
             fill = max(self.max_offset * UNIT_SIZE, f.start)
         else:
-            f = self.files[-1]
+            f = self._file_at(pos)
             fill = self.max_offset * UNIT_SIZE
         for p in range(fill, pos, UNIT_SIZE):
             UNIT.pack_into(f.mm, p - f.start, 0, BLANK_UNIT_SIZE, 0)
@@ -140,7 +173,8 @@ class ConsumeQueue:
                 f = self.files[-1]
                 if pos - f.start < f.size:
                     f.zero_from(pos - f.start)
-                self._tail_end = f.end
+                self.room_end = f.end
+            self._write_file = None
             u = self.unit(self.max_offset - 1) if self.max_offset > self.min_offset else None
             self.last_phys = u[0] if u else -1
         return dropped
@@ -148,15 +182,11 @@ class ConsumeQueue:
     # ---- reading ----
 
     def unit(self, offset: int) -> tuple[int, int, int] | None:
-        files = self.files
-        if not files or offset < 0 or offset >= self.max_offset:
+        if offset < 0 or offset >= self.max_offset:
             return None
         pos = offset * UNIT_SIZE
-        i = (pos - files[0].start) // self.file_size
-        if i < 0 or i >= len(files) or files[i].start != pos - pos % self.file_size:
-            return None
-        f = files[i]
-        return UNIT.unpack_from(f.mm, pos - f.start)
+        f = self._file_at(pos)
+        return None if f is None else UNIT.unpack_from(f.mm, pos - f.start)
 
     def units(self, offset: int, count: int) -> list[tuple[int, int, int]] | None:
         """Up to ``count`` units from ``offset``, all from the file holding
@@ -197,13 +227,21 @@ class ConsumeQueue:
     # ---- durability and lifetime ----
 
     def sync(self) -> None:
-        for f in self.files[-2:]:  # the tail, and the file it rolled from
-            f.sync()
+        """fdatasync every file written since the last sync (called outside the
+        store lock: the file list is copied, and a file closed meanwhile by
+        retention is skipped by `MappedFile.sync`)."""
+        upto = self.max_offset * UNIT_SIZE
+        synced = self._synced_pos
+        for f in list(self.files):
+            if f.end > synced:
+                f.sync()
+        self._synced_pos = max(synced, upto - upto % self.file_size)
 
     def close(self) -> None:
         for f in self.files:
             f.close()
         self.files = []
+        self._write_file = None
 
     def destroy(self) -> None:
         self.close()
@@ -217,4 +255,6 @@ class ConsumeQueue:
             pass
         self.max_offset = self.min_offset = 0
         self.last_phys = -1
-        self._tail_end = 0
+        self.room_end = 0
+        self._write_file = None
+        self._synced_pos = 0

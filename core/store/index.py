@@ -28,6 +28,7 @@ import os
 import struct
 import time
 
+from .mapped_file import allocate
 from .message import java_string_hash
 
 HEADER = struct.Struct(">qqqqii")
@@ -49,11 +50,19 @@ class IndexFile:
         self.path = path
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         size = HEADER_SIZE + slots * 4 + max_entries * ENTRY_SIZE
-        if create:
-            os.ftruncate(self.fd, size)
-        else:
-            size = os.fstat(self.fd).st_size
-        self.mm = mmap.mmap(self.fd, size)
+        try:
+            if create:
+                allocate(self.fd, 0, size)  # a full disk fails here, not as SIGBUS in a write
+                os.ftruncate(self.fd, size)
+            else:
+                size = os.fstat(self.fd).st_size
+            self.mm = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            self.fd = -1
+            if create:
+                os.unlink(path)
+            raise
         self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slot_count, self.count = HEADER.unpack_from(self.mm, 0)
         if create or self.count < 1:
             self.count = 1

@@ -11,12 +11,22 @@ Rules kept:
 - `zero_from` erases the tail by shrinking and re-growing the file (the kernel
   frees the blocks and reads give zeros), so recovery never meets stale entries
   past a truncation point.
+- A file made by `create` has its blocks allocated up front
+  (``posix_fallocate``): a full disk fails the creation with ``OSError``
+  (ENOSPC), which the store turns into a status.  A sparse file would fail
+  later, inside a write through the map, as SIGBUS: the process dies.  A
+  creation that fails leaves no file behind.
+- `sync` after `close` is a no-op, and a close waits for a running sync: the
+  flusher syncs outside the store lock, so retention or ``delete_queue`` may
+  close a file it is syncing.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import threading
 
 NAME_DIGITS = 20
 
@@ -36,32 +46,55 @@ def list_offset_files(directory: str) -> list[tuple[int, str]]:
     return out
 
 
-class MappedFile:
-    __slots__ = ("path", "start", "size", "fd", "mm")
+def allocate(fd: int, offset: int, length: int) -> None:
+    """Reserve disk blocks for ``[offset, offset + length)``; ENOSPC if the disk is full.
+    File systems without fallocate keep a sparse file (the old behaviour)."""
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
 
-    def __init__(self, path: str, start: int, size: int):
+
+class MappedFile:
+    __slots__ = ("path", "start", "size", "fd", "mm", "_io")
+
+    def __init__(self, path: str, start: int, size: int, *, preallocate: bool = False):
         self.path = path
         self.start = start
         self.size = size
+        self._io = threading.Lock()  # orders sync against close
+        created = preallocate and not os.path.exists(path)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
+            if preallocate:
+                allocate(self.fd, 0, size)
             if os.fstat(self.fd).st_size != size:
                 os.ftruncate(self.fd, size)
             self.mm = mmap.mmap(self.fd, size)
         except BaseException:
             os.close(self.fd)
+            self.fd = -1
+            if created:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
             raise
 
     @classmethod
     def create(cls, directory: str, start: int, size: int) -> "MappedFile":
-        return cls(os.path.join(directory, offset_to_name(start)), start, size)
+        """A new file with its blocks allocated; ``OSError`` (e.g. ENOSPC) leaves no file."""
+        return cls(os.path.join(directory, offset_to_name(start)), start, size, preallocate=True)
 
     @property
     def end(self) -> int:
         return self.start + self.size
 
     def sync(self) -> None:
-        os.fdatasync(self.fd)
+        with self._io:
+            if self.fd >= 0:
+                os.fdatasync(self.fd)
 
     def read(self, rel: int, n: int) -> bytes:
         return self.mm[rel : rel + n]
@@ -71,13 +104,18 @@ class MappedFile:
         self.mm.close()
         os.ftruncate(self.fd, rel)
         os.ftruncate(self.fd, self.size)
+        try:
+            allocate(self.fd, rel, self.size - rel)
+        except OSError:
+            pass  # a full disk: the tail stays sparse, as before the cut
         self.mm = mmap.mmap(self.fd, self.size)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            self.mm.close()
-            os.close(self.fd)
-            self.fd = -1
+        with self._io:
+            if self.fd >= 0:
+                self.mm.close()
+                os.close(self.fd)
+                self.fd = -1
 
     def delete(self) -> None:
         self.close()

@@ -116,7 +116,7 @@ def java_string_hash(text: str) -> int:
     if text.isascii():
         units = text.encode("ascii")
     else:
-        raw = text.encode("utf-16-be")
+        raw = text.encode("utf-16-be", "surrogatepass")  # Java hashes lone surrogates too
         units = [(raw[i] << 8) | raw[i + 1] for i in range(0, len(raw), 2)]
     n = len(units)
     if n > len(_POW31):
@@ -263,24 +263,29 @@ class EncodedMessage:
         born_host = msg.born_host
         store_host = msg.store_host
         sysflag = msg.sysflag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
-        if len(born_host) == 8 and len(store_host) == 8:
-            # the common case in one pack: TOTALSIZE .. BODY length
-            size = 91 + body_len + topic_len + props_len
-            head = _HEAD_V4_HOSTS.pack(
-                size, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, 0, 0, sysflag,
-                msg.born_timestamp, born_host, 0, store_host, msg.reconsume_times, msg.prepared_transaction_offset, body_len)
-            store_ts_pos = 56
-        else:
-            if len(born_host) == 20:
-                sysflag |= BORNHOST_V6_FLAG
-            if len(store_host) == 20:
-                sysflag |= STOREHOST_V6_FLAG
-            size = entry_length(sysflag, body_len, topic_len, props_len)
-            head = b"".join((
-                struct.pack(">iiiiiqqiq", size, MAGIC_V1, body_crc(body), msg.queue_id, msg.flag, 0, 0, sysflag, msg.born_timestamp),
-                born_host, _LONG.pack(0), store_host,
-                struct.pack(">iqi", msg.reconsume_times, msg.prepared_transaction_offset, body_len)))
-            store_ts_pos = 48 + len(born_host)
+        if not 0 <= msg.queue_id <= 0x7FFFFFFF:
+            raise ValueError(f"queue id {msg.queue_id} is not 0..2**31-1")
+        try:
+            if len(born_host) == 8 and len(store_host) == 8:
+                # the common case in one pack: TOTALSIZE .. BODY length
+                size = 91 + body_len + topic_len + props_len
+                head = _HEAD_V4_HOSTS.pack(
+                    size, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, 0, 0, sysflag,
+                    msg.born_timestamp, born_host, 0, store_host, msg.reconsume_times, msg.prepared_transaction_offset, body_len)
+                store_ts_pos = 56
+            else:
+                if len(born_host) == 20:
+                    sysflag |= BORNHOST_V6_FLAG
+                if len(store_host) == 20:
+                    sysflag |= STOREHOST_V6_FLAG
+                size = entry_length(sysflag, body_len, topic_len, props_len)
+                head = b"".join((
+                    struct.pack(">iiiiiqqiq", size, MAGIC_V1, body_crc(body), msg.queue_id, msg.flag, 0, 0, sysflag, msg.born_timestamp),
+                    born_host, _LONG.pack(0), store_host,
+                    struct.pack(">iqi", msg.reconsume_times, msg.prepared_transaction_offset, body_len)))
+                store_ts_pos = 48 + len(born_host)
+        except (struct.error, TypeError) as e:  # a field out of its Java type's range, a body that is not bytes
+            raise ValueError(f"message field out of range or of the wrong type: {e}") from None
         self.buf = _EMPTY.join((head, body, _TOPIC_LEN[topic_len], topic_b, _SHORT.pack(props_len), props_b))
         if len(self.buf) != size:
             raise ValueError("host addresses must be 8 or 20 bytes (pack_host)")

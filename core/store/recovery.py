@@ -22,8 +22,16 @@ Steps, in order:
    where checking began.  Replay is idempotent (`ConsumeQueue.put` skips
    present units, multi-dispatch units are only appended past a queue's last
    offset, the index skips what it covers), so replaying more than needed
-   never changes a unit.  Deleted queues (consume queue directories removed
-   by hand) are therefore rebuilt from offset 0.
+   never changes a unit; a unit that differs from the log (a hole left by a
+   page that never reached the disk) is rewritten.  Deleting the whole
+   ``consumequeue`` directory rebuilds every queue from offset 0 (a single
+   queue directory removed by hand is not noticed: replay starts at the end
+   of what the other queues reference, as RocketMQ's reput does).
+
+The ``abort`` marker is created before anything is changed, so recovery
+interrupted half-way is redone as abnormal.  After an abnormal exit the
+checked stretch of the log is fsynced before the store reports it flushed:
+it may only be in the page cache of the run that died.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from __future__ import annotations
 import os
 import struct
 
-from .checkpoint import abort_exists, create_abort
+from .checkpoint import abort_exists, create_abort, remove_abort
 from .commitlog import BLANK, check_entry
 from .errors import CorruptSegmentError
 from .message import (
@@ -52,13 +60,25 @@ _BLANK_B = struct.pack(">i", BLANK_MAGIC)
 
 
 def recover(store) -> RecoveryReport:
+    abnormal = abort_exists(store.root)
+    if not abnormal:
+        create_abort(store.root)
+    try:
+        return _recover(store, abnormal)
+    except CorruptSegmentError:
+        if not abnormal:
+            remove_abort(store.root)  # refused before any change: the exit stays a normal one
+        raise
+
+
+def _recover(store, abnormal: bool) -> RecoveryReport:
     from .store import DELETE_QUEUE_TOPIC, _SKIP_TX
 
     cfg = store.config
     cl = store.commitlog
     cp = store._checkpoint
     report = RecoveryReport()
-    report.abnormal_exit = abnormal = abort_exists(store.root)
+    report.abnormal_exit = abnormal
     cl.load()
     segs = cl.segments
 
@@ -83,6 +103,10 @@ def recover(store) -> RecoveryReport:
     # 2. the log's end
     log_end, last_ts = _scan(store, verify_from, report)
     _cut(store, log_end, report)
+    if abnormal:
+        for seg in cl.segments:
+            if seg.end > verify_from:
+                seg.sync()
     cl.set_write_pos(log_end, last_ts)
     report.log_min_offset = cl.min_offset
     report.log_max_offset = log_end
@@ -115,7 +139,6 @@ def recover(store) -> RecoveryReport:
         for cq in store._queues.values():
             cq.correct_min_offset(cl.min_offset)
     report.queues = len(store._queues)
-    create_abort(store.root)
     return report
 
 

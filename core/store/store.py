@@ -18,11 +18,20 @@ Rules kept:
 - ``delete_queue`` writes a marker entry (topic `DELETE_QUEUE_TOPIC`) to the
   log before dropping the files, so replaying the log drops the queue at the
   same point and recreates exactly the units that existed.
+- A put that needs a file the disk cannot give (commit-log segment or
+  consume-queue file) answers CREATE_MAPEDFILE_FAILED with nothing written:
+  files are made before the entry and its units are written.  The index is
+  written at flush; if its file cannot be made the keys wait for the next
+  flush and the rest of the flush goes on.
+- ``abort`` is created before recovery changes any file and removed at
+  shutdown before ``lock`` is released, so a run interrupted at any point
+  (even inside recovery) is seen as abnormal by the next one.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shutil
 import threading
@@ -31,7 +40,7 @@ import time
 from .checkpoint import Checkpoint, remove_abort
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
-from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
+from .consume_queue import BLANK_UNIT_SIZE, UNIT_SIZE, ConsumeQueue
 from .errors import GetMessageStatus, PutStatus, StoreClosedError, StoreLockedError
 from .index import IndexService
 from .message import (
@@ -45,6 +54,8 @@ from .message import (
 )
 from .names import dir_name
 from .results import GetResult, PutResult, QueryResult, RecoveryReport
+
+log = logging.getLogger(__name__)
 
 DELETE_QUEUE_TOPIC = "%MQGATE%DELETE_QUEUE"  # reserved: append() refuses it
 _SKIP_TX = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
@@ -82,6 +93,8 @@ class MessageStore:
         """Lock the directory, recover (reference 5.5), mark the run as live."""
         from .recovery import recover
 
+        if self._running or self._lock_fd >= 0:
+            raise StoreLockedError(f"{self.root}: this store is already started")
         os.makedirs(self.root, exist_ok=True)
         self._lock_fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -103,11 +116,12 @@ class MessageStore:
         """Flush everything, write the checkpoint, remove the abort marker."""
         if not self._running:
             return
-        self.flush()
-        self._running = False
         with self._lock:
+            self._running = False  # appends from now on answer SERVICE_NOT_AVAILABLE
+        self._flush_all()
+        with self._lock:
+            remove_abort(self.root)  # while the lock file is still held
             self._close_files()
-        remove_abort(self.root)
 
     def _close_files(self) -> None:
         self.commitlog.close()
@@ -153,6 +167,8 @@ class MessageStore:
 
     def _append_locked(self, enc: EncodedMessage, notes: list) -> tuple[int, int, int]:
         """Write one entry and its units; return (phys, queue offset, store ts).
+        ``OSError`` (a file the disk cannot give) only before anything is
+        written: queue files first, then the log (which rolls before writing).
         The hot path: kept flat on purpose (each call costs ~0.1 us)."""
         cl = self.commitlog
         ts = time.time_ns() // 1_000_000
@@ -165,14 +181,21 @@ class MessageStore:
         qid = enc.queue_id
         cq = self._queues.get((topic, qid)) or self._queue(topic, qid)
         qoff = cq.max_offset
+        if qoff * UNIT_SIZE >= cq.room_end:
+            cq.ensure_room(1)
+        multi = enc.multi_dispatch
+        if multi:
+            lcqs = [self._queues.get((name, 0)) or self._queue(name, 0) for name in multi]
+            for lcq in lcqs:
+                if lcq.max_offset * UNIT_SIZE >= lcq.room_end:
+                    lcq.ensure_room(1)
         phys = cl.append(enc, qoff, ts)
         tags = enc.tags_code
         notes.append((topic, qid, cq.append(phys, size, tags)))
         dirty = self._dirty
         dirty.add(cq)
-        if enc.multi_dispatch:
-            for name in enc.multi_dispatch:
-                lcq = self._queues.get((name, 0)) or self._queue(name, 0)
+        if multi:
+            for name, lcq in zip(multi, lcqs):
                 notes.append((name, 0, lcq.append(phys, size, tags)))
                 dirty.add(lcq)
         if (enc.uniq_key or enc.keys) and self._index is not None:
@@ -195,8 +218,11 @@ class MessageStore:
             if enc.__class__ is PutStatus:
                 return PutResult(enc)
         notes: list = []
-        with self._lock:
-            phys, qoff, ts = self._append_locked(enc, notes)
+        try:
+            with self._lock:
+                phys, qoff, ts = self._append_locked(enc, notes)
+        except OSError as e:
+            return self._file_failed(e)
         if self._listeners:
             self._notify(notes)
         return PutResult(PutStatus.PUT_OK, phys, qoff, enc.size, ts, enc.queue_id, 1, phys + enc.size, enc)
@@ -218,6 +244,10 @@ class MessageStore:
         offsets = []
         total = 0
         with self._lock:
+            try:
+                self._reserve(encs)
+            except OSError as e:
+                return self._file_failed(e)
             first_q = -1
             for enc in encs:
                 phys, qoff, ts = self._append_locked(enc, notes)
@@ -230,6 +260,24 @@ class MessageStore:
         last = encs[-1]
         return PutResult(PutStatus.PUT_OK, offsets[0], first_q, total, ts, encs[0].queue_id, len(encs), offsets[-1] + last.size,
                          encs[0], offsets)
+
+    def _reserve(self, encs: list[EncodedMessage]) -> None:
+        """Create every file a batch needs (caller holds the lock); ``OSError``
+        before anything is written, so a batch is stored whole or not at all."""
+        need: dict[ConsumeQueue, int] = {}
+        for enc in encs:
+            if enc.sysflag & TRANSACTION_MASK in _SKIP_TX:
+                continue
+            for key in ((enc.topic, enc.queue_id), *((name, 0) for name in enc.multi_dispatch)):
+                cq = self._queues.get(key) or self._queue(*key)
+                need[cq] = need.get(cq, 0) + 1
+        for cq, n in need.items():
+            cq.ensure_room(n)
+        self.commitlog.reserve([enc.size for enc in encs])
+
+    def _file_failed(self, e: OSError) -> PutResult:
+        log.error("cannot create a store file, put refused: %s", e)
+        return PutResult(PutStatus.CREATE_MAPEDFILE_FAILED)
 
     def put(self, msg: Message | EncodedMessage | list) -> PutResult:
         """Append (a list: as a batch), then wait for the group commit when
@@ -252,6 +300,9 @@ class MessageStore:
         flushed log offset."""
         if not self._running:
             raise StoreClosedError("store is not running")
+        return self._flush_all()
+
+    def _flush_all(self) -> int:
         cl = self.commitlog
         flushed = cl.flush()
         with self._aux_flush_lock:
@@ -260,11 +311,7 @@ class MessageStore:
                 dirty, self._dirty = self._dirty, set()
                 logics_ts = cl.last_store_ts
             for cq in dirty:
-                try:
-                    cq.sync()
-                except (OSError, ValueError):
-                    if cq.files:  # a queue deleted meanwhile has no files
-                        raise
+                cq.sync()
             index_ts = self._drain_index(sync=True)
             cp = self._checkpoint
             cp.physic_ts = max(cp.physic_ts, physic_ts)
@@ -275,7 +322,9 @@ class MessageStore:
         return flushed
 
     def _drain_index(self, sync: bool = False) -> int:
-        """Hash and write the queued index keys; return the index timestamp."""
+        """Hash and write the queued index keys; return the index timestamp.
+        A new index file the disk cannot give leaves the rest of the keys
+        queued for the next call (logged), and the index end where it was."""
         idx = self._index
         if idx is None:
             return 0
@@ -284,12 +333,19 @@ class MessageStore:
                 pending, self._pending_index = self._pending_index, []
                 end_pos = self.commitlog.write_pos
                 end_ts = self.commitlog.last_store_ts
-            for topic, uniq, keys, phys, size, ts in pending:
+            for i, (topic, uniq, keys, phys, size, ts) in enumerate(pending):
                 texts = [f"{topic}#{k}" for k in keys]
                 if uniq:
                     texts.append(f"{topic}#{uniq}")
-                idx.build(texts, phys, size, ts)
-            idx.files[-1].finish_entry(end_pos, end_ts)
+                try:
+                    idx.build(texts, phys, size, ts)
+                except OSError as e:
+                    log.error("cannot create an index file, %d keyed entries wait: %s", len(pending) - i, e)
+                    with self._lock:
+                        self._pending_index[:0] = pending[i:]
+                    break
+            else:
+                idx.files[-1].finish_entry(end_pos, end_ts)
             if sync:
                 idx.sync()
             return idx.last_ts
@@ -462,10 +518,12 @@ class MessageStore:
         return QueryResult(out, last_ts, last_phys)
 
     def topics(self) -> list[str]:
-        return sorted({t for t, _q in self._queues})
+        with self._lock:  # appends on another thread add queues
+            return sorted({t for t, _q in self._queues})
 
     def queue_ids(self, topic: str) -> list[int]:
-        return sorted(q for t, q in self._queues if t == topic)
+        with self._lock:
+            return sorted(q for t, q in self._queues if t == topic)
 
     @property
     def min_phy_offset(self) -> int:
@@ -496,8 +554,10 @@ class MessageStore:
         def expired(seg) -> bool:
             return disk_full or os.stat(seg.path).st_mtime * 1000 + reserved_ms <= now_ms
 
-        deleted = self.commitlog.delete_head_segments(expired)
-        if deleted:
+        taken = self.commitlog.delete_head_segments(expired)
+        for seg in taken:
+            seg.delete()
+        if taken:
             with self._lock:
                 log_min = self.commitlog.min_offset
                 for cq in self._queues.values():
@@ -505,6 +565,6 @@ class MessageStore:
             if self._index is not None:
                 with self._index_lock:
                     self._index.delete_below(log_min)
-        return deleted
+        return [seg.path for seg in taken]
 
 
