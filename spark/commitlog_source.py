@@ -49,7 +49,10 @@ Options (names are case-insensitive; validated on the driver):
   reads; a plain byte count or with a k / m / g suffix. A single larger entry
   still forms a partition of its own.
 - Streaming only: ``startingOffsets`` = ``earliest`` (default), ``latest`` or
-  a commit-log position; ``maxBytesPerTrigger`` caps one micro-batch.
+  a commit-log position; ``maxBytesPerTrigger`` caps one micro-batch;
+  ``failOnDataLoss`` (default ``true``): when the segments a query has yet
+  to read were deleted (retention), fail the query rather than skip to the
+  oldest segment left.
 
 Rules kept here:
 - Partitions are `spark.plan.LogRange` byte ranges of whole, valid entries
@@ -114,8 +117,9 @@ class ScanOptions:
     """Validated options; plain attributes only, so it pickles to readers."""
 
     def __init__(self, path: str, rows: RowFilter, max_bytes: int, starting: str | int, max_bytes_per_trigger: int | None,
-                 columns: tuple[str, ...] = COLUMNS):
+                 columns: tuple[str, ...] = COLUMNS, fail_on_data_loss: bool = True):
         self.path = path
+        self.fail_on_data_loss = fail_on_data_loss
         self.columns = columns
         self.rows = rows
         self.max_bytes = max_bytes
@@ -156,7 +160,10 @@ class ScanOptions:
             except (ValueError, KeyError, TypeError):
                 raise ValueError(f"commitlog: startingOffsets must be earliest, latest or a position: {starting!r}") from None
         per_trigger = _bytes(opts.get("maxbytespertrigger"), "maxBytesPerTrigger")
-        return cls(path, rows, max_bytes, starting, per_trigger, _columns(schema))
+        fail = _bool(opts.get("failondataloss", "true"), "failOnDataLoss")
+        if max_bytes > 1 << 30:
+            raise ValueError("commitlog: maxBytesPerPartition must be at most 1g")
+        return cls(path, rows, max_bytes, starting, per_trigger, _columns(schema), fail)
 
 
 def _columns(schema) -> tuple[str, ...]:
@@ -254,6 +261,11 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = int(start["pos"])
+        oldest = plan.log_start(self.options.path)
+        if begin < oldest:
+            if self.options.fail_on_data_loss:
+                raise plan.DataLossError(self.options.path, begin, oldest)
+            begin = oldest
         stop = self._target
         if isinstance(limit, ReadMaxBytes):
             cap = begin + limit.max_bytes

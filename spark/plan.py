@@ -54,6 +54,18 @@ class CorruptLogError(Exception):
         self.reason = reason
 
 
+class DataLossError(Exception):
+    """A reader's position lies in segments that were deleted."""
+
+    def __init__(self, data_dir: str, position: int, oldest: int):
+        super().__init__(
+            f"{data_dir}: commit-log position {position} was deleted (the oldest segment starts at {oldest}); "
+            "set failOnDataLoss=false to continue from there"
+        )
+        self.position = position
+        self.oldest = oldest
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     path: str

@@ -1,5 +1,7 @@
 """readStream.format("commitlog"): live appends, restarts from a checkpoint, triggers."""
 
+import pytest
+
 from core.store import MessageStore
 from core.store.message import Message, encode_message
 
@@ -105,3 +107,24 @@ def test_starting_offsets_latest(spark, log_writer, tmp_path):
     finally:
         q.stop()
     assert _sink_offsets(spark, out) == w.positions[before:]
+
+
+def test_deleted_segments_fail_the_query_unless_allowed(spark, log_writer, tmp_path):
+    data, out, ckpt = tmp_path / "data", tmp_path / "out", tmp_path / "ckpt"
+    w = log_writer(str(data), 8192)
+    _append(w, 0, 20)
+    q = _query(spark, data, out, ckpt, availableNow=True)
+    q.awaitTermination(120)
+    _append(w, 20, 200)
+    (data / "commitlog" / f"{0:020d}").unlink()  # retention removed what the query has yet to read
+    q = _query(spark, data, out, ckpt, availableNow=True)
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        q.awaitTermination(120)
+    q = (
+        spark.readStream.format("commitlog").option("failOnDataLoss", "false").load(str(data))
+        .select("commitlog_offset", "mqtt_topic", "body")
+        .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True).start()
+    )
+    q.awaitTermination(120)
+    assert _sink_offsets(spark, out) == w.positions[:20] + [p for p in w.positions if p >= 8192]
