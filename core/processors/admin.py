@@ -13,6 +13,10 @@ Rules kept here:
   the name servers at once (the topic table's listener triggers it).
 - JSON bodies are fastjson's default form, compact; KVTable values are
   strings.
+- Runtime info adds what the broker's services hold: pending half
+  messages, checks sent, commits, rollbacks and discards of the
+  transaction service, and the timer service's pending and fired counts
+  (``broker.timers``) when one runs.
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ def delay_offset_route(schedule):
     return get_all_delay_offset
 
 
-async def get_broker_runtime_info(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+def runtime_table(ctx: BrokerContext) -> dict:
     b = ctx.broker
     store = b.store
     now = int(time.time() * 1000)
@@ -125,4 +129,35 @@ async def get_broker_runtime_info(ctx: BrokerContext, channel: Channel, req: Rem
         "flushCount": b.flush_count,
         "earliestMessageTimeStamp": 0,
     }
-    return req.make_response(ResponseCode.SUCCESS, body=_body({"table": {k: str(v) for k, v in table.items()}}))
+    timers = b.timers
+    if timers is not None:
+        table["timerPending"] = timers.pending
+        table["timerFired"] = timers.fired
+        table["timerScheduled"] = timers.scheduled
+        table["timerRolled"] = timers.rolled
+        table["timerRefused"] = timers.refused
+    return table
+
+
+def runtime_info_route(transactions=None):
+    """GET_BROKER_RUNTIME_INFO with the transaction service's counts (``transactions`` may be None)."""
+
+    async def get_broker_runtime_info(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        table = runtime_table(ctx)
+        if transactions is not None:
+            s = transactions.stats()
+            table.update({
+                "transactionHalfPending": s["pending"],
+                "transactionHalfOffset": s["halfOffset"],
+                "transactionCommitted": s["committed"],
+                "transactionRolledBack": s["rolledBack"],
+                "transactionCheckSent": s["checksSent"],
+                "transactionCheckUnreachable": s["checksUnreachable"],
+                "transactionCheckDiscarded": s["discarded"],
+            })
+        return req.make_response(ResponseCode.SUCCESS, body=_body({"table": {k: str(v) for k, v in table.items()}}))
+
+    return get_broker_runtime_info
+
+
+get_broker_runtime_info = runtime_info_route()

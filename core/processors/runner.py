@@ -10,9 +10,13 @@ Rules kept here:
   the server. PULL_MESSAGE is spawned (long polling); every other route is
   inline, so one connection's sends are stored in arrival order; a run of
   sends from one read is stored through one `Broker.send_many` call.
-- Started means: listening, delay-level service running, and one
-  registration round done with every name server (each bounded by its
-  timeout, so a dead name server delays start by at most that).
+- Started means: the transaction service has loaded its pending set,
+  listening, delay-level service running, and one registration round done
+  with every name server (each bounded by its timeout, so a dead name
+  server delays start by at most that).
+- Put hooks: the delay-level hook, then the transaction hook (a half keeps
+  its DELAY until commit); a timer service's hook, installed by whoever
+  starts it before this role, runs first.
 - The registered address is ``brokerIP1:<bound port>``; with ``listenPort``
   0 (tests) the broker's store host is set to the bound port too, so
   offset message ids point at the real listener.
@@ -31,7 +35,7 @@ import trio
 
 from core.broker import Broker
 from core.namesrv import BrokerIdentity, BrokerRegistrar
-from core.processors import admin, client_manage, offsets, pull, send
+from core.processors import admin, client_manage, end_transaction, offsets, pull, send
 from core.processors.acl import PlainAcl
 from core.processors.context import BrokerContext
 from core.remoting import RequestCode
@@ -39,18 +43,20 @@ from core.remoting.client import RemotingClient
 from core.remoting.server import RemotingServer, Route
 from core.schedule import DEFAULT_DELAY_LEVELS, ScheduleService
 from core.store.message import pack_host
+from core.transactions import TransactionService
 
 __all__ = ["BrokerRemoting", "broker_routes", "run_broker_remoting"]
 
 log = logging.getLogger("mqgate.processors.runner")
 
 
-def broker_routes(ctx: BrokerContext, schedule: ScheduleService | None = None) -> dict[int, Route]:
+def broker_routes(ctx: BrokerContext, schedule: ScheduleService | None = None,
+                  transactions: TransactionService | None = None) -> dict[int, Route]:
     def r(fn, spawn=False, batch=None):
         return Route(functools.partial(fn, ctx), spawn, functools.partial(batch, ctx) if batch else None)
 
     C = RequestCode
-    return {
+    routes = {
         C.SEND_MESSAGE: r(send.send_message, batch=send.send_messages),
         C.SEND_MESSAGE_V2: r(send.send_message, batch=send.send_messages),
         C.SEND_BATCH_MESSAGE: r(send.send_message, batch=send.send_messages),
@@ -72,11 +78,14 @@ def broker_routes(ctx: BrokerContext, schedule: ScheduleService | None = None) -
         C.VIEW_MESSAGE_BY_ID: r(admin.view_message_by_id),
         C.UPDATE_AND_CREATE_TOPIC: r(admin.update_and_create_topic),
         C.GET_ALL_TOPIC_CONFIG: r(admin.get_all_topic_config),
-        C.GET_BROKER_RUNTIME_INFO: r(admin.get_broker_runtime_info),
+        C.GET_BROKER_RUNTIME_INFO: r(admin.runtime_info_route(transactions)),
         C.GET_ALL_CONSUMER_OFFSET: r(admin.get_all_consumer_offset),
         C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: r(admin.get_all_subscription_group),
         C.GET_ALL_DELAY_OFFSET: r(admin.delay_offset_route(schedule)),
     }
+    if transactions is not None:
+        routes[C.END_TRANSACTION] = r(end_transaction.end_transaction_route(transactions))
+    return routes
 
 
 class BrokerRemoting:
@@ -104,10 +113,11 @@ class BrokerRemoting:
         levels = delay_levels or getattr(broker.config, "message_delay_level", None) or DEFAULT_DELAY_LEVELS
         self.schedule = ScheduleService(broker, levels)
         self.ctx = BrokerContext(broker)
+        self.transactions = TransactionService(broker, producer_channels=self.ctx.clients.producer_channels)
         if isinstance(acl, (str, Path)):
             acl = PlainAcl.from_file(acl)
         self.acl = acl
-        self.server = RemotingServer(broker_routes(self.ctx, self.schedule), name=f"broker {broker.config.broker_name}",
+        self.server = RemotingServer(broker_routes(self.ctx, self.schedule, self.transactions), name=f"broker {broker.config.broker_name}",
                                      request_hook=acl.hook if acl is not None else None)
         self.server.on_close(self.ctx.channel_closed)
         self.register_period = register_period or broker.config.register_name_server_period / 1000
@@ -123,7 +133,9 @@ class BrokerRemoting:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.broker.config
         self.schedule.install()
+        self.transactions.install()
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.transactions.run)
             self.bound_port = bound = await nursery.start(self.server.serve, self.host, self.port)
             if cfg.listen_port == 0:
                 self.broker.store_host = pack_host(cfg.broker_ip1, bound)
