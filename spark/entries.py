@@ -5,11 +5,13 @@ Rules kept here:
   segment start or a position that an earlier walk produced); nothing is
   inferred from byte patterns.
 - An entry is *valid* when its magic is V1, its PHYSICALOFFSET is its
-  position, its field lengths fit inside it,
-  and TOTALSIZE equals ``entry_length(sysflag, body, topic, props)`` (the
-  check `core.store.message.decode_message` makes). Validity is computed for
-  all entries at once over a uint8 buffer; positions derived from a bad entry
+  position, its field lengths fit inside it, and TOTALSIZE equals
+  ``entry_length(sysflag, body, topic, props)`` (the check
+  `core.store.message.decode_message` makes). Validity is computed for all
+  entries at once over a uint8 buffer; positions derived from a bad entry
   are clipped so that gathering never reads outside the buffer.
+- Variable fields become Arrow arrays through binary views over the buffer
+  (one C++ copy), never through a Python object per row.
 - Nothing here opens files or knows about Spark.
 """
 
