@@ -299,6 +299,7 @@ class TransactionService:
         return msg, (qid if qid >= 0 else None)
 
     async def _write_op(self, half_queue_offset: int, origin: int) -> SendResult:
+        await self.broker.ensure_topic(TRANS_OP_HALF_TOPIC, 1)
         msg = Message(topic=TRANS_OP_HALF_TOPIC, body=str(half_queue_offset).encode(),
                       properties={PROPERTY_TAGS: OP_TAG, PROPERTY_WAIT: "false"},
                       born_timestamp=self.wall_ms(), born_host=self.broker.store_host)
@@ -338,8 +339,6 @@ class TransactionService:
         if self.broker.config.broker_role is BrokerRole.SLAVE:
             task_status.started(self)  # a slave checks nothing (its master does)
             await trio.sleep_forever()
-        await self.broker.ensure_topic(TRANS_HALF_TOPIC, 1)
-        await self.broker.ensure_topic(TRANS_OP_HALF_TOPIC, 1)
         await self._load()
         task_status.started(self)
         while True:
@@ -402,6 +401,7 @@ class TransactionService:
                     self._scan = result.next_begin_offset  # units whose log was removed
                     continue
                 return
+            await self.broker.ensure_topic(TRANS_HALF_TOPIC, 1)  # like RocketMQ, made when first used
             trio_now, wall_now = trio.current_time(), self.wall_ms()
             for raw in result.entries:
                 half = decode_message(raw)

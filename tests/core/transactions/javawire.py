@@ -111,3 +111,10 @@ async def wait_for_message(broker, topic: str, queue_id: int = 0, timeout: float
     with trio.fail_after(timeout):
         await broker.wait_for_messages(topic, queue_id, 0)
     return (await messages(broker, topic, queue_id))[0]
+
+
+async def until(predicate, timeout: float = LONG, step: float = 0.01) -> None:
+    """Poll ``predicate()`` (the broker's services work in their own tasks)."""
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(step)

@@ -137,3 +137,23 @@ async def test_blocking_facade_with_plain_listener_in_a_thread(nursery, tmp_path
         assert threads and threads[0] is not threading.main_thread()
         with trio.fail_after(10):
             await node.broker.wait_for_messages("TxB", result.queue.queue_id, 0)
+
+
+async def test_mqgate_admin_broker_runtime_shows_pending_transactions(nursery, tmp_path):
+    import io
+    import json
+
+    from core.admin import run_admin
+
+    namesrv, node_cm = await start(nursery, tmp_path, transaction_timeout=60_000)
+    async with node_cm as node:
+        async with open_transaction_producer(namesrv, "TPG", Listener(LocalTransactionState.UNKNOWN)) as producer:
+            for i in range(2):
+                await producer.send_message_in_transaction(Message("TxAdmin", f"open{i}"))
+        with trio.fail_after(5):
+            while node.transactions.pending < 2:
+                await trio.sleep(0.02)
+        out, err = io.StringIO(), io.StringIO()
+        assert await run_admin(["--namesrv", namesrv, "--json", "broker", "runtime"], out, err) == 0, err.getvalue()
+        table = json.loads(out.getvalue())["brokers"]["broker-a"]
+        assert table["transactionHalfPending"] == "2" and table["transactionCheckSent"] == "0"

@@ -13,7 +13,7 @@ from core.remoting import RemotingCommand, RequestCode, decode_json
 from core.store.message import offset_msg_id, parse_offset_msg_id
 
 from txnode import broker_node
-from javawire import COMMIT, LONG, ROLLBACK, UNKNOWN, JavaProducer, messages, wait_for_message
+from javawire import COMMIT, LONG, ROLLBACK, UNKNOWN, JavaProducer, messages, until, wait_for_message
 
 
 async def test_half_is_parked_then_commit_shows_it(clock, tmp_path, nursery):
@@ -28,7 +28,7 @@ async def test_half_is_parked_then_commit_shows_it(clock, tmp_path, nursery):
         assert half.physical_offset == half_offset and half.sysflag & 0xC == 0
         assert half.properties["REAL_TOPIC"] == "TxT" and half.properties["REAL_QID"] == "1"
         assert half.properties["PGROUP"] == "PG" and half.properties["TRAN_MSG"] == "true"
-        assert node.transactions.pending == 1
+        await until(lambda: node.transactions.pending == 1)
 
         await p.end(resp, COMMIT)
         real = await wait_for_message(node.broker, "TxT", 1)
@@ -37,6 +37,7 @@ async def test_half_is_parked_then_commit_shows_it(clock, tmp_path, nursery):
         assert real.born_timestamp == half.born_timestamp and real.born_host == half.born_host
         assert real.properties["UNIQ_KEY"] == half.properties["UNIQ_KEY"] and real.tags == "A" and real.keys == ["k1"]
         assert "TRAN_MSG" not in real.properties and "REAL_TOPIC" not in real.properties
+        await until(lambda: node.transactions.committed == 1)
         [op] = await messages(node.broker, TRANS_OP_HALF_TOPIC, 0)
         assert op.body == b"0" and op.tags == "d"
         assert node.transactions.pending == 0 and node.transactions.committed == 1
@@ -75,6 +76,7 @@ async def test_unknown_is_checked_at_the_default_times_and_a_commit_answer_shows
         assert 6 <= t1 - sent_at < 7 and 66 <= t2 - sent_at < 67.5
         real = await wait_for_message(node.broker, "TxT", 2)
         assert real.body == b"late" and real.sysflag & 0xC == 0x8
+        await until(lambda: node.transactions.committed == 1)
         uniq = real.properties["UNIQ_KEY"]
         halves = await messages(node.broker, TRANS_HALF_TOPIC, 0)
         assert [h.properties.get("TRANSACTION_CHECK_TIMES") for h in halves] == [None, "1", "2"]
@@ -160,7 +162,7 @@ async def test_sync_end_transaction_checks_the_half_and_is_idempotent(clock, tmp
         missing = RemotingCommand.request(RequestCode.END_TRANSACTION, {"producerGroup": "PG"})
         assert (await p.client.invoke(node.addr, missing, LONG)).code == 1
         assert (await p.end_sync(resp, UNKNOWN)).code == 0
-        assert node.transactions.pending == 1
+        await until(lambda: node.transactions.pending == 1)
 
         assert (await p.end_sync(resp, COMMIT)).code == 0
         assert (await p.end_sync(resp, COMMIT)).code == 0
@@ -226,12 +228,39 @@ async def test_runtime_info_shows_pending_transactions_and_timers(clock, tmp_pat
         await p.client.invoke(node.addr, p.half_request("TxT", b"t", props={"TIMER_DELAY_SEC": "60"}), LONG)
         sent = await p.send_half("TxT", b"c")
         await p.end(sent, COMMIT)
-        with trio.fail_after(LONG):
-            while node.transactions.committed < 1:
-                await trio.sleep(0.01)
+        await until(lambda: node.transactions.committed == 1 and node.transactions.pending == 4)
         resp = await p.client.invoke(node.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), LONG)
         table = decode_json(resp.body)["table"]
         assert table["transactionHalfPending"] == "4" and table["transactionCommitted"] == "1"
         assert table["transactionCheckSent"] == "0" and table["transactionHalfOffset"] == "0"
         assert "timerPending" in table and "timerFired" in table
+        p.close()
+
+
+async def test_tran_msg_without_the_prepared_sysflag_is_still_a_half(clock, tmp_path, nursery):
+    """Java decides by the TRAN_MSG property; the delay and timer hooks (which run first) must not keep it."""
+    async with broker_node(tmp_path / "s", timers=True) as node:
+        p = JavaProducer(nursery, node.addr)
+        await p.heartbeat()
+        sent = []
+        for props in ({"DELAY": "1"}, {"TIMER_DELAY_SEC": "2"}):
+            req = p.half_request("TxT", b"x", props=props)
+            req.ext_fields["f"] = "0"
+            resp = await p.client.invoke(node.addr, req, LONG)
+            assert resp.code == 0
+            sent.append(resp)
+        assert await messages(node.broker, "SCHEDULE_TOPIC_XXXX", 0) == []
+        assert await messages(node.broker, "rmq_sys_wheel_timer", 0) == []
+        halves = await messages(node.broker, TRANS_HALF_TOPIC, 0)
+        assert [h.properties.get("TRAN_HELD_DELAY") for h in halves] == ["1", None]
+        assert "TRAN_HELD_TIMER_DELIVER_MS" in halves[1].properties  # the timer hook had turned it absolute
+        await until(lambda: node.transactions.pending == 2)
+        for resp in sent:
+            await p.end(resp, COMMIT)
+        start = trio.current_time()
+        await wait_for_message(node.broker, "TxT", 0)
+        with trio.fail_after(LONG):
+            while len(await messages(node.broker, "TxT", 0)) < 2:
+                await trio.sleep(0.05)
+        assert trio.current_time() - start < 3
         p.close()
