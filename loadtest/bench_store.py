@@ -1,4 +1,4 @@
-"""Store benchmark: ``python -m loadtest.bench_store [--quick] [--dir DIR]``.
+"""Store benchmark: ``python -m loadtest.bench_store [--quick] [--dir DIR] [--only SECTION ...]``.
 
 Prints one JSON object (messages per second):
 
@@ -15,6 +15,15 @@ Prints one JSON object (messages per second):
   the group commit covered, one worker thread loops on ``wait_flushed``.
 - ``reads``: ``get_messages`` of 32 at a time over what was written
   (messages/s), and ``read_at`` lookups/s.
+- ``broker``: what users hit: ``core.broker`` (trio) with N concurrent
+  sender tasks, each awaiting ``broker.send`` of a new 100 B `Message` in a
+  loop (checks, stamping, UNIQ_KEY, encode, append, and in SYNC_FLUSH the
+  trio-level group commit), for ASYNC_FLUSH and SYNC_FLUSH; plus
+  ``send_many`` of 32 from one task (the gateway's batched path).
+  Sends/s, and for SYNC_FLUSH flushes/s and messages per flush.
+
+``--only`` runs some sections (``async``, ``sync``, ``sync_event_loop_model``,
+``reads``, ``broker``); ``--repeat N`` runs each N times and reports every run.
 
 This is the one file of ``loadtest`` that imports project code (the issue
 asks for the store benchmark here).
@@ -30,6 +39,9 @@ import tempfile
 import threading
 import time
 
+import trio
+
+from core.broker import BrokerConfig, SendStatus, TopicConfig, open_broker
 from core.store import EncodedMessage, FlushDiskType, Message, MessageStore, StoreConfig
 
 
@@ -198,23 +210,87 @@ def bench_reads(root: str, n: int) -> dict:
     return {"get_messages_msgs_per_s": round(get_rate), "read_at_per_s": round(read_at_rate)}
 
 
+async def _broker_run(root: str, flush: FlushDiskType, senders: int, seconds: float, batch: int = 0, size: int = 100) -> dict:
+    shutil.rmtree(root, ignore_errors=True)
+    cfg = BrokerConfig(flush_disk_type=flush, default_topic_queue_nums=8)
+    body = b"x" * size
+    counts = [0] * senders
+    async with open_broker(cfg, StoreConfig(store_path_root_dir=root)) as broker:
+        await broker.update_topic(TopicConfig("Bench", 8, 8))
+        stop = trio.current_time() + seconds
+
+        async def sender(k: int) -> None:
+            c = 0
+            qid = k % 8
+            while trio.current_time() < stop:
+                if batch:
+                    rs = await broker.send_many([(Message(topic="Bench", body=body, properties={"TAGS": "t"}), qid)
+                                                 for _ in range(batch)])
+                    if rs[-1].status is not SendStatus.SEND_OK:
+                        raise RuntimeError(rs[-1])
+                    c += batch
+                else:
+                    r = await broker.send(Message(topic="Bench", body=body, properties={"TAGS": "t"}), queue_id=qid)
+                    if r.status is not SendStatus.SEND_OK:
+                        raise RuntimeError(r)
+                    c += 1
+            counts[k] = c
+
+        flushes0 = broker.flush_count
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for k in range(senders):
+                nursery.start_soon(sender, k)
+        elapsed = time.perf_counter() - t0
+        flushes = broker.flush_count - flushes0
+    total = sum(counts)
+    out = {"sends_per_s": round(total / elapsed)}
+    if flush is FlushDiskType.SYNC_FLUSH:
+        out["flushes_per_s"] = round(flushes / elapsed)
+        out["msgs_per_flush"] = round(total / max(flushes, 1), 1)
+    return out
+
+
+def bench_broker(root: str, seconds: float) -> dict:
+    def run(flush, senders, batch=0):
+        return trio.run(_broker_run, root, flush, senders, seconds, batch)
+
+    A, S = FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH
+    return {
+        "ASYNC_FLUSH": {"1_senders": run(A, 1), "64_senders": run(A, 64), "send_many32_1_sender": run(A, 1, 32)},
+        "SYNC_FLUSH": {f"{k}_senders": run(S, k) for k in (1, 16, 64)},
+    }
+
+
+SECTIONS = ("async", "sync", "sync_event_loop_model", "reads", "broker")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller counts and shorter runs")
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir on the current disk)")
+    ap.add_argument("--only", nargs="+", choices=SECTIONS, default=SECTIONS, help="sections to run (default: all)")
+    ap.add_argument("--repeat", type=int, default=1, help="run each section this many times (a list of results)")
     args = ap.parse_args(argv)
     n = 50_000 if args.quick else 300_000
     seconds = 1.0 if args.quick else 3.0
     base = tempfile.mkdtemp(prefix="bench_store_", dir=args.dir or os.getcwd())
+    runs = {
+        "async": lambda: {"100B": bench_async(root, n, 100), "1KiB": bench_async(root, n // 4 if args.quick else n, 1024)},
+        "sync": lambda: {f"{k}_threads": bench_sync(root, k, seconds) for k in (1, 16, 64)},
+        "sync_event_loop_model": lambda: {f"{k}_in_flight": bench_sync_event_loop(root, k, seconds) for k in (16, 64)},
+        "reads": lambda: bench_reads(root, n),
+        "broker": lambda: bench_broker(root, seconds),
+    }
     try:
         root = os.path.join(base, "store")
-        result = {
-            "messages": n,
-            "async": {"100B": bench_async(root, n, 100), "1KiB": bench_async(root, n // 4 if args.quick else n, 1024)},
-            "sync": {f"{k}_threads": bench_sync(root, k, seconds) for k in (1, 16, 64)},
-            "sync_event_loop_model": {f"{k}_in_flight": bench_sync_event_loop(root, k, seconds) for k in (16, 64)},
-            "reads": bench_reads(root, n),
-        }
+        result: dict = {"messages": n}
+        for name in SECTIONS:
+            if name in args.only:
+                got = [runs[name]() for _ in range(args.repeat)]
+                result[name] = got[0] if args.repeat == 1 else got
+        with open("/proc/loadavg") as f:
+            result["loadavg"] = f.read().split()[:3]
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(json.dumps(result, indent=2))

@@ -114,9 +114,12 @@ class Broker(SendPath, PullPath):
         self.store.add_dispatch_listener(self._notifier.on_dispatch)
         await trio.to_thread.run_sync(self._open_blocking)
         self._written = self._log_end()
-        interval = None if self._sync_flush else self.config.flush_interval_commit_log / 1000
-        self._flusher = CommitLogFlusher(self.store.flush, self._log_end, interval_s=interval,
-                                         flushed=self._log_end())
+        # SYNC_FLUSH acks wait for the commit log alone; queues, index and
+        # checkpoint follow every flushIntervalCommitLog in both modes
+        self._flusher = CommitLogFlusher(self.store.flush, self._log_end,
+                                         interval_s=self.config.flush_interval_commit_log / 1000,
+                                         flushed=self._log_end(),
+                                         flush_log=self.store.flush_log if self._must_wait else None)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self._flusher.run)

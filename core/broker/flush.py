@@ -3,17 +3,24 @@
 One `CommitLogFlusher` task owns every fsync of the commit log. Appends
 happen in the trio thread (a page-cache write); a SYNC_FLUSH sender then
 calls `wait_flushed(end_offset)`, which parks it until a flush covers that
-offset. The flusher loop runs ``store.flush()`` in a worker thread and, when
-it returns, wakes every waiter whose offset is covered, so N concurrent
+offset. The flusher loop runs a flush in a worker thread and, when it
+returns, wakes every waiter whose offset is covered, so N concurrent
 senders share one fsync instead of N (group commit). While a flush runs,
 new waiters queue up for the next one.
 
+Two kinds of flush (RocketMQ's GroupCommitService and FlushRealTimeService):
+- for waiters, ``flush_log`` when given: the commit log alone, one
+  fdatasync. An ack needs nothing else: consume queues, index and
+  checkpoint are rebuilt from the log by recovery.
+- every ``interval`` seconds, when something was written since the last
+  one, the full ``flush`` (log, consume queues, index, checkpoint); without
+  ``flush_log`` waiters get the full flush too.
+
 Rules kept here:
-- At most one ``store.flush()`` runs at a time, and only this task calls it.
+- At most one flush runs at a time, and only this task calls them.
 - A waiter is woken exactly when ``flushed_offset >= its offset``; a waiter
   past its deadline gets False (FLUSH_DISK_TIMEOUT), never a hang.
-- In ASYNC_FLUSH mode (``interval`` set) the loop also flushes every
-  ``interval`` seconds when something was written since the last flush.
+- ``flush_count`` counts the flushes that made new log bytes durable.
 - A flush that raises (disk gone) is logged and re-raised: the broker's
   nursery fails loudly rather than acknowledging unflushed data.
 """
@@ -31,13 +38,17 @@ log = logging.getLogger(__name__)
 
 
 class CommitLogFlusher:
-    def __init__(self, flush: Callable[[], int], written: Callable[[], int], *, interval_s: float | None, flushed: int = 0):
-        """``flush`` is the blocking fsync returning the flushed offset;
-        ``written`` returns the current end of the log (cheap, trio thread)."""
+    def __init__(self, flush: Callable[[], int], written: Callable[[], int], *, interval_s: float | None, flushed: int = 0,
+                 flush_log: Callable[[], int] | None = None):
+        """``flush`` is the blocking full flush returning the flushed offset;
+        ``written`` returns the current end of the log (cheap, trio thread);
+        ``flush_log`` (optional) the blocking commit-log-only flush for waiters."""
         self._flush = flush
+        self._flush_log = flush_log
         self._written = written
         self._interval_s = interval_s
         self.flushed_offset = flushed
+        self._fully_flushed = flushed  # offset covered by the last full flush
         self.flush_count = 0
         self._waiters: list[tuple[int, int, trio.Event]] = []  # heap of (offset, seq, event)
         self._seq = itertools.count()
@@ -60,23 +71,31 @@ class CommitLogFlusher:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        interval = self._interval_s
+        next_full = trio.current_time() + interval if interval is not None else float("inf")
         while True:
-            if self._interval_s is None:
+            with trio.move_on_at(next_full):
                 await self._kick.wait()
-            else:
-                with trio.move_on_after(self._interval_s):
-                    await self._kick.wait()
             self._kick = trio.Event()
-            if self._written() <= self.flushed_offset:
+            written = self._written()
+            full = trio.current_time() >= next_full
+            if full:
+                next_full = trio.current_time() + interval
+                full = written > self._fully_flushed
+            if not full and (not self._waiters or written <= self.flushed_offset):
                 self._covered(self.flushed_offset)
                 continue
+            fn = self._flush if full or self._flush_log is None else self._flush_log
             try:
-                flushed = await trio.to_thread.run_sync(self._flush)
+                flushed = await trio.to_thread.run_sync(fn)
             except BaseException:
                 log.exception("commit log flush failed")
                 raise
-            self.flush_count += 1
+            if fn is self._flush:
+                self._fully_flushed = max(self._fully_flushed, flushed)
             before = self.flushed_offset
+            if flushed > before:
+                self.flush_count += 1
             self._covered(flushed)
             if self._waiters and self.flushed_offset > before:
                 self._kick.set()  # waiters that arrived during that flush need another

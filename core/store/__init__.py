@@ -22,8 +22,9 @@ The facade, `MessageStore(config: StoreConfig)`:
   ``msg_num``, ``end_offset`` (pass to ``wait_flushed``), ``msg_id``, ``msg_ids``,
   ``ok``.
 - ``wait_flushed(offset, timeout_s=None) -> bool`` (group commit, shared
-  fsync); ``flush() -> flushed_offset`` (log, then queues, index, checkpoint:
-  call it every flushIntervalCommitLog ms in either flush mode).
+  fsync); ``flush_log() -> flushed_offset`` (the log alone: what a SYNC_FLUSH
+  ack needs); ``flush() -> flushed_offset`` (log, then queues, index,
+  checkpoint: call it every flushIntervalCommitLog ms in either flush mode).
 - ``add_dispatch_listener(cb)`` / ``remove_dispatch_listener(cb)``:
   ``cb(topic, queue_id, next_queue_offset)`` after each consume-queue append
   (multi-dispatch queues included), on the appending thread, after the store

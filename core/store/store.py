@@ -302,6 +302,13 @@ class MessageStore:
             raise StoreClosedError("store is not running")
         return self._flush_all()
 
+    def flush_log(self) -> int:
+        """Sync the commit log alone (joining a running group commit): what a
+        SYNC_FLUSH ack needs.  Blocking; returns the flushed log offset."""
+        if not self._running:
+            raise StoreClosedError("store is not running")
+        return self.commitlog.flush()
+
     def _flush_all(self) -> int:
         cl = self.commitlog
         flushed = cl.flush()
