@@ -55,6 +55,8 @@ Rules kept here:
   the order of their queue offsets and O never skips an unrecorded op.
 - Memory: one entry per pending transaction, plus the ended ones and their
   ops above H (an old pending transaction holds H back).
+- The system topics (one queue each) are created when first used, as
+  RocketMQ does; a slave runs no checks (its master does).
 """
 
 from __future__ import annotations
