@@ -72,6 +72,17 @@ consumers also ``orderly``, ``consume_concurrency`` (20),
 ``consume_batch_size`` (1), ``max_reconsume_times`` (16; unlimited when
 orderly), ``suspend_current_queue_ms`` (1000), ``lock_interval`` (20 s).
 
+Transactions (the local transaction and the message commit together)::
+
+    class Listener:
+        def execute_local_transaction(self, msg, arg):   # runs after the half is stored
+            return LocalTransactionState.COMMIT_MESSAGE   # or ROLLBACK_MESSAGE / UNKNOW
+        def check_local_transaction(self, msg):           # the broker asks again later
+            return LocalTransactionState.COMMIT_MESSAGE
+
+    with TransactionProducer("127.0.0.1:9876", "tx-group", Listener()) as tx:
+        tx.send_message_in_transaction(Message("Payments", b"debit 42"), arg=None)
+
 Errors: `MQClientError` (no route, bad message, every retry failed) and its
 subclass `MQBrokerError` (``.code``, ``.remark``: the broker said no).
 """
@@ -93,9 +104,19 @@ from core.client.producer import AsyncProducer, SendFuture, open_producer
 from core.client.pull_consumer import AsyncPullConsumer, open_pull_consumer
 from core.client.push_consumer import AsyncPushConsumer, ConsumeContext, open_push_consumer
 from core.client.selector import select_by_hash, select_by_sharding_key, select_random
+from core.client.transaction import (
+    AsyncTransactionProducer, LocalTransactionState, TransactionListener, TransactionProducer,
+    TransactionSendResult, open_transaction_producer,
+)
 
 __all__ = [
     "AsyncProducer",
+    "AsyncTransactionProducer",
+    "LocalTransactionState",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "open_transaction_producer",
     "AsyncPullConsumer",
     "AsyncPushConsumer",
     "ConsumeConcurrentlyStatus",

@@ -14,10 +14,12 @@ Codes answered (everything else: 3 REQUEST_CODE_NOT_SUPPORTED):
 messages), 11 pull (long polling, spawned), 12 query by key / unique key,
 14/15 consumer offsets, 17 create topic, 21 all topic config, 28 runtime info,
 29-32 queue offsets and times, 33 view by offset, 34 heartbeat (C++ integer
-enums), 35 unregister, 36 send-back to %RETRY% / %DLQ%, 38 consumer list,
-41/42 queue locks (60 s lease), 43 all consumer offsets, 45 delay offsets,
-46 client config check, 201 subscription groups. Broker to client: 40
-NOTIFY_CONSUMER_IDS_CHANGED on every membership or subscription change.
+enums), 35 unregister, 36 send-back to %RETRY% / %DLQ%, 37 END_TRANSACTION
+(oneway or sync), 38 consumer list, 41/42 queue locks (60 s lease), 43 all
+consumer offsets, 45 delay offsets, 46 client config check, 201 subscription
+groups. Broker to client: 40 NOTIFY_CONSUMER_IDS_CHANGED on every membership
+or subscription change; 39 CHECK_TRANSACTION_STATE (oneway) for half
+messages still unresolved after the transaction timeout (core.transactions).
 """
 
 from core.processors.acl import PlainAcl
