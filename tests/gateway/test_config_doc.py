@@ -1,0 +1,39 @@
+"""docs/CONFIG.md lists every configuration key the code accepts, and no other.
+
+The keys come from the code's own tables (BrokerConfig metadata, StoreConfig
+fields, the [mqtt] owners' key sets, the timer keys), so a key added without
+documentation, or documented but gone, fails here.
+"""
+
+import re
+from pathlib import Path
+
+from core.broker import BrokerConfig
+from core.broker.config import _camel, _store_fields
+from gateway.auth import SECURITY_KEYS
+from gateway.config import _TOP_KEYS
+from gateway.limits import LIMIT_KEYS
+from gateway.listeners import LISTENER_KEYS
+from gateway.serve import _TIMER_KEYS
+from gateway.settings import SESSION_KEYS
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
+
+
+def documented() -> set[str]:
+    return set(re.findall(r"^\| `([A-Za-z0-9]+)` \|", DOC.read_text(), re.M))
+
+
+def accepted() -> set[str]:
+    keys = set(BrokerConfig.keys()) | {_camel(n) for n in _store_fields()} | set(_TIMER_KEYS)
+    keys |= set(LISTENER_KEYS) | set(SECURITY_KEYS) | set(LIMIT_KEYS) | set(SESSION_KEYS)
+    keys |= (set(_TOP_KEYS) - {"broker", "namesrv", "mqtt"}) | {"listenPort"}
+    return keys
+
+
+def test_every_accepted_key_is_documented():
+    assert accepted() - documented() == set()
+
+
+def test_every_documented_key_is_accepted():
+    assert documented() - accepted() == set()
