@@ -87,6 +87,9 @@ async def serve(cfg: ServeConfig, role: str = "serve", *, task_status=trio.TASK_
             namesrv_addrs.insert(0, f"{local}:{ports['namesrv']}")
         if role in ("serve", "broker"):
             broker_cfg, store_cfg, timer_cfg = broker_configs(cfg)
+            for addr in broker_cfg.namesrv_addr.split(";"):  # [broker] namesrvAddr counts too
+                if addr and addr not in namesrv_addrs:
+                    namesrv_addrs.append(addr)
             broker = await nursery.start(Broker(broker_cfg, store_cfg).run)
             report = broker.recovery_report
             log.info("store at %s opened (%s)", cfg.data_dir, report)

@@ -105,3 +105,16 @@ def test_unknown_broker_key_is_refused(tmp_path):
                         *NO_MQTT, "--namesrv-port", "0", "--broker-port", "0"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "brokerNmae" in r.stderr and "brokerName" in r.stderr
+
+
+def test_broker_table_namesrv_addr_is_used(tmp_path):
+    ns = free_port()
+    with ServeProcess(tmp_path / "ns", "--namesrv-port", str(ns), role="namesrv"):
+        cfg = tmp_path / "b.toml"
+        cfg.write_text(f'[broker]\nnamesrvAddr = "127.0.0.1:{ns}"\n')
+        br = free_port()
+        broker = ServeProcess(tmp_path / "b", "--config", str(cfg), "--broker-port", str(br), role="broker").start()
+        try:
+            assert f"127.0.0.1:{br}" in cluster_info(ns)
+        finally:
+            assert broker.stop() == 0
