@@ -65,6 +65,10 @@ _PUT_TO_SEND = {
     PutStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED: (SendStatus.SYSTEM_ERROR, "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]"),
 }
 
+_STORED = frozenset(s for s in SendStatus if s.stored)
+_PUT_OK = PutStatus.PUT_OK
+
+
 class SendPath:
     """Send methods of `Broker`; the state they use is set up in ``Broker.__init__``."""
 
@@ -235,23 +239,25 @@ class SendPath:
         msg.queue_id = queue_id
         msg.store_host = self.store_host
         if not msg.born_timestamp:
-            msg.born_timestamp = _now_ms()
+            msg.born_timestamp = time.time_ns() // 1_000_000
         if cfg.topic_filter_type is TopicFilterType.MULTI_TAG:
             msg.sysflag |= MULTI_TAGS_FLAG
         return wait
 
     def _send_result(self, put, encoded: list[EncodedMessage], topic: str, queue_id: int) -> SendResult:
-        status, remark = _PUT_TO_SEND.get(put.status, (SendStatus.SYSTEM_ERROR, str(put.status)))
-        if not status.stored:
-            return SendResult(status, topic=topic, queue_id=queue_id, remark=remark)
-        uniq = [e.uniq_key for e in encoded if e.uniq_key] if len(encoded) > 1 else None
-        if uniq is None:
-            uniq = [encoded[0].uniq_key] if encoded[0].uniq_key else []
-        return SendResult(
-            status, topic=topic, queue_id=queue_id, queue_offset=put.queue_offset,
-            uniq_key=",".join(uniq) if uniq else None, physical_offset=put.physical_offset,
-            store_timestamp=put.store_timestamp, msg_count=put.msg_num, remark=remark, _put=put,
-        )
+        if put.status is _PUT_OK:  # identity first: hashing an Enum member is a Python-level call
+            status, remark = SendStatus.SEND_OK, ""
+        else:
+            mapped = _PUT_TO_SEND.get(put.status)
+            status, remark = mapped if mapped is not None else (SendStatus.SYSTEM_ERROR, str(put.status))
+            if status not in _STORED:
+                return SendResult(status, topic=topic, queue_id=queue_id, remark=remark)
+        if len(encoded) == 1:
+            uniq_key = encoded[0].uniq_key or None
+        else:
+            uniq_key = ",".join([e.uniq_key for e in encoded if e.uniq_key]) or None
+        return SendResult(status, topic, queue_id, put.queue_offset, uniq_key, put.physical_offset,
+                          put.store_timestamp, put.msg_num, remark, put)
 
     async def _await_durable(self, end: int, results: list[SendResult]) -> None:
         """SYNC_FLUSH: wait for the group commit; SYNC_MASTER: then for a slave."""

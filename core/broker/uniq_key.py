@@ -41,7 +41,7 @@ class UniqKeyGenerator:
         self._next_month_ms = int(nxt.timestamp() * 1000)
 
     def next(self) -> str:
-        now_ms = int(time.time() * 1000)
+        now_ms = time.time_ns() // 1_000_000
         if now_ms >= self._next_month_ms or now_ms < self._month_start_ms:
             self._roll_month(now_ms)
             self._last_ms = -1
@@ -55,4 +55,4 @@ class UniqKeyGenerator:
         else:
             self._counter = 0
         self._last_ms = rel
-        return self._prefix + struct.pack(">iH", rel & 0x7FFFFFFF, self._counter).hex().upper()
+        return f"{self._prefix}{rel & 0x7FFFFFFF:08X}{self._counter:04X}"

@@ -39,6 +39,7 @@ from .message import BLANK_MAGIC, MAGIC_V1, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG,
 _II = struct.Struct(">ii")
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
+_QQ = struct.Struct(">qq")
 _H = struct.Struct(">h")
 _MIN_ENTRY = 91  # entry_length of an empty message with IPv4 hosts, minus topic bytes (>= 1)
 
@@ -195,7 +196,10 @@ class CommitLog:
             seg = self.current = nxt
             pos = seg.start
             rel = 0
-        seg.mm[rel : rel + size] = enc.stamp(queue_offset, pos, store_ts)
+        buf = enc.buf  # stamped in place (EncodedMessage.stamp, inlined: the hot path)
+        _QQ.pack_into(buf, 20, queue_offset, pos)
+        _Q.pack_into(buf, enc.store_ts_pos, store_ts)
+        seg.mm[rel : rel + size] = buf
         self.write_pos = pos + size
         self.last_store_ts = store_ts
         return pos

@@ -29,7 +29,7 @@ import struct
 import time
 
 from .mapped_file import allocate
-from .message import java_string_hash
+from .message import java_string_hash, java_string_hashes
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = 40
@@ -41,6 +41,11 @@ _I = struct.Struct(">i")
 def key_hash(text: str) -> int:
     h = abs(java_string_hash(text))
     return 0 if h > 0x7FFFFFFF else h  # Java: Math.abs(Integer.MIN_VALUE) < 0
+
+
+def key_hashes(texts: list[str]) -> list[int]:
+    """`key_hash` of each text (hashed together: `java_string_hashes`)."""
+    return [0 if h == -0x80000000 else abs(h) for h in java_string_hashes(texts)]
 
 
 class IndexFile:
@@ -77,15 +82,19 @@ class IndexFile:
         mm = self.mm
         slot_pos = HEADER_SIZE + (hash_ % self.slots) * 4
         (prev,) = _I.unpack_from(mm, slot_pos)
-        if prev <= 0 or prev > self.count:
+        n = self.count
+        if prev <= 0 or prev > n:
             prev = 0
             self.slot_count += 1
-        if self.count <= 1 or self.begin_ts == 0:
+        if n <= 1 or self.begin_ts == 0:
             self.begin_ts = store_ts
             self.begin_phys = phys
         diff = (store_ts - self.begin_ts) // 1000
-        n = self.count
-        ENTRY.pack_into(mm, HEADER_SIZE + self.slots * 4 + n * ENTRY_SIZE, hash_, phys, max(diff, 0), prev)
+        ENTRY.pack_into(mm, HEADER_SIZE + self.slots * 4 + n * ENTRY_SIZE, hash_, phys, diff if diff > 0 else 0, prev)
+        # indexCount in the header first, then the slot: after a crash no slot
+        # points past indexCount (a chain stays whole; the rest of the header
+        # is written by finish_entry)
+        _I.pack_into(mm, 36, n + 1)
         _I.pack_into(mm, slot_pos, n)
         self.count = n + 1
         self.end_ts = store_ts
@@ -202,18 +211,26 @@ class IndexService:
 
     def build(self, prefix_hash_keys: list[str], phys: int, size: int, store_ts: int) -> None:
         """Index one entry under each of its ``topic#key`` strings."""
+        self.build_hashed([key_hash(t) for t in prefix_hash_keys], phys, size, store_ts)
+
+    def build_hashed(self, hashes: list[int], phys: int, size: int, store_ts: int, finish: bool = True) -> None:
+        """Index one entry under each of its key hashes (`key_hash`).  ``OSError``
+        if a new file cannot be made; the index end stays before this entry.
+        ``finish=False`` leaves the header's end (endPhyOffset, endTimestamp)
+        to the caller's `IndexFile.finish_entry` after a run of entries: until
+        then a crash replays the run (duplicate entries, which lookups drop)."""
         if phys < self.end_phys:
             return  # already indexed (replay)
-        f = self._writable(store_ts)
-        for text in prefix_hash_keys:
-            if f.full:
+        f = self.files[-1] if self.files else None
+        if f is None or f.count >= f.max_entries:
+            f = self._writable(store_ts)
+        for h in hashes:
+            if f.count >= f.max_entries:
                 f.finish_entry(phys, store_ts)
                 f = self._writable(store_ts)
-            f.put(key_hash(text), phys, store_ts)
-        # finish_entry writes the header into the map after every entry (as
-        # RocketMQ's IndexHeader does): a process crash never leaves slots
-        # pointing past indexCount
-        f.finish_entry(phys + size, store_ts)
+            f.put(h, phys, store_ts)
+        if finish:
+            f.finish_entry(phys + size, store_ts)
 
     def query(self, text: str, max_num: int, begin: int, end: int) -> list[int]:
         h = key_hash(text)

@@ -109,9 +109,9 @@ class MessageFormatError(ValueError):
 def java_string_hash(text: str) -> int:
     """Java ``String.hashCode()``: 32-bit signed, over UTF-16 code units.
 
-    The sum ``s[i] * 31**(n-1-i)`` is taken with ``map`` over precomputed
-    powers (a C-level loop), then reduced mod 2**32; this is the hot path
-    of index building, one call per key.
+    The sum ``s[i] * 31**(n-1-i)`` is taken with ``map`` over the powers
+    for that length (a C-level loop), then reduced mod 2**32.  Many keys at
+    once: `java_string_hashes`.
     """
     if text.isascii():
         units = text.encode("ascii")
@@ -119,23 +119,67 @@ def java_string_hash(text: str) -> int:
         raw = text.encode("utf-16-be", "surrogatepass")  # Java hashes lone surrogates too
         units = [(raw[i] << 8) | raw[i + 1] for i in range(0, len(raw), 2)]
     n = len(units)
-    if n > len(_POW31):
-        _extend_powers(n)
-    h = sum(map(operator.mul, units, _POW31[-n:] if n else ())) & 0xFFFFFFFF
+    powers = _POW31_BY_LEN.get(n) or _powers(n)
+    h = sum(map(operator.mul, units, powers)) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 
-_POW31: list[int] = []
+_POW31_BY_LEN: dict[int, list[int]] = {}
 
 
-def _extend_powers(n: int) -> None:
-    """_POW31[-k:] holds 31**(k-1) .. 31**0 (mod 2**32) for every k <= len."""
-    global _POW31
-    size = max(n, 2 * len(_POW31), 256)
-    _POW31 = [pow(31, e, 1 << 32) for e in range(size - 1, -1, -1)]
+def _powers(n: int) -> list[int]:
+    """31**(n-1) .. 31**0 mod 2**32 (cached per length; lengths of keys are few)."""
+    powers = [pow(31, e, 1 << 32) for e in range(n - 1, -1, -1)]
+    if len(_POW31_BY_LEN) < 4096:
+        _POW31_BY_LEN[n] = powers
+    return powers
 
 
-_extend_powers(256)
+def java_string_hashes(texts: list[str]) -> list[int]:
+    """`java_string_hash` of each text, bit for bit.  With numpy installed (the
+    spark extra) a long list is hashed in a few vector operations: every
+    text's code units in one array, each multiplied by 31 to the power of its
+    distance from its text's end (mod 2**32, exact in uint64), summed per
+    text with ``add.reduceat``; about ten times faster than one call per key."""
+    if len(texts) < 64 or not _numpy_ready():
+        return list(map(java_string_hash, texts))
+    np = _np
+    joined = "".join(texts)
+    if joined.isascii():
+        codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        lens = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    else:
+        codes = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), dtype=">u2")
+        lens = np.fromiter((len(t.encode("utf-16-be", "surrogatepass")) >> 1 for t in texts), dtype=np.int64, count=len(texts))
+    if not lens.all():  # an empty text: reduceat cannot express an empty slice
+        return list(map(java_string_hash, texts))
+    ends = np.cumsum(lens)
+    longest = int(lens.max())
+    global _NP_POW31
+    if _NP_POW31 is None or len(_NP_POW31) < longest:
+        _NP_POW31 = np.array([pow(31, e, 1 << 32) for e in range(max(longest, 512))], dtype=np.uint64)
+    exponents = np.repeat(ends - 1, lens) - np.arange(len(codes))
+    terms = codes.astype(np.uint64) * _NP_POW31[exponents]
+    sums = np.add.reduceat(terms, ends - lens) & 0xFFFFFFFF
+    return sums.astype(np.uint32).view(np.int32).tolist()
+
+
+_np = None
+_NP_POW31 = None
+_NUMPY_TRIED = False
+
+
+def _numpy_ready() -> bool:
+    """Import numpy on first use (optional: not a runtime dependency of the store)."""
+    global _np, _NUMPY_TRIED
+    if not _NUMPY_TRIED:
+        _NUMPY_TRIED = True
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        _np = numpy
+    return _np is not None
 
 
 def tags_code(tags: str | None) -> int:
@@ -245,7 +289,7 @@ class EncodedMessage:
     QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place.
     """
 
-    __slots__ = ("buf", "size", "topic", "queue_id", "tags_code", "keys", "uniq_key", "sysflag", "multi_dispatch", "_store_ts_pos")
+    __slots__ = ("buf", "size", "topic", "queue_id", "tags_code", "keys", "uniq_key", "sysflag", "multi_dispatch", "store_ts_pos")
 
     def __init__(self, msg: Message):
         topic = msg.topic
@@ -254,25 +298,34 @@ class EncodedMessage:
         if not 0 < topic_len <= MAX_TOPIC_BYTES:
             raise ValueError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes: {topic!r}")
         props = msg.properties
-        props_b = encode_properties(props).encode() if props else b""
-        props_len = len(props_b)
-        if props_len > MAX_PROPERTIES_BYTES:
-            raise ValueError(f"properties are {props_len} bytes, more than {MAX_PROPERTIES_BYTES}")
+        if props:
+            try:  # every value a str (the usual case): one C-level join
+                text = _PROP_SEP.join(map(_NAME_SEP.join, props.items()))
+            except TypeError:  # None values (skipped) or non-str values
+                text = encode_properties(props)
+            props_b = text.encode()
+            props_len = len(props_b)
+            if props_len > MAX_PROPERTIES_BYTES:
+                raise ValueError(f"properties are {props_len} bytes, more than {MAX_PROPERTIES_BYTES}")
+        else:
+            props_b = b""
+            props_len = 0
         body = msg.body
         body_len = len(body)
         born_host = msg.born_host
         store_host = msg.store_host
+        queue_id = msg.queue_id
         sysflag = msg.sysflag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
-        if not 0 <= msg.queue_id <= 0x7FFFFFFF:
-            raise ValueError(f"queue id {msg.queue_id} is not 0..2**31-1")
+        if not 0 <= queue_id <= 0x7FFFFFFF:
+            raise ValueError(f"queue id {queue_id} is not 0..2**31-1")
         try:
             if len(born_host) == 8 and len(store_host) == 8:
                 # the common case in one pack: TOTALSIZE .. BODY length
                 size = 91 + body_len + topic_len + props_len
                 head = _HEAD_V4_HOSTS.pack(
-                    size, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, 0, 0, sysflag,
+                    size, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, 0, 0, sysflag,
                     msg.born_timestamp, born_host, 0, store_host, msg.reconsume_times, msg.prepared_transaction_offset, body_len)
-                store_ts_pos = 56
+                self.store_ts_pos = 56
             else:
                 if len(born_host) == 20:
                     sysflag |= BORNHOST_V6_FLAG
@@ -280,21 +333,22 @@ class EncodedMessage:
                     sysflag |= STOREHOST_V6_FLAG
                 size = entry_length(sysflag, body_len, topic_len, props_len)
                 head = b"".join((
-                    struct.pack(">iiiiiqqiq", size, MAGIC_V1, body_crc(body), msg.queue_id, msg.flag, 0, 0, sysflag, msg.born_timestamp),
+                    struct.pack(">iiiiiqqiq", size, MAGIC_V1, body_crc(body), queue_id, msg.flag, 0, 0, sysflag, msg.born_timestamp),
                     born_host, _LONG.pack(0), store_host,
                     struct.pack(">iqi", msg.reconsume_times, msg.prepared_transaction_offset, body_len)))
-                store_ts_pos = 48 + len(born_host)
+                self.store_ts_pos = 48 + len(born_host)
+            buf = self.buf = _EMPTY.join((head, body, _TOPIC_LEN[topic_len], topic_b, _SHORT.pack(props_len), props_b))
         except (struct.error, TypeError) as e:  # a field out of its Java type's range, a body that is not bytes
             raise ValueError(f"message field out of range or of the wrong type: {e}") from None
-        self.buf = _EMPTY.join((head, body, _TOPIC_LEN[topic_len], topic_b, _SHORT.pack(props_len), props_b))
-        if len(self.buf) != size:
+        if len(buf) != size:
             raise ValueError("host addresses must be 8 or 20 bytes (pack_host)")
         self.size = size
         self.topic = topic
-        self.queue_id = msg.queue_id
+        self.queue_id = queue_id
         self.sysflag = sysflag
         if props:
-            self.tags_code = tags_code(props.get(PROPERTY_TAGS))
+            tags = props.get(PROPERTY_TAGS)
+            self.tags_code = _tags_code_cached(tags) if tags else 0
             keys = props.get(PROPERTY_KEYS)
             self.keys = keys.split() if keys else []
             self.uniq_key = props.get(PROPERTY_UNIQ_KEY)
@@ -304,7 +358,6 @@ class EncodedMessage:
             self.keys = []
             self.uniq_key = None
             self.multi_dispatch = ()
-        self._store_ts_pos = store_ts_pos
 
     def stamp(self, queue_offset: int, physical_offset: int, store_timestamp: int, queue_id: int | None = None) -> bytearray:
         buf = self.buf
@@ -312,11 +365,13 @@ class EncodedMessage:
             struct.pack_into(">i", buf, QUEUEID_POS, queue_id)
             self.queue_id = queue_id
         _QQ.pack_into(buf, QUEUEOFFSET_POS, queue_offset, physical_offset)
-        _LONG.pack_into(buf, self._store_ts_pos, store_timestamp)
+        _LONG.pack_into(buf, self.store_ts_pos, store_timestamp)
         return buf
 
 
 _HEAD_V4_HOSTS = struct.Struct(">iiiiiqqiq8sq8siqi")
+_PROP_SEP = PROPERTY_SEPARATOR
+_NAME_SEP = NAME_VALUE_SEPARATOR
 _LONG = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
 _EMPTY = bytearray()

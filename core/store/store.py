@@ -42,7 +42,7 @@ from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
 from .consume_queue import BLANK_UNIT_SIZE, UNIT_SIZE, ConsumeQueue
 from .errors import GetMessageStatus, PutStatus, StoreClosedError, StoreLockedError
-from .index import IndexService
+from .index import IndexService, key_hashes
 from .message import (
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
@@ -340,17 +340,25 @@ class MessageStore:
                 pending, self._pending_index = self._pending_index, []
                 end_pos = self.commitlog.write_pos
                 end_ts = self.commitlog.last_store_ts
-            for i, (topic, uniq, keys, phys, size, ts) in enumerate(pending):
-                texts = [f"{topic}#{k}" for k in keys]
+            texts = []
+            for topic, uniq, keys, _phys, _size, _ts in pending:
+                if keys:
+                    texts += [f"{topic}#{k}" for k in keys]
                 if uniq:
                     texts.append(f"{topic}#{uniq}")
+            hashes = key_hashes(texts)  # all at once: vectorised when numpy is there
+            at = 0
+            build = idx.build_hashed
+            for i, (_topic, uniq, keys, phys, size, ts) in enumerate(pending):
+                n = len(keys) + 1 if uniq else len(keys)
                 try:
-                    idx.build(texts, phys, size, ts)
+                    build(hashes[at : at + n], phys, size, ts, False)
                 except OSError as e:
                     log.error("cannot create an index file, %d keyed entries wait: %s", len(pending) - i, e)
                     with self._lock:
                         self._pending_index[:0] = pending[i:]
                     break
+                at += n
             else:
                 idx.files[-1].finish_entry(end_pos, end_ts)
             if sync:
