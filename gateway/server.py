@@ -80,6 +80,12 @@ class Connection:
     def version(self) -> int:
         return self.mq.protocol_version or 4
 
+    @property
+    def can_send(self) -> bool:
+        """Whether a PUBLISH may still go out: not closing, and the codec has not
+        seen the client's DISCONNECT (after it, the client reads nothing more)."""
+        return not self.closing and self.mq.state.name == "CONNECTED"
+
     # ---- output -------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
@@ -89,6 +95,10 @@ class Connection:
             self._wake.set()
 
     def send_event(self, event) -> None:
+        if self.mq.state.name == "CLOSED":
+            # The client's DISCONNECT (or EOF) was decoded in the same read as the
+            # packets being answered: it reads nothing more (MQTT-3.14.4-1).
+            return
         try:
             self.write(self.mq.send(event))
         except Exception as e:  # PacketTooLarge for an ack is already shrunk; anything else is a bug
@@ -100,6 +110,8 @@ class Connection:
         """Send one message of ``sess`` (called by the session's pump)."""
         gw = self.gw
         out = d.out
+        if not self.can_send:
+            return  # callers check can_send first; a message reaching here stays unsent
         if out.expiry is not None and out.remaining_expiry(now_ms()) <= 0:
             gw.stats.expired += 1
             return
@@ -130,6 +142,8 @@ class Connection:
         self._wake.set()
 
     def resend(self, sess, d: Delivery, pid: int) -> None:
+        if not self.can_send:
+            return  # stays in flight; resent on the next connection
         data = encode_delivery(self, d, pid, dup=True)
         if data is not None:
             self.write(data)
@@ -275,11 +289,10 @@ class Connection:
                     return
             elif t is PubRel:
                 comp = sess.inbound.on_pubrel(ev)
-                data = self.mq.send(comp)
                 if sess.persistent and comp.reason_code == 0:
-                    self._held.append(data)
+                    self._held.append(comp)
                 else:
-                    self.write(data)
+                    self.send_event(comp)
             elif t is Subscribe:
                 await self._subscribe(ev)
             elif t is Unsubscribe:
@@ -296,8 +309,8 @@ class Connection:
             await self._publishes(batch)
         if self._held:
             await self.gw.write_records([self._in2_record()])
-            for data in self._held:
-                self.write(data)
+            for comp in self._held:
+                self.send_event(comp)
             self._held.clear()
 
     def _in2_record(self):
@@ -310,7 +323,7 @@ class Connection:
     def _refuse(self, code: int, why: str) -> None:
         log.info("connection %s: CONNECT refused (0x%02X): %s", self.info.peer, code, why)
         self.gw.stats.refused += 1
-        self.write(self.mq.send(ConnAck(reason_code=code)))
+        self.send_event(ConnAck(reason_code=code))
         self.closing = True
 
     async def _connect(self, c: Connect) -> None:
@@ -366,7 +379,7 @@ class Connection:
                 ack["server_keep_alive"] = keepalive
             if expiry != requested:
                 ack["session_expiry_interval"] = expiry
-        self.write(self.mq.send(ConnAck(**ack)))
+        self.send_event(ConnAck(**ack))
         gw.stats.connected += 1
         gw.stats.connects += 1
         if present:
@@ -420,7 +433,18 @@ class Connection:
             # The packet ids go into the durable state with the messages (one flush).
             pids = [pid for pid, st in inbound._flows.items() if st is not InboundStage.QOS1_UNACKED]
             items.append(record("in2", sess.client_id, pids))
-        results = await gw.broker.send_many(items) if items else []
+        # Once a message is stored, the retained index must follow it even if this
+        # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
+        with trio.CancelScope(shield=True):
+            results = await gw.broker.send_many(items) if items else []
+            await self._after_store(plan, results)
+        if error is not None:
+            raise error
+
+    async def _after_store(self, plan, results) -> None:
+        gw = self.gw
+        sess = self.session
+        inbound = sess.inbound
         acks = []
         retained = []
         fail_in2 = False
@@ -453,8 +477,6 @@ class Connection:
             await gw.write_records([self._in2_record()])
         for ack in acks:
             self.send_event(ack)
-        if error is not None:
-            raise error
 
     async def _prepare(self, pub: Publish, received: int):
         """The (message, queue id) to store for ``pub``, or None to drop it."""

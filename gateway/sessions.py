@@ -211,7 +211,7 @@ class Session:
         """Move what the window allows from ``pending`` and the queue to ``conn``."""
         flows = self.flows
         pending = self.pending
-        while pending:
+        while pending and conn.can_send:
             d = pending[0]
             if d.qos and not flows.available():
                 break
@@ -221,13 +221,13 @@ class Session:
             return
         broker = self.gw.broker
         cache = self.gw.router.decoded
-        while flows.available() and not conn.closing:
+        while flows.available() and conn.can_send:
             end = broker.max_offset(self.queue, 0)
             if self.next_read >= end:
                 break
             start = self.next_read
             result = await broker.read_queue(self.queue, 0, start, min(64, max(8, flows.available() * 2)))
-            if conn.closing or self.conn is not conn:
+            if not conn.can_send or self.conn is not conn:
                 return
             if result.status is not PullStatus.FOUND:
                 nxt = result.next_begin_offset

@@ -1,0 +1,87 @@
+"""Regression tests for what the Eclipse paho.mqtt.testing conformance clients
+(``interoperability/client_test.py`` and ``client_test5.py``) found, each
+against the in-process gateway on a real socket and tied to the normative
+statement of the OASIS MQTT 3.1.1 / 5.0 specification it checks.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+
+from gateway.mqtt import Disconnect, PubAck, Publish, Subscription, encode
+
+
+async def _first_publish(client, topic_filter: str, marker: str) -> Publish:
+    """Subscribe, publish ``marker`` (not retained) and return the first PUBLISH
+    received: a retained message of the filter, if any, comes before it."""
+    await client.subscribe(topic_filter)
+    await client.publish(marker, b"marker")
+    return await client.expect(Publish)
+
+
+@pytest.mark.parametrize("version", [4, 5])
+async def test_retained_clear_then_disconnect_in_one_write(gateway_factory, client_cls, caplog, version):
+    """[MQTT-3.3.1-10]/[MQTT-3.3.1-6]: a zero-byte retained PUBLISH removes the
+    retained message even when the DISCONNECT follows in the same TCP segment
+    and the publisher is itself subscribed to the topic (paho's cleanRetained).
+    The server must not try to send to the closing connection (a crash there
+    cancelled the retained-index update)."""
+    caplog.set_level(logging.ERROR, logger="mqgate")
+    async with gateway_factory() as (broker, gw, port):
+        pub, _ = await client_cls.connect(port, "setter", version=version)
+        await pub.publish("clr/t", b"old", qos=1, retain=True)
+        await pub.expect(PubAck)
+        await pub.disconnect()
+
+        cleaner, _ = await client_cls.connect(port, "cleaner", version=version)
+        await cleaner.subscribe("#")
+        m = await cleaner.expect(Publish)
+        assert (m.topic, m.payload, m.retain) == ("clr/t", b"old", True)
+        await cleaner.send_raw(encode(Publish(topic="clr/t", payload=b"", retain=True), version)
+                               + encode(Disconnect(), version))
+        assert await cleaner.recv() is None  # the server closes; nothing else comes
+
+        late, _ = await client_cls.connect(port, "late", version=version)
+        first = await _first_publish(late, "clr/#", "clr/marker")
+        assert first.topic == "clr/marker", f"cleared retained message still sent: {first!r}"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+@pytest.mark.parametrize("version", [4, 5])
+async def test_packets_pipelined_with_disconnect_are_acted_on(gateway_factory, client_cls, caplog, version):
+    """[MQTT-3.1.4] / 5.0 section 3.1.4: a client may send packets before its
+    CONNACK, and a DISCONNECT may follow them in the same write. Every packet
+    before the DISCONNECT is processed (the QoS 1 message and the
+    subscription take effect); the acks the client will never read are not
+    sent, and nothing fails on the server side."""
+    from gateway.mqtt import Connect, Subscribe
+
+    caplog.set_level(logging.ERROR, logger="mqgate")
+    async with gateway_factory() as (broker, gw, port):
+        watcher, _ = await client_cls.connect(port, "watcher", version=version)
+        await watcher.subscribe("pipe/#", qos=1)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"".join(encode(e, version) for e in (
+            Connect(protocol_version=version, client_id="burst", clean_start=False,
+                    **({"session_expiry_interval": 60} if version == 5 else {})),
+            Publish(topic="pipe/a", payload=b"q1", qos=1, packet_id=1),
+            Subscribe(packet_id=2, subscriptions=[Subscription(topic_filter="later/#", qos=1)]),
+            Publish(topic="pipe/b", payload=b"q0"),
+            Disconnect(),
+        )))
+        got = [await watcher.expect(Publish) for _ in range(2)]
+        assert [(m.topic, m.payload) for m in got] == [("pipe/a", b"q1"), ("pipe/b", b"q0")]
+        await watcher.send(PubAck(packet_id=got[0].packet_id))
+        await stream.aclose()
+        # the subscription made in the burst belongs to the session: it queues
+        await watcher.publish("later/x", b"queued", qos=1)
+        await watcher.expect(PubAck)
+        burst, ack = await client_cls.connect(port, "burst", version=version, clean_start=False,
+                                              **({"session_expiry_interval": 60} if version == 5 else {}))
+        assert ack.session_present
+        m = await burst.expect(Publish)
+        assert (m.topic, m.payload) == ("later/x", b"queued")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
