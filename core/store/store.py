@@ -263,17 +263,36 @@ class MessageStore:
 
     def _reserve(self, encs: list[EncodedMessage]) -> None:
         """Create every file a batch needs (caller holds the lock); ``OSError``
-        before anything is written, so a batch is stored whole or not at all."""
-        need: dict[ConsumeQueue, int] = {}
+        before anything is written, so a batch is stored whole or not at all.
+        Usually every file is there already: the first loop only checks that."""
+        queues = self._queues
+        n_all = len(encs)
+        cl = self.commitlog
+        total = 8
+        for enc in encs:  # fast check: room for the whole batch in each queue and the segment
+            cq = queues.get((enc.topic, enc.queue_id))
+            if cq is None or enc.multi_dispatch or (cq.max_offset + n_all) * UNIT_SIZE > cq.room_end:
+                break
+            total += enc.size
+        else:
+            if cl.write_pos - cl.current.start + total <= cl.segment_size:
+                return
+        need: dict[tuple[str, int], int] = {}
+        get = need.get
         for enc in encs:
             if enc.sysflag & TRANSACTION_MASK in _SKIP_TX:
                 continue
-            for key in ((enc.topic, enc.queue_id), *((name, 0) for name in enc.multi_dispatch)):
-                cq = self._queues.get(key) or self._queue(*key)
-                need[cq] = need.get(cq, 0) + 1
-        for cq, n in need.items():
-            cq.ensure_room(n)
-        self.commitlog.reserve([enc.size for enc in encs])
+            key = (enc.topic, enc.queue_id)
+            need[key] = get(key, 0) + 1
+            for name in enc.multi_dispatch:
+                need[(name, 0)] = get((name, 0), 0) + 1
+        for key, n in need.items():
+            cq = queues.get(key) or self._queue(*key)
+            if (cq.max_offset + n) * UNIT_SIZE > cq.room_end:
+                cq.ensure_room(n)
+        sizes = [enc.size for enc in encs]
+        if cl.write_pos - cl.current.start + sum(sizes) + 8 > cl.segment_size:
+            cl.reserve(sizes)
 
     def _file_failed(self, e: OSError) -> PutResult:
         log.error("cannot create a store file, put refused: %s", e)
