@@ -14,8 +14,8 @@ Its send and pull paths live in `sending.SendPath` and `pulling.PullPath`
   returns; consumer offsets and groups every ``flushConsumerOffsetInterval``
   when changed; all three at shutdown. Files are replaced atomically.
 - Shutdown (cancellation of `run`) wakes every parked pull, persists topics,
-  groups and offsets, then shuts the store down (final flush and its
-  clean-shutdown marker), shielded and bounded in time.
+  groups and offsets (bounded in time), then always shuts the store down
+  (final flush, clean-shutdown marker, lock released), shielded.
 """
 
 from __future__ import annotations
@@ -132,10 +132,7 @@ class Broker(SendPath, PullPath):
             self._running = False
             self._notifier.close()
             with trio.CancelScope(shield=True):
-                with trio.move_on_after(SHUTDOWN_TIMEOUT_S) as scope:
-                    await self._shutdown()
-                if scope.cancelled_caught:
-                    log.error("broker shutdown did not finish in %.0f s", SHUTDOWN_TIMEOUT_S)
+                await self._shutdown()
 
     def _open_blocking(self) -> None:
         self.recovery_report = self.store.start()
@@ -151,8 +148,14 @@ class Broker(SendPath, PullPath):
         write_json_atomic(self.config_dir / TOPICS_FILE, self.topics.to_json())
 
     async def _shutdown(self) -> None:
+        """Persist the tables (bounded in time), then shut the store down
+        whatever happened: its flush, clean marker and lock release must not
+        be skipped because persisting ran out of time or failed."""
         try:
-            await self.persist()
+            with trio.move_on_after(SHUTDOWN_TIMEOUT_S) as scope:
+                await self.persist()
+            if scope.cancelled_caught:
+                log.error("persisting the broker's tables did not finish in %.0f s", SHUTDOWN_TIMEOUT_S)
         finally:
             await trio.to_thread.run_sync(self.store.shutdown)  # flushes log, queues, index; clean marker
 

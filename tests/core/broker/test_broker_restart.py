@@ -70,3 +70,15 @@ async def test_subscription_group_auto_create_off(store_config):
         assert (await broker.pull("Known", "T", 0, 0)).status is PullStatus.PULL_NOT_FOUND
         broker.groups.update("Known", consume_enable=False)
         assert (await broker.pull("Known", "T", 0, 0)).status is PullStatus.NO_PERMISSION
+
+
+async def test_store_is_shut_down_even_when_shutdown_runs_out_of_time(autojump_clock, broker_config, store_config):
+    # With the autojump clock, the 30 s shutdown bound expires while a worker
+    # thread persists the config files; the store must still be shut down
+    # (lock released, clean marker), or the next open in this process fails.
+    for i in range(15):
+        async with open_broker(broker_config, store_config) as broker:
+            assert not broker.recovery_report.abnormal_exit
+            assert (await broker.send(Message("T", b"%d" % i), queue_id=0)).ok
+    async with open_broker(broker_config, store_config) as broker:
+        assert broker.max_offset("T", 0) == 15
