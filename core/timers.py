@@ -14,8 +14,10 @@ The path of one timer message:
    otherwise the message is re-targeted to topic ``rmq_sys_wheel_timer``
    queue 0 with ``TIMER_OUT_MS``, ``REAL_TOPIC`` and ``REAL_QID`` and
    stored like any message (so it is durable and replicated).
-2. enqueue: the service reads that queue from its checkpointed offset and
-   files each entry in the wheel (`core.store.timer.TimerWheelStore`).
+2. enqueue: the service reads that queue's 20-byte units from its
+   checkpointed offset (their tags code is the due time, see
+   `core.store.message.queue_tags_code`) and files each in the wheel
+   (`core.store.timer.TimerWheelStore`), without reading the log.
 3. dequeue: at each slot time it reads the slot's entries back from the
    commit log and sends each to its real topic and queue (timer properties
    removed, ``TIMER_ENQUEUE_MS`` / ``TIMER_DEQUEUE_MS`` added), or, for a
@@ -47,19 +49,18 @@ import trio
 
 from core.broker import Broker, SendResult, SendStatus
 from core.store.message import (
-    PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE, Message, decode_message, java_string_hash,
+    PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_OUT_MS, TIMER_TOPIC, TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, Message, decode_message,
 )
 from core.store.timer import MAGIC_DEFAULT, MAGIC_ROLL, TimerWheelStore
 
 log = logging.getLogger(__name__)
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 TIMER_DELAY_MS = "TIMER_DELAY_MS"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 START_DELIVER_TIME = "__STARTDELIVERTIME"
-TIMER_OUT_MS = "TIMER_OUT_MS"
+TIMER_OUT_MS = PROPERTY_TIMER_OUT_MS
 TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
 TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
@@ -201,34 +202,30 @@ class TimerMessageService:
             await self._checkpoint()
 
     async def _enqueue_new(self) -> None:
+        """File every new entry of the timer queue in the wheel.
+
+        The due time is the unit's tags code (`queue_tags_code`), so filing
+        reads 20-byte units only, never the log.
+        """
         wheel = self.wheel
+        store = self.broker.store
         while True:
-            result = await self.broker.read_queue(TIMER_TOPIC, 0, self._queue_offset, _ENQUEUE_BATCH)
-            entries = result.entries
-            if not entries:
-                if result.next_begin_offset > self._queue_offset:
-                    self._queue_offset = result.next_begin_offset  # skipped units (e.g. removed log)
+            units, next_offset = store.read_units(TIMER_TOPIC, 0, self._queue_offset, _ENQUEUE_BATCH)
+            if next_offset == self._queue_offset:
+                await trio.lowlevel.checkpoint()
                 return
             now = self.now_ms()
-            late: list[tuple[int, int]] = []
-            for raw in entries:
-                m = decode_message(raw)
-                try:
-                    due = int(m.properties[TIMER_OUT_MS])
-                except (KeyError, ValueError):
-                    log.error("timer entry at %d has no usable %s; delivering it now", m.physical_offset, TIMER_OUT_MS)
-                    due = now
+            late: list[tuple[int, int, bool]] = []
+            for phys, size, due in units:
                 if wheel.slot_time(due) <= self._read_time:
-                    late.append((m.physical_offset, m.size))
+                    late.append((phys, size, False))
                 else:
-                    wheel.schedule(due, now, m.physical_offset, m.size,
-                                   java_string_hash(m.properties.get(PROPERTY_REAL_TOPIC, "")))
-                    self.scheduled += 1
-                    wheel.checkpoint.counter += 1
-            self._queue_offset = result.next_begin_offset
+                    wheel.schedule(due, now, phys, size)
+            self.scheduled += len(units) - len(late)
+            wheel.checkpoint.counter += len(units)
+            self._queue_offset = next_offset
             if late:
-                wheel.checkpoint.counter += len(late)
-                await self._deliver([(off, size, False) for off, size in late])
+                await self._deliver(late)
 
     async def _fire_due(self) -> None:
         wheel = self.wheel

@@ -182,6 +182,27 @@ def _numpy_ready() -> bool:
     return _np is not None
 
 
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # RocketMQ 5's timer topic (core.timers parks messages there)
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+
+
+def queue_tags_code(topic: str, props: dict[str, str]) -> int:
+    """The tags code of an entry's consume-queue unit.
+
+    Normally the hash of ``TAGS`` (what tag filters compare). An entry parked
+    in the timer topic carries its delivery time (``TIMER_OUT_MS``) instead,
+    the way RocketMQ's schedule topic carries the delivery timestamp, so the
+    timer service files it from the 20-byte unit without reading the log.
+    The rule depends only on the entry, so a replay makes the same units.
+    """
+    if topic == TIMER_TOPIC:
+        try:
+            return int(props.get(PROPERTY_TIMER_OUT_MS, 0))
+        except ValueError:
+            return 0
+    return tags_code(props.get(PROPERTY_TAGS))
+
+
 def tags_code(tags: str | None) -> int:
     """Consume-queue tag hash: 0 for no tags (recent tags are cached: few distinct tags, many messages)."""
     return _tags_code_cached(tags) if tags else 0
@@ -347,8 +368,11 @@ class EncodedMessage:
         self.queue_id = queue_id
         self.sysflag = sysflag
         if props:
-            tags = props.get(PROPERTY_TAGS)
-            self.tags_code = _tags_code_cached(tags) if tags else 0
+            if topic == TIMER_TOPIC:
+                self.tags_code = queue_tags_code(topic, props)
+            else:
+                tags = props.get(PROPERTY_TAGS)
+                self.tags_code = _tags_code_cached(tags) if tags else 0
             keys = props.get(PROPERTY_KEYS)
             self.keys = keys.split() if keys else []
             self.uniq_key = props.get(PROPERTY_UNIQ_KEY)

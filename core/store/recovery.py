@@ -50,7 +50,7 @@ from .message import (
     TRANSACTION_MASK,
     decode_message,
     multi_dispatch_queues,
-    tags_code,
+    queue_tags_code,
 )
 from .names import name_from_dir
 from .results import RecoveryReport
@@ -289,7 +289,7 @@ def _replay(store, pos: int, end: int, delete_topic: str, skip_tx, report) -> in
             continue
         if m.sysflag & TRANSACTION_MASK in skip_tx:
             continue
-        tc = tags_code(m.properties.get("TAGS"))
+        tc = queue_tags_code(m.topic, m.properties)
         store._queue(m.topic, m.queue_id).put(m.queue_offset, m.physical_offset, size, tc)
         for name in multi_dispatch_queues(m.properties):
             lcq = store._queue(name, 0)

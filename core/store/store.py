@@ -456,6 +456,24 @@ class MessageStore:
                 status = S.FOUND
             return GetResult(status, offset + scanned, lo, hi, msgs, qoffs)
 
+    def read_units(self, topic: str, queue_id: int, offset: int, max_count: int) -> tuple[list[tuple[int, int, int]], int]:
+        """The consume-queue units (commit-log offset, size, tags code) from
+        ``offset``, without reading the log, and the offset after them.
+
+        Units whose entry is gone (retention) or that are blank are left out
+        but counted, so the returned offset always moves past them."""
+        with self._lock:
+            cq = self._queues.get((topic, queue_id))
+            if cq is None or offset >= cq.max_offset:
+                return [], offset
+            offset = max(offset, cq.min_offset)
+            units = cq.units(offset, min(max_count, cq.max_offset - offset))
+            if units is None:
+                return [], cq.next_file_offset(offset)
+            log_min = self.commitlog.min_offset
+            kept = [u for u in units if u[0] >= log_min and 0 < u[1] != BLANK_UNIT_SIZE]
+            return kept, offset + len(units)
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._queues.get((topic, queue_id))
         return cq.min_offset if cq is not None else 0
