@@ -11,7 +11,11 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   read. Consecutive PUBLISHes are stored with one ``send_many`` (one flush
   wait, SYNC_FLUSH); their acks go out in arrival order. Any other packet
   (except client acks and PINGREQ) first finishes the publishes before it,
-  so a SUBSCRIBE never overtakes an earlier PUBLISH.
+  so a SUBSCRIBE never overtakes an earlier PUBLISH. Across connections,
+  the publishes of a read are routed after one checkpoint: packets read in
+  the same wake-up of the loop (trio runs those readers in random order)
+  have been acted on first, so a SUBSCRIBE that arrived before another
+  client's PUBLISH is in force for it.
 * A PUBCOMP is released only after the inbound QoS 2 state that forgets
   its packet id is durable (persistent sessions), so exactly-once holds
   across a restart.
@@ -49,6 +53,7 @@ log = logging.getLogger("mqgate.gateway")
 R = ReasonCode
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _CLIENT_ACKS = (PubAck, PubRec, PubComp)
+LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
 
 
 class Connection:
@@ -73,6 +78,7 @@ class Connection:
         self.server_stopping = False
         self.takeover_ends_session = False
         self.done = trio.Event()
+        self.peer_closed = False  # the client sent DISCONNECT or closed its side
         self._reader_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -206,17 +212,39 @@ class Connection:
                     await self.gw.connection_closed(self)
                 finally:
                     self.done.set()
-                    with trio.move_on_after(1):
-                        try:
-                            await self.stream.aclose()
-                        except _STREAM_ERRORS:
-                            pass
+            try:
+                if not self.server_stopping and not self.peer_closed:
+                    await self._linger()  # not shielded: a server shutdown cuts it short
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    try:
+                        await self.stream.aclose()
+                    except _STREAM_ERRORS:
+                        pass
+
+    async def _linger(self) -> None:
+        """We end the connection: half-close, then read and discard until the
+        client closes (at most ``LINGER`` s). Closing a socket with unread input
+        makes the kernel reset the connection: the client's next write fails
+        and it may never read our last packet (the DISCONNECT with its reason)."""
+        stream = self.stream
+        with trio.move_on_after(LINGER):
+            try:
+                if isinstance(stream, trio.abc.HalfCloseableStream):
+                    await stream.send_eof()
+                while await stream.receive_some(65536):
+                    pass
+            except (*_STREAM_ERRORS, trio.BusyResourceError):
+                pass
 
     async def _recv(self) -> bytes:
         try:
-            return await self.stream.receive_some(65536)
+            data = await self.stream.receive_some(65536)
         except _STREAM_ERRORS:
-            return b""
+            data = b""
+        if not data:
+            self.peer_closed = True
+        return data
 
     async def _reader(self) -> None:
         lim = self.gw.settings.limits
@@ -398,6 +426,10 @@ class Connection:
     # ---- PUBLISH ----------------------------------------------------------------------------------
 
     async def _publishes(self, batch: list[Publish]) -> None:
+        # Readers woken by the same I/O poll run in random order; one checkpoint
+        # lets the others act first, so a SUBSCRIBE another client sent before
+        # this PUBLISH is in force when it is routed (one per read, not per packet).
+        await trio.lowlevel.checkpoint()
         gw = self.gw
         sess = self.session
         inbound = sess.inbound
@@ -562,6 +594,7 @@ class Connection:
         self.send_event(UnsubAck(packet_id=ev.packet_id, reason_codes=codes if self.version == 5 else ()))
 
     def _disconnect(self, ev: Disconnect) -> None:
+        self.peer_closed = True
         if ev.reason_code != R.DISCONNECT_WITH_WILL_MESSAGE:
             self.will = None
         if ev.session_expiry_interval is not None and self.session is not None:

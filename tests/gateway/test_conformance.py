@@ -85,3 +85,61 @@ async def test_packets_pipelined_with_disconnect_are_acted_on(gateway_factory, c
         m = await burst.expect(Publish)
         assert (m.topic, m.payload) == ("later/x", b"queued")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+async def test_subscribe_read_with_a_publish_takes_effect_first(gateway_factory, client_cls):
+    """A SUBSCRIBE that reaches the server before another client's PUBLISH
+    (both read in the same wake-up of the event loop) is in force when that
+    PUBLISH is routed (paho's noLocal and request/response tests subscribe and
+    publish from two connections back to back; Mosquitto handles sockets in
+    readiness order). Both packets are written with plain ``os.write``, no
+    trio checkpoint between them, so the server sees both in one poll; trio
+    runs the two readers in random order, hence the repetitions."""
+    import os
+
+    from gateway.mqtt import Subscribe, Unsubscribe, UnsubAck, SubAck
+
+    async with gateway_factory() as (broker, gw, port):
+        a, _ = await client_cls.connect(port, "race-a")
+        b, _ = await client_cls.connect(port, "race-b")
+        for i in range(1, 21):
+            os.write(b.stream.socket.fileno(), encode(Subscribe(
+                packet_id=i, subscriptions=[Subscription(topic_filter="race/t", qos=1)]), 5))
+            os.write(a.stream.socket.fileno(), encode(Publish(topic="race/t", payload=b"%d" % i, qos=1,
+                                                              packet_id=i), 5))
+            await b.expect(SubAck)
+            await a.expect(PubAck)
+            await a.publish("race/t", b"after")
+            m = await b.expect(Publish)
+            assert m.payload == b"%d" % i, f"round {i}: the publish overtook the subscription"
+            await b.send(PubAck(packet_id=m.packet_id))
+            assert (await b.expect(Publish)).payload == b"after"
+            await b.send(Unsubscribe(packet_id=i, topic_filters=["race/t"]))
+            await b.expect(UnsubAck)
+
+
+async def test_receive_maximum_exceeded_disconnect_is_readable(gateway_factory, client_cls):
+    """5.0 [MQTT-3.3.4-7]/[MQTT-3.3.4-8]: one QoS 2 PUBLISH more than the
+    server's Receive Maximum gets DISCONNECT 0x93. The client (paho's
+    flow_control2) answers the PUBRECs that came before it with PUBRELs while
+    reading on: the server half-closes and drains instead of resetting the
+    connection, so the client's writes do not fail and it reads the DISCONNECT."""
+    from gateway.mqtt import PubRec, PubRel, ReasonCode
+
+    async with gateway_factory({"sysInterval": 0, "maxInflightMessages": 4}) as (broker, gw, port):
+        c, ack = await client_cls.connect(port, "flow2")
+        assert ack.receive_maximum == 4
+        await c.send(*[Publish(topic="flow/t", payload=b"%d" % i, qos=2, packet_id=i) for i in range(1, 6)])
+        recs = 0
+        while True:
+            ev = await c.recv()
+            if isinstance(ev, PubRec):
+                recs += 1
+                await c.send(PubRel(packet_id=ev.packet_id))  # BrokenResourceError on a reset
+                continue
+            assert isinstance(ev, Disconnect), ev
+            assert ev.reason_code == ReasonCode.RECEIVE_MAXIMUM_EXCEEDED
+            break
+        assert recs == 4
+        assert await c.recv() is None
+        await c.close()
