@@ -143,3 +143,28 @@ async def test_receive_maximum_exceeded_disconnect_is_readable(gateway_factory, 
         assert recs == 4
         assert await c.recv() is None
         await c.close()
+
+
+@pytest.mark.parametrize("version", [4, 5])
+async def test_refused_filters_get_0x80_and_wider_filters_are_granted(gateway_factory, client_cls, version):
+    """3.1.1 [MQTT-3.9.3-2] / 5.0 section 3.9.3: a server may refuse a
+    subscription with 0x80. Which filter is the server's choice; paho's
+    subscribe-failure test expects ``test/nosubscribe``, so it is a setting
+    (``refusedFilters``). The other filters of the same SUBSCRIBE are granted."""
+    from gateway.mqtt import SubAck, Subscribe
+
+    async with gateway_factory({"sysInterval": 0, "refusedFilters": ["test/nosubscribe"]}) as (broker, gw, port):
+        c, _ = await client_cls.connect(port, "nosub", version=version)
+        await c.send(Subscribe(packet_id=1, subscriptions=[
+            Subscription(topic_filter="test/nosubscribe", qos=2), Subscription(topic_filter="test/#", qos=1)]))
+        ack = await c.expect(SubAck)
+        assert list(ack.reason_codes) == [0x80, 1]
+
+
+def test_refused_filters_setting_is_checked():
+    from gateway.config import ConfigError
+    from gateway.settings import GatewaySettings
+
+    assert GatewaySettings.from_dict({}).session.refused_filters == frozenset()
+    with pytest.raises(ConfigError, match="refusedFilters"):
+        GatewaySettings.from_dict({"refusedFilters": "test/nosubscribe"})
