@@ -17,7 +17,15 @@ Line forms (``<filter>`` is the rest of the line, so it may hold spaces):
   allows subscribe, ``write`` allows publish, ``readwrite`` (the default
   when the word is left out) both, ``deny`` denies both.
 - ``allow|deny publish|subscribe|all <filter>``: one effect, one action.
-- ``pattern`` followed by either form: a rule for every client.
+- ``refuse subscribe <filter>``: a SUBSCRIBE naming exactly this filter
+  (compared as written, after ``%c``/``%u``) is refused with 0x80
+  (Unspecified error, 3.1.1 and 5.0) before any allow/deny rule is
+  consulted. A policy knob, not access control: a wider filter
+  (``test/#``) is unaffected and still receives those topics; use ``deny``
+  to keep topics from readers. The paho conformance clients expect a
+  refusal for ``test/nosubscribe`` (``pattern refuse subscribe
+  test/nosubscribe`` next to ``pattern allow all #``).
+- ``pattern`` followed by any of these forms: a rule for every client.
 - ``user <name>`` opens a section for that username.
 
 Rules kept here (the precedence, in this order):
@@ -79,7 +87,7 @@ class AclError(ValueError):
 
 @dataclass(frozen=True)
 class Rule:
-    effect: Literal["allow", "deny"]
+    effect: Literal["allow", "deny", "refuse"]
     actions: frozenset[str]
     filter: str
     line: int
@@ -160,6 +168,7 @@ class ClientAcl:
                                if rule.effect == effect and action in rule.actions]
             for effect in ("allow", "deny") for action in ("publish", "subscribe")
         }
+        self._refused = frozenset("/".join(levels) for rule, levels in rules if rule.effect == "refuse")
         self._cache: dict[tuple[str, str], bool] = {}
 
     def check(self, action: Action, topic: str) -> bool:
@@ -181,6 +190,13 @@ class ClientAcl:
             self._cache.pop(next(iter(self._cache)))
         self._cache[key] = allowed
         return allowed
+
+    def refuses(self, topic_filter: str) -> bool:
+        """Whether a SUBSCRIBE naming exactly ``topic_filter`` is refused (0x80)
+        by a ``refuse subscribe`` rule; checked before ``check``."""
+        if self._generation != self._acl.generation:
+            self._compile()
+        return topic_filter in self._refused
 
     def _check_publish(self, topic: str) -> bool:
         if not topic or "+" in topic or "#" in topic:
@@ -311,7 +327,7 @@ def _parse(text: str, where: str) -> tuple[list[Rule], dict[str, list[Rule]], li
         if head == "pattern":
             target = patterns
             head, rest = _split(rest)
-            if head not in ("allow", "deny"):
+            if head not in ("allow", "deny", "refuse"):
                 rest = f"{head} {rest}".strip()
                 head = "topic"
         if head == "topic":
@@ -322,13 +338,18 @@ def _parse(text: str, where: str) -> tuple[list[Rule], dict[str, list[Rule]], li
             else:
                 effect, actions = "allow", _ACCESS["readwrite"][1]
                 flt = rest
+        elif head == "refuse":
+            word, tail = _split(rest)
+            if word != "subscribe":
+                raise fail("`refuse` applies to subscribe only")
+            effect, actions, flt = "refuse", _ACTIONS["subscribe"], tail
         elif head in ("allow", "deny"):
             word, tail = _split(rest)
             if word not in _ACTIONS:
                 raise fail("expected publish, subscribe or all")
             effect, actions, flt = head, _ACTIONS[word], tail
         else:
-            raise fail("expected user, topic, pattern, allow or deny")
+            raise fail("expected user, topic, pattern, allow, deny or refuse")
         if not flt:
             raise fail("missing topic filter")
         if not valid_filter(flt.split("/")):

@@ -561,8 +561,8 @@ class Connection:
                 log.info("client %s: bad filter %r: %s", self.client_id, text, e)
                 codes.append(R.TOPIC_FILTER_INVALID if self.version == 5 else R.UNSPECIFIED_ERROR)
                 continue
-            if text in gw.settings.session.refused_filters:
-                log.info("client %s: subscription to %r refused (refusedFilters)", self.client_id, text)
+            if self.acl.refuses(text):
+                log.info("client %s: subscription to %r refused by the ACL", self.client_id, text)
                 codes.append(R.UNSPECIFIED_ERROR)
                 continue
             if not self.acl.check("subscribe", text):

@@ -27,14 +27,6 @@ writeTimeout             30.0       seconds a write to a client may block
 maxOutboundBytes         8388608    bytes waiting to be written to one client;
                                     above it QoS 0 messages to that client are
                                     dropped (counted in $SYS)
-refusedFilters           []         topic filters a SUBSCRIBE may not name,
-                                    compared as written: SUBACK 0x80
-                                    (Unspecified error, 3.1.1 and 5.0). A
-                                    policy knob, not access control: a wider
-                                    filter (``test/#``) is unaffected; use the
-                                    ACL file to keep topics from readers. The
-                                    paho conformance clients expect
-                                    ``test/nosubscribe`` to be refused
 =======================  =========  ==========================================
 """
 
@@ -50,7 +42,7 @@ from gateway.config import ConfigError
 from gateway.limits import Limits
 from gateway.listeners import LISTENER_KEYS
 
-SESSION_KEYS = frozenset({"sysInterval", "retainAvailable", "writeTimeout", "maxOutboundBytes", "refusedFilters"})
+SESSION_KEYS = frozenset({"sysInterval", "retainAvailable", "writeTimeout", "maxOutboundBytes"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +51,6 @@ class SessionSettings:
     retain_available: bool = True
     write_timeout: float = 30.0
     max_outbound_bytes: int = 8 * 1024 * 1024
-    refused_filters: frozenset[str] = frozenset()
 
 
 def _number(table: Mapping[str, Any], key: str, default, low, high):
@@ -82,11 +73,7 @@ class GatewaySettings:
         retain = table.get("retainAvailable", True)
         if not isinstance(retain, bool):
             raise ConfigError(f"[mqtt] retainAvailable must be true or false, not {retain!r}")
-        refused = table.get("refusedFilters", [])
-        if not isinstance(refused, list | tuple) or not all(isinstance(f, str) and f for f in refused):
-            raise ConfigError(f"[mqtt] refusedFilters must be a list of topic filters, not {refused!r}")
         session = SessionSettings(
-            refused_filters=frozenset(refused),
             sys_interval=float(_number(table, "sysInterval", 10, 0, 86400)),
             retain_available=retain,
             write_timeout=float(_number(table, "writeTimeout", 30.0, 0.1, 3600)),

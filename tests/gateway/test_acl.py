@@ -140,6 +140,8 @@ def test_overlaps(a, b, expected):
     ("allow publish\n", ":1:"),
     ("allow everything a/b\n", ":1:"),
     ("pattern deny sometimes a\n", ":1:"),
+    ("refuse publish a/b\n", ":1:"),
+    ("pattern refuse subscribe\n", ":1:"),
 ])
 def test_syntax_errors_name_the_line(text, where):
     with pytest.raises(AclError, match=where):
@@ -151,6 +153,16 @@ def test_mosquitto_forms_without_access_word_and_with_tabs():
     assert acl.check("c", "u1", "publish", "a/b c")  # the filter is the rest of the line
     assert acl.check("c", "u1", "subscribe", "x/y")
     assert not acl.check("c", "u1", "publish", "x/y")
+
+
+def test_refuse_is_literal_and_leaves_wider_filters_alone():
+    acl = Acl.from_text("pattern refuse subscribe test/nosubscribe\nrefuse subscribe %c/x\npattern allow all #\n")
+    view = acl.for_client("dev", None)
+    assert view.refuses("test/nosubscribe") and view.refuses("dev/x")
+    assert not view.refuses("test/#") and not view.refuses("#") and not view.refuses("other/x")
+    assert view.check("subscribe", "test/#") and view.check("subscribe", "#")
+    assert view.check("publish", "test/nosubscribe")
+    assert not Acl.allow_all().for_client("dev", None).refuses("test/nosubscribe")
 
 
 def test_reload_reaches_existing_client_views(tmp_path):

@@ -7,11 +7,13 @@ statement of the OASIS MQTT 3.1.1 / 5.0 specification it checks.
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import trio
 
-from gateway.mqtt import Disconnect, PubAck, Publish, Subscription, encode
+from gateway.mqtt import (Connect, Disconnect, PubAck, PubRec, PubRel, Publish, ReasonCode, SubAck, Subscribe,
+                          Subscription, UnsubAck, Unsubscribe, encode)
 
 
 async def _first_publish(client, topic_filter: str, marker: str) -> Publish:
@@ -57,8 +59,6 @@ async def test_packets_pipelined_with_disconnect_are_acted_on(gateway_factory, c
     before the DISCONNECT is processed (the QoS 1 message and the
     subscription take effect); the acks the client will never read are not
     sent, and nothing fails on the server side."""
-    from gateway.mqtt import Connect, Subscribe
-
     caplog.set_level(logging.ERROR, logger="mqgate")
     async with gateway_factory() as (broker, gw, port):
         watcher, _ = await client_cls.connect(port, "watcher", version=version)
@@ -95,10 +95,6 @@ async def test_subscribe_read_with_a_publish_takes_effect_first(gateway_factory,
     readiness order). Both packets are written with plain ``os.write``, no
     trio checkpoint between them, so the server sees both in one poll; trio
     runs the two readers in random order, hence the repetitions."""
-    import os
-
-    from gateway.mqtt import Subscribe, Unsubscribe, UnsubAck, SubAck
-
     async with gateway_factory() as (broker, gw, port):
         a, _ = await client_cls.connect(port, "race-a")
         b, _ = await client_cls.connect(port, "race-b")
@@ -124,8 +120,6 @@ async def test_receive_maximum_exceeded_disconnect_is_readable(gateway_factory, 
     flow_control2) answers the PUBRECs that came before it with PUBRELs while
     reading on: the server half-closes and drains instead of resetting the
     connection, so the client's writes do not fail and it reads the DISCONNECT."""
-    from gateway.mqtt import PubRec, PubRel, ReasonCode
-
     async with gateway_factory({"sysInterval": 0, "maxInflightMessages": 4}) as (broker, gw, port):
         c, ack = await client_cls.connect(port, "flow2")
         assert ack.receive_maximum == 4
@@ -146,25 +140,18 @@ async def test_receive_maximum_exceeded_disconnect_is_readable(gateway_factory, 
 
 
 @pytest.mark.parametrize("version", [4, 5])
-async def test_refused_filters_get_0x80_and_wider_filters_are_granted(gateway_factory, client_cls, version):
+async def test_acl_refuse_gives_0x80_and_wider_filters_are_granted(gateway_factory, client_cls, tmp_path, version):
     """3.1.1 [MQTT-3.9.3-2] / 5.0 section 3.9.3: a server may refuse a
     subscription with 0x80. Which filter is the server's choice; paho's
-    subscribe-failure test expects ``test/nosubscribe``, so it is a setting
-    (``refusedFilters``). The other filters of the same SUBSCRIBE are granted."""
-    from gateway.mqtt import SubAck, Subscribe
-
-    async with gateway_factory({"sysInterval": 0, "refusedFilters": ["test/nosubscribe"]}) as (broker, gw, port):
+    subscribe-failure test expects ``test/nosubscribe``, so the ACL file can
+    say so (``refuse subscribe``) without denying ``#`` or ``test/#``. The
+    other filters of the same SUBSCRIBE are granted."""
+    acl = tmp_path / "acl"
+    acl.write_text("pattern refuse subscribe test/nosubscribe\npattern allow all #\n")
+    async with gateway_factory({"sysInterval": 0, "aclFile": str(acl)}) as (broker, gw, port):
         c, _ = await client_cls.connect(port, "nosub", version=version)
         await c.send(Subscribe(packet_id=1, subscriptions=[
-            Subscription(topic_filter="test/nosubscribe", qos=2), Subscription(topic_filter="test/#", qos=1)]))
+            Subscription(topic_filter="test/nosubscribe", qos=2), Subscription(topic_filter="test/#", qos=1),
+            Subscription(topic_filter="#", qos=0)]))
         ack = await c.expect(SubAck)
-        assert list(ack.reason_codes) == [0x80, 1]
-
-
-def test_refused_filters_setting_is_checked():
-    from gateway.config import ConfigError
-    from gateway.settings import GatewaySettings
-
-    assert GatewaySettings.from_dict({}).session.refused_filters == frozenset()
-    with pytest.raises(ConfigError, match="refusedFilters"):
-        GatewaySettings.from_dict({"refusedFilters": "test/nosubscribe"})
+        assert list(ack.reason_codes) == [0x80, 1, 0]
