@@ -176,8 +176,9 @@ def _properties(b: np.ndarray, f: EntryFields, want_map: bool, wanted: list[str]
     pd = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
     nonempty = f.props_len > 0
     s2 = np.flatnonzero(pd == 2)
-    item_s = np.sort(np.concatenate([po64[:-1][nonempty], s2 + 1]))
-    item_e = np.sort(np.concatenate([po64[1:][nonempty], s2]))
+    # each is two sorted runs: a stable sort (a merge for runs) joins them in one pass
+    item_s = np.sort(np.concatenate([po64[:-1][nonempty], s2 + 1]), kind="stable")
+    item_e = np.sort(np.concatenate([po64[1:][nonempty], s2]), kind="stable")
     s1 = np.flatnonzero(pd == 1)
     if len(s1):
         k = np.minimum(np.searchsorted(s1, item_s), len(s1) - 1)

@@ -10,8 +10,8 @@ Rules kept here:
   `core.store.message.decode_message` makes). Validity is computed for all
   entries at once over a uint8 buffer; positions derived from a bad entry
   are clipped so that gathering never reads outside the buffer.
-- Variable fields become Arrow arrays through binary views over the buffer
-  (one C++ copy), never through a Python object per row.
+- Variable fields become Arrow arrays through one Arrow ``take`` over the
+  buffer (one C++ copy), never through a Python object per row.
 - Nothing here opens files or knows about Spark.
 """
 
@@ -106,7 +106,9 @@ _HEAD = 88  # TOTALSIZE .. BODY length with IPv4 born and store hosts
 
 
 def _field(block: np.ndarray, at: int, width: int) -> np.ndarray:
-    return np.ascontiguousarray(block[:, at : at + width]).view(f">i{width}")[:, 0].astype(np.int64)
+    """Column ``at`` of a C-contiguous (n, _HEAD) block as int64: one strided read, no copy first."""
+    view = np.ndarray((len(block),), dtype=f">i{width}", buffer=block, offset=at, strides=(block.shape[1],))
+    return view.astype(np.int64)
 
 
 @dataclass(slots=True)
@@ -144,7 +146,7 @@ def locate(b: np.ndarray, starts: np.ndarray, origin: int) -> EntryFields:
     if len(b) < _HEAD:
         block = np.zeros((len(starts), _HEAD), dtype=np.uint8)
     else:
-        block = _rows(b, _HEAD)[np.clip(starts, 0, len(b) - _HEAD)]
+        block = np.ascontiguousarray(_rows(b, _HEAD)[np.clip(starts, 0, len(b) - _HEAD)])
     size = _field(block, 0, 4)
     magic = _field(block, 4, 4)
     sysflag = _field(block, 36, 4)
@@ -188,36 +190,31 @@ def first_invalid(fields: EntryFields) -> int:
     return int(bad[0]) if len(bad) else len(fields.valid)
 
 
-_VIEW = np.dtype([("len", "<i4"), ("prefix", "V4"), ("buf", "<i4"), ("off", "<i4")])
-
-
 def gather_var(b: np.ndarray, pos: np.ndarray, length: np.ndarray, type_: pa.DataType = pa.binary()) -> pa.Array:
     """An Arrow binary or string array of ``b[pos[i] : pos[i] + length[i]]``.
 
-    Built as a binary-view array over ``b`` (16 bytes per value, no copy of
-    the values) and cast to the plain type in one C++ pass. Casting to
-    ``string`` validates UTF-8 and raises ``pyarrow.ArrowInvalid`` if not.
-    ``b`` must be smaller than 2 GiB (view offsets are int32).
+    The spans must be in buffer order and must not overlap (fields of
+    entries in log order are). They become the even elements of a binary
+    array over ``b`` whose offsets run span, gap, span, gap...; one Arrow
+    ``take`` of the even elements copies the values out in C++. Spans out
+    of order or outside ``b`` raise ``ValueError`` before anything is read;
+    asking for ``string`` validates UTF-8 and raises ``pyarrow.ArrowInvalid``
+    if not. ``b`` must be smaller than 2 GiB (offsets are int32).
     """
     n = len(pos)
-    views = np.zeros(n, dtype=_VIEW)
-    views["len"] = length
-    raw = views.view(np.uint8).reshape(n, 16)
-    small = np.flatnonzero(length <= 12)
-    big = np.flatnonzero(length > 12)
-    if len(small) or len(big):
-        src = b
-        if len(b) < 16 or (len(small) and int(pos[small].max()) + 12 > len(b)):
-            src = np.concatenate([b, np.zeros(16, dtype=np.uint8)])  # room for 12-byte reads at the end
-        rows = _rows(src, 12)
-        if len(small):
-            inline = rows[pos[small]]
-            inline = inline * (np.arange(12) < length[small, None])  # zero past the value
-            raw[small, 4:16] = inline
-        if len(big):
-            raw[big, 4:8] = rows[pos[big]][:, :4]
-            views["off"][big] = pos[big]
-    arr = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(b)]).cast(pa.binary())
+    if n == 0:
+        return pa.array([], type=type_)
+    if len(b) >= 1 << 31:
+        raise ValueError(f"gather_var: a buffer of {len(b)} bytes is past int32 offsets")
+    bounds = np.empty(2 * n, dtype=np.int32)
+    bounds[0::2] = pos
+    bounds[1::2] = pos + length
+    spans = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(b)])
+    try:
+        spans.validate(full=True)  # before the take: a bad caller gets an error, never a stray read
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"gather_var: spans out of order or outside the buffer: {e}") from None
+    arr = spans.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
     if pa.types.is_string(type_):
         arr = arr.view(pa.string())
         arr.validate(full=True)  # UTF-8

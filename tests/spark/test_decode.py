@@ -19,7 +19,7 @@ from core.store.message import (
 )
 from spark.commitlog_source import SCHEMA
 from spark.decode import ARROW_SCHEMA, CHUNK_ROWS, RowFilter, decode_range
-from spark.entries import walk_sizes
+from spark.entries import gather_var, walk_sizes
 from spark.topicfilter import to_regex
 
 PROPS = [
@@ -132,6 +132,58 @@ def test_properties_that_are_not_utf8_do_not_stop_a_scan():
     rows = _rows(good + bytes(bad), np.array([0, len(good)]))
     assert dict(rows[0]["properties"]) == {"k": "v"}
     assert dict(rows[1]["properties"]) == {"k": "v\ufffd"}
+
+
+def test_topic_that_is_not_utf8_does_not_stop_a_scan():
+    good = encode_message(Message(topic="t", body=b"a"), 0, 0, 1)
+    bad = bytearray(encode_message(Message(topic="u", body=b"b"), 1, len(good), 2))
+    at = bad.index(b"u", len(bad) - 4)  # the topic byte, just before the 2-byte properties length
+    bad[at] = 0xFF
+    rows = _rows(good + bytes(bad), np.array([0, len(good)]), include_system=True)
+    assert [r["topic"] for r in rows] == ["t", "\ufffd"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_gather_var_copies_each_span(seed):
+    rnd = random.Random(seed)
+    buf = bytes(rnd.randrange(256) for _ in range(3000))
+    pos, length, at = [], [], 0
+    while True:
+        at += rnd.choice([0, 0, 1, 7, 40])
+        n = rnd.choice([0, 1, 5, 12, 13, 16, 200])
+        if at + n > len(buf):
+            break
+        pos.append(at)
+        length.append(n)
+        at += n
+    if seed % 2:  # a span that ends exactly at the end of the buffer
+        pos.append(len(buf) - 3)
+        length.append(3)
+        pos, length = zip(*[(p, n) for p, n in zip(pos, length) if p + n <= len(buf) - 3 or p == len(buf) - 3])
+    b = np.frombuffer(buf, np.uint8)
+    got = gather_var(b, np.array(pos, dtype=np.int64), np.array(length, dtype=np.int64))
+    assert got.type == pa.binary()
+    assert got.to_pylist() == [buf[p : p + n] for p, n in zip(pos, length)]
+
+
+def test_gather_var_strings_check_utf8():
+    b = np.frombuffer("añb".encode() + b"\xff\xfe", np.uint8)
+    ok = gather_var(b, np.array([0]), np.array([4]), pa.string())
+    assert ok.type == pa.string() and ok.to_pylist() == ["añb"]
+    with pytest.raises(pa.ArrowInvalid):
+        gather_var(b, np.array([0]), np.array([5]), pa.string())
+    assert gather_var(b, np.zeros(0, np.int64), np.zeros(0, np.int64), pa.string()).equals(pa.array([], pa.string()))
+
+
+@pytest.mark.parametrize(
+    "pos,length",
+    [([5, 0], [2, 2]), ([0, 1], [3, 3]), ([8], [3]), ([-1], [2]), ([2], [-1])],
+    ids=["out of order", "overlapping", "past the end", "before the start", "negative length"],
+)
+def test_gather_var_refuses_spans_it_cannot_read(pos, length):
+    b = np.frombuffer(b"0123456789", np.uint8)
+    with pytest.raises(ValueError):
+        gather_var(b, np.array(pos), np.array(length))
 
 
 @pytest.mark.parametrize("columns", [("body",), ("mqtt_topic", "commitlog_offset"), ("properties", "topic"), ("store_ts",)])
