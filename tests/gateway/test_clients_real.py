@@ -3,14 +3,13 @@ thread), Debian's mosquitto_pub/mosquitto_sub and amqtt's client (subprocesses).
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 
 import pytest
 import trio
 
-paho = pytest.importorskip("paho.mqtt.client")
+import paho.mqtt.client as paho
 
 
 def _paho_roundtrip(port: int, protocol, n: int) -> list[tuple[str, bytes, int]]:
@@ -89,10 +88,6 @@ async def test_paho_persistent_session_survives_restart(gateway_factory, client_
         assert got == [b"0", b"1", b"2"]
 
 
-needs_mosquitto = pytest.mark.skipif(shutil.which("mosquitto_sub") is None, reason="mosquitto clients missing")
-
-
-@needs_mosquitto
 @pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])
 async def test_mosquitto_pub_sub(gateway_factory, version):
     async with gateway_factory() as (broker, gw, port):
@@ -116,7 +111,6 @@ async def test_mosquitto_pub_sub(gateway_factory, version):
         assert sorted(lines) == [f"mosq/{i} hello {i}" for i in range(3)]  # separate publishers: any order
 
 
-@needs_mosquitto
 async def test_mosquitto_retained(gateway_factory):
     async with gateway_factory() as (broker, gw, port):
         await trio.run_process(["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-t", "ret/a", "-m", "kept",
@@ -150,7 +144,6 @@ asyncio.run(main(int(sys.argv[1])))
 
 
 async def test_amqtt_client(gateway_factory):
-    pytest.importorskip("amqtt")
     async with gateway_factory() as (broker, gw, port):
         with trio.fail_after(30):
             out = await trio.run_process([sys.executable, "-c", AMQTT_SCRIPT, str(port)], capture_stdout=True,
