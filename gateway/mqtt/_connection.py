@@ -15,6 +15,9 @@ Rules kept here:
   produced: for acks the Reason String and User Properties are dropped
   first (5.0 section 3.4.2.2.2); otherwise ``PacketTooLarge`` is raised and
   the state is unchanged, so the caller drops the packet.
+* A 5.0 client that sent Request Problem Information 0 gets no Reason
+  String or User Properties on any packet but PUBLISH, CONNACK and
+  DISCONNECT (5.0 [MQTT-3.1.2-29]): ``send`` drops them from the others.
 * Inbound topic aliases are resolved here: every ``Publish`` handed out has
   its full topic and ``topic_alias=None``. The limit is the Topic Alias
   Maximum the server sends in CONNACK (the constructor default until then).
@@ -47,6 +50,7 @@ from ._wire import PacketType
 S = ConnectionState
 _PROTO = ReasonCode.PROTOCOL_ERROR
 UNLIMITED = 268_435_460  # 1 + 4 + the largest remaining length
+_PROBLEM_INFO_ALWAYS = (Publish, ConnAck, Disconnect)
 
 
 class _Sentinel:
@@ -90,6 +94,7 @@ class MQTTConnection:
         self._disconnected = False
         self._error: RemoteProtocolError | None = None
         self._claimed_version: int | None = None
+        self._no_problem_info = False  # 5.0 CONNECT said Request Problem Information 0
 
     # ---- input -----------------------------------------------------------
 
@@ -223,6 +228,7 @@ class MQTTConnection:
             self.peer_receive_maximum = event.receive_maximum or 65535
             self.peer_topic_alias_maximum = event.topic_alias_maximum or 0
             self.outbound_aliases = OutboundTopicAliases(self.peer_topic_alias_maximum)
+            self._no_problem_info = event.request_problem_information == 0
 
     # ---- output ----------------------------------------------------------
 
@@ -248,6 +254,9 @@ class MQTTConnection:
                 return b""
         elif cls is Auth and version < 5:
             raise LocalProtocolError("AUTH exists only in MQTT 5")
+        if (self._no_problem_info and cls not in _PROBLEM_INFO_ALWAYS
+                and (getattr(event, "reason_string", None) is not None or getattr(event, "user_properties", ()))):
+            event = replace(event, reason_string=None, user_properties=())
         data = encode(event, version)
         limit = self.peer_max_packet_size
         if limit is not None and len(data) > limit:

@@ -155,3 +155,18 @@ async def test_acl_refuse_gives_0x80_and_wider_filters_are_granted(gateway_facto
             Subscription(topic_filter="#", qos=0)]))
         ack = await c.expect(SubAck)
         assert list(ack.reason_codes) == [0x80, 1, 0]
+
+
+async def test_request_problem_information_0_keeps_reason_strings_off_acks(gateway_factory, client_cls):
+    """5.0 [MQTT-3.1.2-29]: with Request Problem Information 0 the server must
+    not send a Reason String or User Properties on any packet but PUBLISH,
+    CONNACK and DISCONNECT; the reason code itself still says what happened.
+    (With the default, 1, the PUBACK explains itself.)"""
+    async with gateway_factory() as (broker, gw, port):
+        for rpi, expected in ((0, None), (None, "clients may not publish to $SYS topics")):
+            c, _ = await client_cls.connect(port, f"rpi-{rpi}", request_problem_information=rpi)
+            await c.publish("$SYS/x", b"no", qos=1)
+            ack = await c.expect(PubAck)
+            assert ack.reason_code == ReasonCode.NOT_AUTHORIZED
+            assert ack.reason_string == expected
+            await c.disconnect()

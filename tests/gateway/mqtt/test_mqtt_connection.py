@@ -220,3 +220,19 @@ def test_peer_limits_learned_from_connect():
     assert (conn.peer_receive_maximum, conn.peer_topic_alias_maximum, conn.peer_max_packet_size) == (7, 3, 999)
     conn = connected(4)
     assert (conn.peer_receive_maximum, conn.peer_topic_alias_maximum, conn.peer_max_packet_size) == (65535, 0, None)
+
+
+def test_request_problem_information_0_strips_reason_strings_but_not_on_publish_connack_disconnect():
+    """5.0 [MQTT-3.1.2-29]."""
+    from gateway.mqtt import SubAck
+
+    conn = connected(5, request_problem_information=0)
+    props = dict(reason_string="why", user_properties=(("k", "v"),))
+    assert conn.send(SubAck(packet_id=1, reason_codes=[0x87], **props)) == encode(
+        SubAck(packet_id=1, reason_codes=[0x87]), 5)
+    assert conn.send(PubAck(packet_id=2, reason_code=0x87, **props)) == encode(PubAck(packet_id=2, reason_code=0x87), 5)
+    pub = Publish(topic="t", payload=b"", user_properties=(("k", "v"),))
+    assert conn.send(pub) == encode(pub, 5)
+    assert conn.send(Disconnect(reason_code=0x80, **props)) == encode(Disconnect(reason_code=0x80, **props), 5)
+    assert connected(5).send(PubAck(packet_id=2, reason_code=0x87, **props)) == encode(
+        PubAck(packet_id=2, reason_code=0x87, **props), 5)
