@@ -21,9 +21,14 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   across a restart.
 * A protocol violation ends only this connection: a 5.0 client gets a
   CONNACK or DISCONNECT with the reason code, a 3.1.1 client is closed. It
-  is logged once, at INFO. Keepalive: no packet for 1.5 x keepalive closes
-  the connection (5.0: DISCONNECT 0x8D). Waiting for CONNECT is bounded by
-  ``connectTimeout``, writes by ``writeTimeout``.
+  is logged once, at INFO. A connection the server ends (protocol error,
+  takeover, keepalive) is half-closed and drained for up to ``LINGER`` s
+  rather than closed with unread input, which would reset it and could
+  lose the DISCONNECT that says why. Nothing is sent after the client's
+  own DISCONNECT, even for packets read with it.
+* Keepalive: no packet for 1.5 x keepalive closes the connection (5.0:
+  DISCONNECT 0x8D). Waiting for CONNECT is bounded by ``connectTimeout``,
+  writes by ``writeTimeout``.
 """
 
 from __future__ import annotations

@@ -224,8 +224,6 @@ def test_peer_limits_learned_from_connect():
 
 def test_request_problem_information_0_strips_reason_strings_but_not_on_publish_connack_disconnect():
     """5.0 [MQTT-3.1.2-29]."""
-    from gateway.mqtt import SubAck
-
     conn = connected(5, request_problem_information=0)
     props = dict(reason_string="why", user_properties=(("k", "v"),))
     assert conn.send(SubAck(packet_id=1, reason_codes=[0x87], **props)) == encode(
