@@ -267,13 +267,16 @@ class MQTTGateway:
             self._will_keys.discard(cid)
             items.append(record("will", cid, None))
         sess.commit()
-        await self.write_records(items)
-        if will is not None and not delay:
-            await self.publish_will(cid, will)
-        elif will is not None:
+        # Timers first: the save below is bounded in time (SAVE_TIMEOUT) and a
+        # slow disk must not leave a will or an expiry unscheduled. The records
+        # still reach the log first: send_many appends before its first await.
+        if will is not None and delay:
             self._schedule_will(sess, will, min(delay, sess.expiry))
         if sess.expiry != NEVER:
             self._schedule_expiry(sess, sess.expiry)
+        await self.write_records(items)
+        if will is not None and not delay:
+            await self.publish_will(cid, will)
 
     async def end_session(self, sess: Session) -> None:
         if sess.ended:
@@ -347,6 +350,11 @@ class MQTTGateway:
                     return
                 sess.pending_will = None
                 sess.will_scope = None
+        if scope.cancelled_caught:
+            return
+        # Due: publish it whole even if the session ends meanwhile (that would
+        # cancel the timer's scope mid-publish and lose the will).
+        with trio.CancelScope(shield=True):
             await self.publish_will(cid, will)
 
     async def publish_will(self, cid: str, will: Will) -> None:

@@ -41,11 +41,16 @@ async def running_gateway(root, settings=None, *, broker_config=None):
 class Client:
     """A bare MQTT client for tests: send events, receive decoded events."""
 
-    def __init__(self, stream: trio.SocketStream, version: int) -> None:
+    def __init__(self, stream: trio.SocketStream, version: int, *, default_timeout: float = 5.0) -> None:
         self.stream = stream
         self.version = version
         self.buf = b""
         self.pid = 0
+        # Real seconds for socket clients. Memory clients run on the autojump
+        # clock, where a wait on a broker worker thread counts as idle: a short
+        # virtual timeout would be the next deadline and fire while the thread
+        # works, so they wait "forever" in virtual time (still no real time).
+        self.default_timeout = default_timeout
 
     @classmethod
     async def connect(cls, port: int, client_id: str = "", *, version: int = 5, expect: int | None = 0,
@@ -70,9 +75,9 @@ class Client:
     async def send_raw(self, data: bytes) -> None:
         await self.stream.send_all(data)
 
-    async def recv(self, timeout: float = 5.0):
+    async def recv(self, timeout: float | None = None):
         """The next packet, or None at EOF."""
-        with trio.fail_after(timeout):
+        with trio.fail_after(self.default_timeout if timeout is None else timeout):
             while True:
                 header = read_fixed_header(self.buf, 0, len(self.buf))
                 if header is not None:
@@ -89,7 +94,7 @@ class Client:
                     return None
                 self.buf += data
 
-    async def expect(self, cls, timeout: float = 5.0):
+    async def expect(self, cls, timeout: float | None = None):
         ev = await self.recv(timeout)
         assert isinstance(ev, cls), f"expected {cls.__name__}, got {ev!r}"
         return ev
@@ -138,7 +143,7 @@ async def memory_client(gw, nursery, client_id: str = "", *, version: int = 5, e
     info = ConnectionInfo(transport="tcp", listener="memory", peer=("memory", 0), local_port=0,
                           connection_id=id(client_stream))
     nursery.start_soon(gw.handle, server_stream, info)
-    self = Client(client_stream, version)
+    self = Client(client_stream, version, default_timeout=1e6)
     connect_kw.setdefault("clean_start", True)
     await self.send(Connect(protocol_version=version, client_id=client_id, **connect_kw))
     ack = await self.recv(timeout=1e6)

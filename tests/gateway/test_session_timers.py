@@ -1,6 +1,9 @@
 """Keepalive, will delay and session expiry, driven in-process on trio's
 autojump clock (no real sleeps): the gateway's timers fire in virtual time.
 
+Topics a will goes to are created before the clock runs: creating one writes
+topics.json in a worker thread, which the autojump clock counts as idleness.
+
 The clock jumps after 10 ms of real idleness rather than at once: the broker
 does some work in worker threads (file creation, fsync), and a clock that
 jumps the moment the loop waits for a thread would fire every timeout
@@ -57,6 +60,7 @@ async def test_server_keepalive_is_announced_and_enforced(clock, memory_factory,
 
 async def test_will_after_its_delay(clock, memory_factory, memory_connect):
     async with memory_factory() as (broker, gw, nursery):
+        await broker.ensure_topic("will", 4)  # made now: no topics.json write in a worker thread at the deadline
         w, _ = await memory_connect(gw, nursery, "watcher")
         await w.subscribe("will/#", qos=1)
         dev, _ = await memory_connect(gw, nursery, "dev", clean_start=True, session_expiry_interval=100,
@@ -70,6 +74,7 @@ async def test_will_after_its_delay(clock, memory_factory, memory_connect):
 
 async def test_no_will_when_client_returns_in_time(clock, memory_factory, memory_connect):
     async with memory_factory() as (broker, gw, nursery):
+        await broker.ensure_topic("will", 4)  # made now: no topics.json write in a worker thread at the deadline
         w, _ = await memory_connect(gw, nursery, "watcher")
         await w.subscribe("will/#")
         dev, _ = await memory_connect(gw, nursery, "dev", clean_start=True, session_expiry_interval=100,
@@ -85,6 +90,7 @@ async def test_no_will_when_client_returns_in_time(clock, memory_factory, memory
 
 async def test_will_at_session_end_when_sooner_than_delay(clock, memory_factory, memory_connect):
     async with memory_factory() as (broker, gw, nursery):
+        await broker.ensure_topic("will", 4)  # made now: no topics.json write in a worker thread at the deadline
         w, _ = await memory_connect(gw, nursery, "watcher")
         await w.subscribe("will/#")
         dev, _ = await memory_connect(gw, nursery, "dev", clean_start=True, session_expiry_interval=5,
@@ -97,6 +103,7 @@ async def test_will_at_session_end_when_sooner_than_delay(clock, memory_factory,
 
 async def test_normal_disconnect_discards_will_0x04_sends_it(clock, memory_factory, memory_connect):
     async with memory_factory() as (broker, gw, nursery):
+        await broker.ensure_topic("will", 4)  # made now: no topics.json write in a worker thread at the deadline
         w, _ = await memory_connect(gw, nursery, "watcher")
         await w.subscribe("will/#")
         a, _ = await memory_connect(gw, nursery, "a", will=Will(topic="will/a", payload=b"a"))
