@@ -2,6 +2,25 @@
 (``interoperability/client_test.py`` and ``client_test5.py``) found, each
 against the in-process gateway on a real socket and tied to the normative
 statement of the OASIS MQTT 3.1.1 / 5.0 specification it checks.
+
+The suite itself is not in this repository. It passes in full against
+``mqgate serve`` with two settings that the specification leaves to the
+server (with the defaults, those two tests fail, as they do on Mosquitto):
+
+* ``test_subscribe_failure`` wants SUBACK 0x80 for ``test/nosubscribe``: an
+  ACL file (``[mqtt] aclFile``) with ``pattern refuse subscribe
+  test/nosubscribe``, ``pattern allow all #``, ``pattern allow publish
+  $TopicA/#`` (its ``$``-topic test publishes there) and ``pattern topic read
+  $SYS/#``;
+* 5.0 ``test_server_keep_alive`` wants Server Keep Alive 60 for a requested
+  120: ``maxKeepalive = 60``. Not for the 3.1.1 run: a 3.1.1 client cannot
+  be told, so keepalive 0 (its keepalive test) is then refused, like
+  Mosquitto's ``max_keepalive``.
+
+``client_test.py`` hands its own options to ``unittest.main``, which rejects
+``-p``; it is run through a small wrapper that imports the module, sets
+``host``/``port``/``topics``/``wildtopics``/``nosubscribe_topics`` and calls
+``unittest.main(module=...)``; ``client_test5.py`` the same way.
 """
 
 from __future__ import annotations
