@@ -7,10 +7,11 @@ MQTT edge.
 Rules kept here:
 - Every part is started with ``nursery.start``: when the "ready" line is
   logged, every listener is bound and the store has recovered.
-- SIGINT or SIGTERM cancels the one nursery. Listeners stop accepting; the
-  broker's shielded shutdown persists offsets and topics, flushes the log
-  and removes the ``abort`` marker (a clean shutdown). A second signal
-  during shutdown is ignored; the shutdown itself is bounded in time.
+- SIGINT or SIGTERM stops the MQTT edge and the broker first: listeners stop
+  accepting; the broker's shielded shutdown persists offsets and topics,
+  flushes the log and removes the ``abort`` marker (a clean shutdown); then
+  the embedded name server stops. A second signal during shutdown is
+  ignored; the shutdown itself is bounded in time.
 - The embedded name server, when on, is always one of the broker's name
   servers, before any given with ``--namesrv`` or ``namesrvAddr``.
 """
@@ -66,59 +67,73 @@ def broker_configs(cfg: ServeConfig):
     return broker_cfg, store_cfg, timer_cfg
 
 
-async def _stop_on_signal(cancel_scope: trio.CancelScope, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _stop_on_signal(stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
         async for signum in signals:
             log.info("%s received: stopping", signal.Signals(signum).name)
-            cancel_scope.cancel()
+            stop.set()
             return
 
 
-async def serve(cfg: ServeConfig, role: str = "serve", *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Run the parts of ``role`` until cancelled; ``started`` reports the bound ports."""
+async def serve(cfg: ServeConfig, role: str = "serve", *, stop: trio.Event | None = None,
+                task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run the parts of ``role`` until ``stop`` is set (or until cancelled);
+    ``started`` reports the bound ports.
+
+    Stopping is ordered: the MQTT edge and the broker first (the broker
+    unregisters from the name servers and shuts its store down cleanly), the
+    embedded name server last.
+    """
     ports: dict[str, int] = {}
-    async with trio.open_nursery() as nursery:
+    async with trio.open_nursery() as names:
         namesrv_addrs = list(cfg.namesrv_addrs)
         if cfg.namesrv_port and role in ("serve", "namesrv"):
-            ports["namesrv"] = await nursery.start(run_namesrv, cfg.host, cfg.namesrv_port)
+            ports["namesrv"] = await names.start(run_namesrv, cfg.host, cfg.namesrv_port)
             log.info("name server listening on %s:%d", cfg.host, ports["namesrv"])
             local = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
             namesrv_addrs.insert(0, f"{local}:{ports['namesrv']}")
-        if role in ("serve", "broker"):
-            broker_cfg, store_cfg, timer_cfg = broker_configs(cfg)
-            for addr in broker_cfg.namesrv_addr.split(";"):  # [broker] namesrvAddr counts too
-                if addr and addr not in namesrv_addrs:
-                    namesrv_addrs.append(addr)
-            broker = await nursery.start(Broker(broker_cfg, store_cfg).run)
-            report = broker.recovery_report
-            log.info("store at %s opened (%s)", cfg.data_dir, report)
-            timers = TimerMessageService(broker, timer_cfg)
-            broker.add_put_hook(timers.put_hook)
-            await nursery.start(timers.run)
-            broker.timers = timers
-            if cfg.broker_port:
-                ports["broker"] = await nursery.start(run_broker_remoting, broker, cfg.host, cfg.broker_port, namesrv_addrs)
-                log.info("broker remoting listening on %s:%d (name servers %s)", cfg.host, ports["broker"],
-                         ";".join(namesrv_addrs) or "none")
-            if role == "serve" and (cfg.mqtt_port or cfg.ws_port):
-                from .app import run_mqtt_gateway
+        async with trio.open_nursery() as nursery:
+            if role in ("serve", "broker"):
+                await _start_broker(nursery, cfg, role, namesrv_addrs, ports)
+            log.info("ready: %s", " ".join(f"{k}={v}" for k, v in ports.items()) or "nothing to serve")
+            task_status.started(ports)
+            await (stop.wait() if stop is not None else trio.sleep_forever())
+            nursery.cancel_scope.cancel()
+        names.cancel_scope.cancel()
 
-                bound = await nursery.start(partial(run_mqtt_gateway, broker, cfg.mqtt, host=cfg.host,
-                                                    mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port))
-                for name, port in (bound or {}).items():
-                    ports[f"mqtt-{name}"] = port
-                    log.info("MQTT %s listening on %s:%d", name, cfg.host, port)
-        log.info("ready: %s", " ".join(f"{k}={v}" for k, v in ports.items()) or "nothing to serve")
-        task_status.started(ports)
-        await trio.sleep_forever()
+
+async def _start_broker(nursery: trio.Nursery, cfg: ServeConfig, role: str, namesrv_addrs: list[str],
+                        ports: dict[str, int]) -> None:
+    broker_cfg, store_cfg, timer_cfg = broker_configs(cfg)
+    for addr in broker_cfg.namesrv_addr.split(";"):  # [broker] namesrvAddr counts too
+        if addr and addr not in namesrv_addrs:
+            namesrv_addrs.append(addr)
+    broker = await nursery.start(Broker(broker_cfg, store_cfg).run)
+    log.info("store at %s opened (%s)", cfg.data_dir, broker.recovery_report)
+    timers = TimerMessageService(broker, timer_cfg)
+    broker.add_put_hook(timers.put_hook)
+    await nursery.start(timers.run)
+    broker.timers = timers
+    if cfg.broker_port:
+        ports["broker"] = await nursery.start(run_broker_remoting, broker, cfg.host, cfg.broker_port, namesrv_addrs)
+        log.info("broker remoting listening on %s:%d (name servers %s)", cfg.host, ports["broker"],
+                 ";".join(namesrv_addrs) or "none")
+    if role == "serve" and (cfg.mqtt_port or cfg.ws_port):
+        from .app import run_mqtt_gateway  # logs each MQTT endpoint it listens on
+
+        bound = await nursery.start(partial(run_mqtt_gateway, broker, cfg.mqtt, host=cfg.host,
+                                            mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port))
+        for name, port in (bound or {}).items():
+            ports[f"mqtt-{name}"] = port
 
 
 async def _main(cfg: ServeConfig, role: str) -> None:
+    stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        await nursery.start(_stop_on_signal, nursery.cancel_scope)
-        await nursery.start(serve, cfg, role)
-        # serve runs until the signal task cancels the nursery
+        await nursery.start(_stop_on_signal, stop)
+        await serve(cfg, role, stop=stop)
+        nursery.cancel_scope.cancel()
 
 
 def run_server(cfg: ServeConfig, role: str = "serve") -> int:
