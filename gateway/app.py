@@ -229,7 +229,6 @@ class MQTTGateway:
         shutdown = self.shutting_down or conn.server_stopping
         sess.conn = None
         self.stats.connected -= 1
-        sess.wake.set()
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
             await self._closed(conn, sess, shutdown)
 

@@ -155,7 +155,7 @@ class Router:
         if topic.startswith(LMQ_TOPIC_PREFIX):
             sess = self.by_queue.get(topic)
             if sess is not None:
-                sess.wake.set()
+                sess.notify()
             return
         p = self._pending
         if p is None or p[0] != topic or p[1] != queue_id:

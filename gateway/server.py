@@ -2,11 +2,13 @@
 
 Rules kept here (ARCHITECTURE decisions 6 and 7):
 
-* Three tasks in one nursery per connection: the reader (owns the codec's
-  input side and every decision), the writer (the only one that writes to
-  the stream) and, once connected, the delivery task (moves the session's
-  messages into the output). Output is appended to ``out``; the writer
-  sends everything accumulated in one ``send_all`` per wake-up.
+* Two tasks in one nursery per connection: the reader (owns the codec's
+  input side and every decision) and the writer (the only one that writes
+  to the stream; once the connection is live it also runs the session's
+  ``pump`` when the session is due, which moves queued messages into the
+  output). Output is appended to ``out``; the writer sends everything
+  accumulated in one ``send_all`` per wake-up. In-memory deliveries are
+  appended to ``out`` at dispatch time (``Session.enqueue``).
 * Every complete packet of a read is decoded and acted on before the next
   read. Consecutive PUBLISHes are stored with one ``send_many`` (one flush
   wait, SYNC_FLUSH); their acks go out in arrival order. Any other packet
@@ -71,6 +73,7 @@ class Connection:
         self.out: list[bytes] = []
         self.out_bytes = 0
         self._wake = trio.Event()
+        self.live = False  # CONNACK and redelivery done: new messages may go out
         self._held: list[bytes] = []
         self.closing = False
         self.session = None
@@ -98,6 +101,9 @@ class Connection:
         return not self.closing and self.mq.state.name == "CONNECTED"
 
     # ---- output -------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
 
     def write(self, data: bytes) -> None:
         if data:
@@ -177,6 +183,10 @@ class Connection:
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
+                sess = self.session
+                if sess is not None and sess.due and self.live and not self.closing and sess.conn is self:
+                    sess.due = False
+                    await sess.pump(self)
                 if self.out:
                     data = b"".join(self.out)
                     self.out.clear()
@@ -204,11 +214,8 @@ class Connection:
                         self._protocol_error(e)
                 self.closing = True
                 self._wake.set()
-                # The writer flushes what is left (bounded by writeTimeout), then ends;
-                # the delivery task sees `closing`.
+                # The writer flushes what is left (bounded by writeTimeout), then ends.
                 nursery.cancel_scope.deadline = trio.current_time() + self.gw.settings.session.write_timeout
-                if self.session is not None:
-                    self.session.wake.set()
         finally:
             # Cancelled from outside (not by kick): the server is stopping.
             self.server_stopping = trio.current_effective_deadline() == -math.inf
@@ -417,16 +424,8 @@ class Connection:
         gw.stats.connects += 1
         if present:
             await sess.redeliver(self)
-        self._nursery.start_soon(self._deliver_loop)
-
-    async def _deliver_loop(self) -> None:
-        sess = self.session
-        while not self.closing and sess.conn is self:
-            await sess.pump(self)
-            if self.closing or sess.conn is not self:
-                return
-            await sess.wake.wait()
-            sess.wake = trio.Event()
+        self.live = True
+        sess.notify()
 
     # ---- PUBLISH ----------------------------------------------------------------------------------
 
@@ -588,7 +587,7 @@ class Connection:
         self.send_event(SubAck(packet_id=ev.packet_id, reason_codes=codes))
         if deliveries:
             sess.pending.extend(deliveries)
-            sess.wake.set()
+            sess.notify()
 
     async def _unsubscribe(self, ev: Unsubscribe) -> None:
         gw = self.gw

@@ -16,8 +16,16 @@ ARCHITECTURE decision 4. Rules kept here:
   still in flight, or ``next_read``: everything below it is acknowledged.
 * At most ``min(client Receive Maximum, maxInflightMessages)`` QoS 1/2
   messages are in flight. Beyond that messages wait (in the queue, or in
-  ``pending``); more than ``maxQueuedMessages`` waiting are cut by the
-  overflow policy, and every cut is counted (session and ``$SYS``).
+  ``pending``); more than ``maxQueuedMessages`` waiting in a session queue,
+  or more than ``maxOutboundBytes`` of payload waiting in ``pending``, are
+  cut by the overflow policy, and every cut is counted (session and ``$SYS``).
+* In-memory deliveries skip ``pending`` when they can: while nothing waits
+  there and the connection is live, a QoS 0 message (or a QoS 1/2 one the
+  window admits) goes straight into the connection's output at dispatch
+  time, so a burst routed in one read is not cut by a queue limit
+  (the output's own bound, ``maxOutboundBytes``, drops QoS 0 past it).
+* ``notify()`` asks the connection's writer to run ``pump`` once more
+  (new queue entries, acknowledgements that open the window).
 * The durable state (``to_record``) is written as a ``"sess"`` meta record
   at connect, on (un)subscribe, at disconnect and at shutdown.
 """
@@ -74,7 +82,44 @@ def inbound_window(version: int, receive_maximum: int) -> int:
     return receive_maximum if version >= 5 else 65535
 
 
+class Pending:
+    """In-memory deliveries waiting for the window, with their payload bytes."""
+
+    __slots__ = ("items", "bytes")
+
+    def __init__(self) -> None:
+        self.items: deque[Delivery] = deque()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def append(self, d: Delivery) -> None:
+        self.items.append(d)
+        self.bytes += len(d.out.payload)
+
+    def extend(self, ds) -> None:
+        for d in ds:
+            self.append(d)
+
+    def popleft(self) -> Delivery:
+        d = self.items.popleft()
+        self.bytes -= len(d.out.payload)
+        return d
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.bytes = 0
+
+
 class Session:
+    __slots__ = ("gw", "client_id", "version", "expiry", "queue", "subs", "flows", "inbound", "refs", "mem",
+                 "pending", "next_read", "conn", "due", "expiry_scope", "will_scope", "pending_will", "dropped",
+                 "ended")
+
     def __init__(self, gw: MQTTGateway, client_id: str, *, expiry: int, version: int) -> None:
         self.gw = gw
         self.client_id = client_id
@@ -86,10 +131,10 @@ class Session:
         self.inbound = InboundFlows(inbound_window(version, gw.settings.limits.max_inflight_messages))
         self.refs: dict[int, object] = {}  # packet id -> ref (see module docstring)
         self.mem: dict[int, Delivery] = {}  # packet id -> in-memory delivery in flight
-        self.pending: deque[Delivery] = deque()
+        self.pending = Pending()
         self.next_read = 0
         self.conn = None  # the Connection while connected
-        self.wake = trio.Event()
+        self.due = True  # pump has work (see notify)
         self.expiry_scope: trio.CancelScope | None = None
         self.will_scope: trio.CancelScope | None = None
         self.pending_will = None  # a will waiting for its delay
@@ -105,7 +150,10 @@ class Session:
         return self.queue is not None
 
     def notify(self) -> None:
-        self.wake.set()
+        self.due = True
+        conn = self.conn
+        if conn is not None:
+            conn.wake()
 
     def subscribe(self, text: str, options: SubOptions) -> bool:
         """Record a subscription (the caller adds it to the trie); True if new."""
@@ -162,28 +210,32 @@ class Session:
         limit = self.gw.settings.limits.max_queued_messages
         if not limit:
             return True
-        if self.queue is not None:
-            queued = self.gw.broker.max_offset(self.queue, 0) - self.next_read
-        else:
-            queued = len(self.pending)
-        if queued < limit:
+        if self.gw.broker.max_offset(self.queue, 0) - self.next_read < limit:
             return True
+        if self._cut():
+            return False
+        self.next_read += 1
+        return True
+
+    def _cut(self) -> bool:
+        """Count one overflow; True when the policy drops the new message."""
         self.dropped += 1
         self.gw.stats.dropped += 1
-        if self.gw.settings.limits.queue_overflow is QueueOverflow.DROP_NEW:
-            return False
-        if self.queue is not None:
-            self.next_read += 1
-        else:
-            self.pending.popleft()
-        return True
+        return self.gw.settings.limits.queue_overflow is QueueOverflow.DROP_NEW
 
     def enqueue(self, delivery: Delivery) -> None:
         """An in-memory delivery (clean session, retained, $SYS)."""
-        if self.queue is None and not self.admit():
+        pending = self.pending
+        conn = self.conn
+        if not pending and conn is not None and conn.live and (not delivery.qos or self.flows.available()):
+            conn.deliver(self, delivery, ref=delivery.out.ref)
             return
-        self.pending.append(delivery)
-        self.wake.set()
+        if pending and pending.bytes + conn_bytes(conn) >= self.gw.settings.session.max_outbound_bytes:
+            if self._cut():
+                return
+            pending.popleft()
+        pending.append(delivery)
+        self.notify()
 
     # ---- delivery -------------------------------------------------------------
 
@@ -212,7 +264,7 @@ class Session:
         flows = self.flows
         pending = self.pending
         while pending and conn.can_send:
-            d = pending[0]
+            d = pending.items[0]
             if d.qos and not flows.available():
                 break
             pending.popleft()
@@ -267,7 +319,7 @@ class Session:
             self.mem.pop(ack.packet_id, None)
             if self.queue is not None:
                 self.commit()
-            self.wake.set()
+            self.notify()
         elif type(event).__name__ == "PubRec" and ack.ref is not None:
             # QoS 2 past PUBREC: the message is received; only PUBREL remains.
             if type(ack.ref) is int:
@@ -298,6 +350,10 @@ class Session:
     def drop_connection_state(self) -> None:
         """At disconnect of a session that lives on: forget in-memory waits."""
         self.pending.clear()
+
+
+def conn_bytes(conn) -> int:
+    return 0 if conn is None else conn.out_bytes
 
 
 def encode_delivery(conn, d: Delivery, packet_id: int | None, dup: bool = False) -> bytes | None:
