@@ -442,6 +442,7 @@ class Connection:
         plan = []  # (publish, item index or None, refusal code, reason string)
         qos2 = False
         error = None
+        configs = {}  # broker topic -> config, resolved once per batch
         for pub in batch:
             gw.stats.received += 1
             try:
@@ -455,12 +456,23 @@ class Connection:
                 plan.append((pub, None, 0, None))
                 continue
             try:
-                item = await self._prepare(pub, received)
+                topic, name, delay = self._check(pub)
+                cfg = configs.get(name)
+                if cfg is None:
+                    cfg = gw.broker.get_topic(name)
+                    if cfg is None:  # not there yet: auto-create (the only await, once per topic)
+                        cfg = await gw.topic_config(name)
+                        if cfg is None:
+                            raise MappingError(f"broker topic {name!r} does not exist and may not be created",
+                                               R.TOPIC_NAME_INVALID)
+                    configs[name] = cfg
             except MappingError as e:
                 plan.append((pub, None, e.reason_code, str(e)))
                 continue
-            if item is None:
-                continue
+            msg = publish_to_message(pub, name, self.client_id, received, topic=topic)
+            if delay is not None:
+                msg.properties[P_TIMER_DELAY] = str(delay)
+            item = (msg, queue_for(topic, cfg.write_queue_nums))
             plan.append((pub, len(items), 0, None))
             items.append(item)
             if pub.qos == 2 and sess.persistent:
@@ -514,8 +526,8 @@ class Connection:
         for ack in acks:
             self.send_event(ack)
 
-    async def _prepare(self, pub: Publish, received: int):
-        """The (message, queue id) to store for ``pub``, or None to drop it."""
+    def _check(self, pub: Publish) -> tuple[str, str, int | None]:
+        """(MQTT topic, broker topic, delay or None) for ``pub``; MappingError if refused."""
         gw = self.gw
         topic = pub.topic
         delay = None
@@ -541,14 +553,7 @@ class Connection:
             raise MappingError(f"publish to {topic!r} not authorized", R.NOT_AUTHORIZED)
         if pub.retain and not gw.settings.session.retain_available:
             raise RemoteProtocolError("retained messages are not available", R.RETAIN_NOT_SUPPORTED)
-        name = broker_topic_for(topic)
-        cfg = await gw.topic_config(name)
-        if cfg is None:
-            raise MappingError(f"broker topic {name!r} does not exist and may not be created", R.TOPIC_NAME_INVALID)
-        msg = publish_to_message(pub, name, self.client_id, received, topic=topic)
-        if delay is not None:
-            msg.properties[P_TIMER_DELAY] = str(delay)
-        return msg, queue_for(topic, cfg.write_queue_nums)
+        return topic, broker_topic_for(topic), delay
 
     # ---- SUBSCRIBE / UNSUBSCRIBE ---------------------------------------------------------------------
 

@@ -364,11 +364,17 @@ def encode_delivery(conn, d: Delivery, packet_id: int | None, dup: bool = False)
     remaining = None
     if out.expiry is not None:
         remaining = out.remaining_expiry(now_ms())
-    key = (version, d.qos, d.retain, d.sub_ids)
-    tpl = out.templates.get(key)
-    if tpl is None:
-        tpl = out.templates[key] = PublishTemplate(out.publish(qos=d.qos, retain=d.retain, sub_ids=d.sub_ids, packet_id=1),
-                                                   version if version == 5 else 4, qos=d.qos, retain=d.retain)
+    if version == 5:
+        key = (5, d.qos, d.retain, d.sub_ids)
+        tpl = out.templates.get(key)
+        if tpl is None:
+            tpl = out.templates[key] = PublishTemplate(
+                out.publish(qos=d.qos, retain=d.retain, sub_ids=d.sub_ids, packet_id=1), 5, qos=d.qos, retain=d.retain)
+    else:
+        key = (4, d.qos, d.retain)
+        tpl = out.templates.get(key)
+        if tpl is None:  # 3.1.1 reads only topic and payload: no Publish event is built
+            tpl = out.templates[key] = PublishTemplate(out, 4, qos=d.qos, retain=d.retain)
     limit = mq.peer_max_packet_size
     if limit is not None and tpl.size + 6 > limit:
         return None

@@ -37,7 +37,9 @@ class PublishTemplate:
 
     ``event`` supplies topic, payload and properties; ``qos``, ``retain`` and
     ``subscription_identifiers`` override the event's (its packet id, dup
-    flag and topic alias are ignored).
+    flag and topic alias are ignored). For 3.1.1 only ``topic`` and
+    ``payload`` are read, so any object with those two (already valid) will
+    do: no ``Publish`` needs to be built and validated per message.
     """
 
     __slots__ = ("version", "qos", "retain", "data", "size", "packet_id_offset", "_first", "_head", "_tail")
@@ -52,7 +54,7 @@ class PublishTemplate:
             raise LocalProtocolError(f"QoS {qos!r}")
         if subscription_identifiers is not None:
             event = replace(event, subscription_identifiers=tuple(subscription_identifiers))
-        if event.topic_alias is not None:
+        if getattr(event, "topic_alias", None) is not None:
             event = replace(event, topic_alias=None)
         self.version = version
         self.qos = qos
