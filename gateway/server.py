@@ -64,6 +64,10 @@ LINGER = 2.0  # seconds a connection we close keeps draining input (see Connecti
 
 
 class Connection:
+    __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "_wake", "live", "_held", "closing", "session",
+                 "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
+                 "takeover_ends_session", "done", "peer_closed", "_reader_scope", "_nursery")
+
     def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info) -> None:
         self.gw = gw
         self.stream = stream
@@ -267,17 +271,20 @@ class Connection:
         if scope.cancelled_caught:
             log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer, lim.connect_timeout)
             return
-        while not self.closing:
-            timeout = self.keepalive * 1.5 if self.keepalive else math.inf
-            with trio.move_on_after(timeout) as ka:
+        # One cancel scope for the connection's life, its deadline moved per read
+        # (a scope per read is an allocation per read and per idle connection).
+        period = self.keepalive * 1.5 if self.keepalive else math.inf
+        with trio.CancelScope() as ka:
+            while not self.closing:
+                ka.deadline = trio.current_time() + period
                 data = await self._recv()
-            if ka.cancelled_caught:
-                log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
-                if self.version == 5:
-                    self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
-                return
-            if not await self._feed(data):
-                return
+                ka.deadline = math.inf  # acting on a read is never cut by the keepalive
+                if not await self._feed(data):
+                    return
+        if ka.cancelled_caught:
+            log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
+            if self.version == 5:
+                self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
 
     async def _feed(self, data: bytes) -> bool:
         mq = self.mq
