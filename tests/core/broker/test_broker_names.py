@@ -42,19 +42,33 @@ def test_names_that_are_no_image(name):
     assert topic_to_mqtt_level(name) is None
 
 
-def test_too_long_level_is_refused():
-    with pytest.raises(ValueError):
-        mqtt_level_to_topic("." * 43)  # 129 characters once escaped
+@pytest.mark.parametrize("level", ["." * 43, "x" * 128, "é" * 30, "TBW102", "SCHEDULE_TOPIC_XXXX",
+                                   "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC"])
+def test_long_or_reserved_levels_get_a_hashed_topic(level):
+    topic = mqtt_level_to_topic(level)
+    assert topic.startswith("%%") and len(topic) == 42
+    assert validate_topic(topic) is None and topic == mqtt_level_to_topic(level)  # valid and stable
+    assert topic_to_mqtt_level(topic) is None  # never taken for another level's escape image
 
 
-@given(st.text(alphabet=st.characters(blacklist_characters="/+#\x00", blacklist_categories=("Cs",)), max_size=40))
+def test_reserved_broker_topics_are_no_mqtt_level():
+    for name in ("TBW102", "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"):
+        assert topic_to_mqtt_level(name) is None
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="/+#\x00", blacklist_categories=("Cs",)), max_size=80))
 def test_mqtt_mapping_round_trips(level):
-    try:
-        topic = mqtt_level_to_topic(level)
-    except ValueError:
-        return
+    topic = mqtt_level_to_topic(level)
     assert validate_topic(topic) is None
-    assert topic_to_mqtt_level(topic) == level
+    if not topic.startswith("%%"):
+        assert topic_to_mqtt_level(topic) == level
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="/+#\x00", blacklist_categories=("Cs",)),
+                        max_size=80), min_size=2, max_size=2, unique=True))
+def test_different_levels_never_share_a_topic(levels):
+    a, b = levels
+    assert mqtt_level_to_topic(a) != mqtt_level_to_topic(b)
 
 
 def test_subscription_expressions():
