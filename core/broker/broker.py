@@ -10,6 +10,10 @@ Its send and pull paths live in `sending.SendPath` and `pulling.PullPath`
   in-memory reads (get_messages, min/max offset) run inline: they are
   page-cache work. fsync, index lookups, file deletion and config-file
   writes run through `trio.to_thread.run_sync`.
+- Running a broker lowers the interpreter's GIL switch interval to at most
+  ``GIL_SWITCH_INTERVAL_S``: a worker thread doing Python work (the periodic
+  flush hashes index keys) otherwise keeps the trio thread waiting up to
+  5 ms (CPython's default) each time it gives the GIL up for a send or recv.
 - Topic changes are persisted (topics.json) before the call that made them
   returns; consumer offsets and groups every ``flushConsumerOffsetInterval``
   when changed; all three at shutdown. Files are replaced atomically.
@@ -21,6 +25,7 @@ Its send and pull paths live in `sending.SendPath` and `pulling.PullPath`
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -56,6 +61,9 @@ __all__ = ["Broker", "open_broker", "LMQ_TOPIC_PREFIX", "PutHook", "Replicator"]
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 class Broker(SendPath, PullPath):
@@ -110,6 +118,8 @@ class Broker(SendPath, PullPath):
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open the store, serve until cancelled, then shut down cleanly."""
+        if sys.getswitchinterval() > GIL_SWITCH_INTERVAL_S:
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self._notifier.bind()
         self.store.add_dispatch_listener(self._notifier.on_dispatch)
         await trio.to_thread.run_sync(self._open_blocking)

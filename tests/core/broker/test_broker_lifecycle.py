@@ -111,3 +111,17 @@ async def test_session_queue_by_multi_dispatch_and_delete_queue(broker_config, s
         await broker.delete_queue("%LMQ%s1", 0)
         assert broker.max_offset("%LMQ%s1", 0) == 0
         assert broker.max_offset("%LMQ%s2", 0) == 1
+
+
+async def test_running_broker_keeps_the_gil_switch_interval_short(broker_config, store_config):
+    import sys
+
+    from core.broker.broker import GIL_SWITCH_INTERVAL_S
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)  # CPython's default
+    try:
+        async with open_broker(broker_config, store_config):
+            assert sys.getswitchinterval() <= GIL_SWITCH_INTERVAL_S
+    finally:
+        sys.setswitchinterval(old)
