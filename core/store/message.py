@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import operator
-import socket
+import ipaddress
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -243,17 +243,13 @@ def entry_length(sysflag: int, body_len: int, topic_len: int, props_len: int) ->
 
 
 def pack_host(host: str, port: int) -> bytes:
-    """``ip:port`` as stored: 4 or 16 address bytes then an int32 port."""
-    try:
-        ip = socket.inet_pton(socket.AF_INET, host)
-    except OSError:
-        ip = socket.inet_pton(socket.AF_INET6, host)
-    return ip + _INT.pack(port)
+    """``ip:port`` as stored: 4 or 16 address bytes then an int32 port
+    (``ValueError`` for a host that is not an IP address)."""
+    return ipaddress.ip_address(host).packed + _INT.pack(port)
 
 
 def unpack_host(raw: bytes) -> tuple[str, int]:
-    family = socket.AF_INET if len(raw) == 8 else socket.AF_INET6
-    return socket.inet_ntop(family, raw[:-4]), _INT.unpack(raw[-4:])[0]
+    return str(ipaddress.ip_address(bytes(raw[:-4]))), _INT.unpack(raw[-4:])[0]
 
 
 def offset_msg_id(store_host: bytes, physical_offset: int) -> str:

@@ -17,8 +17,7 @@ def _cli(*args, timeout=90):
 
 
 def test_run_with_compare_writes_jsonl_html_and_pngs(tmp_path, mosquitto):
-    if not brokers.available("amqtt"):
-        pytest.skip("amqtt not installed")
+    assert brokers.available("amqtt"), "amqtt is not installed: run `make install-dev`"
     out = tmp_path / "out"
     proc = _cli("run", "fan-in", "--host", "127.0.0.1", "--port", str(mosquitto.port),
                 "--name", "target", "--broker-pid", str(mosquitto.pid),
