@@ -151,12 +151,16 @@ class Acl:
 
 
 class ClientAcl:
+    """One connection's view; its rules are compiled at the first check (an
+    idle connection keeps four references and nothing else)."""
+
+    __slots__ = ("_acl", "_client_id", "_username", "_generation", "_allow_all", "_rules", "_refused", "_cache")
+
     def __init__(self, acl: Acl, client_id: str, username: str | None) -> None:
         self._acl = acl
         self._client_id = client_id
         self._username = username
-        self._generation = -1
-        self._compile()
+        self._generation = -1  # never an Acl's generation: the first check compiles
 
     def _compile(self) -> None:
         acl = self._acl

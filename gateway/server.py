@@ -66,7 +66,7 @@ LINGER = 2.0  # seconds a connection we close keeps draining input (see Connecti
 class Connection:
     __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "_wake", "live", "_held", "closing", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
-                 "takeover_ends_session", "done", "peer_closed", "_reader_scope", "_nursery")
+                 "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery")
 
     def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info) -> None:
         self.gw = gw
@@ -89,10 +89,20 @@ class Connection:
         self.taken_over = False
         self.server_stopping = False
         self.takeover_ends_session = False
-        self.done = trio.Event()
+        self._done: trio.Event | None = None  # made when someone waits (a takeover)
+        self._finished = False
         self.peer_closed = False  # the client sent DISCONNECT or closed its side
         self._reader_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
+
+    @property
+    def done(self) -> trio.Event:
+        """Set once the connection's clean-up (``connection_closed``) is over."""
+        if self._done is None:
+            self._done = trio.Event()
+            if self._finished:
+                self._done.set()
+        return self._done
 
     @property
     def version(self) -> int:
@@ -227,7 +237,9 @@ class Connection:
                 try:
                     await self.gw.connection_closed(self)
                 finally:
-                    self.done.set()
+                    self._finished = True
+                    if self._done is not None:
+                        self._done.set()
             try:
                 if not self.server_stopping and not self.peer_closed:
                     await self._linger()  # not shielded: a server shutdown cuts it short

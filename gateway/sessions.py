@@ -82,13 +82,18 @@ def inbound_window(version: int, receive_maximum: int) -> int:
     return receive_maximum if version >= 5 else 65535
 
 
+_NO_ITEMS: tuple = ()
+
+
 class Pending:
-    """In-memory deliveries waiting for the window, with their payload bytes."""
+    """In-memory deliveries waiting for the window, with their payload bytes.
+    ``items`` is a shared empty tuple until the first append: most sessions
+    never wait for the window, and an empty deque costs ~600 bytes."""
 
     __slots__ = ("items", "bytes")
 
     def __init__(self) -> None:
-        self.items: deque[Delivery] = deque()
+        self.items: deque[Delivery] | tuple = _NO_ITEMS
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -98,7 +103,10 @@ class Pending:
         return iter(self.items)
 
     def append(self, d: Delivery) -> None:
-        self.items.append(d)
+        items = self.items
+        if items is _NO_ITEMS:
+            items = self.items = deque()
+        items.append(d)
         self.bytes += len(d.out.payload)
 
     def extend(self, ds) -> None:
@@ -111,7 +119,7 @@ class Pending:
         return d
 
     def clear(self) -> None:
-        self.items.clear()
+        self.items = _NO_ITEMS
         self.bytes = 0
 
 

@@ -189,3 +189,14 @@ def test_from_dict(tmp_path):
         acl_from_dict({"aclFile": str(tmp_path / "missing")})
     with pytest.raises(ConfigError, match="aclFile"):
         acl_from_dict({"aclFile": 3})
+
+
+def test_client_view_compiles_at_first_check_with_rules_of_that_time(tmp_path):
+    path = tmp_path / "acl"
+    path.write_text("topic readwrite a/#\n")
+    acl = Acl.from_file(path)
+    view = acl.for_client("c", None)  # an idle connection's view: nothing compiled yet
+    path.write_text("topic readwrite b/#\n")
+    acl.reload()
+    assert view.check("publish", "b/1") and not view.check("publish", "a/1")
+    assert not acl.for_client("c", None).refuses("b/1")
