@@ -221,11 +221,7 @@ class Connection:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
-                with trio.CancelScope() as self._reader_scope:
-                    try:
-                        await self._reader()
-                    except RemoteProtocolError as e:
-                        self._protocol_error(e)
+                await self._reader()
                 self.closing = True
                 self._wake.set()
                 # The writer flushes what is left (bounded by writeTimeout), then ends.
@@ -275,25 +271,34 @@ class Connection:
         return data
 
     async def _reader(self) -> None:
+        # One cancel scope for the reader's life (a scope per phase or per read
+        # is an allocation per idle connection): ``kick`` cancels it, and its
+        # deadline is the connect timeout until CONNECT, then the keepalive
+        # (moved per read). Everything that cancels it sets ``closing`` first,
+        # so a cancellation without ``closing`` is a deadline.
         lim = self.gw.settings.limits
-        with trio.move_on_after(lim.connect_timeout) as scope:
-            while self.session is None and not self.closing:
-                if not await self._feed(await self._recv()):
-                    return
-        if scope.cancelled_caught:
-            log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer, lim.connect_timeout)
+        keepalive_phase = False
+        with trio.CancelScope(deadline=trio.current_time() + lim.connect_timeout) as scope:
+            self._reader_scope = scope
+            try:
+                while self.session is None and not self.closing:
+                    if not await self._feed(await self._recv()):
+                        return
+                period = self.keepalive * 1.5 if self.keepalive else math.inf
+                keepalive_phase = True
+                while not self.closing:
+                    scope.deadline = trio.current_time() + period
+                    data = await self._recv()
+                    scope.deadline = math.inf  # acting on a read is never cut by the keepalive
+                    if not await self._feed(data):
+                        return
+            except RemoteProtocolError as e:
+                self._protocol_error(e)
+        if not scope.cancelled_caught or self.closing:
             return
-        # One cancel scope for the connection's life, its deadline moved per read
-        # (a scope per read is an allocation per read and per idle connection).
-        period = self.keepalive * 1.5 if self.keepalive else math.inf
-        with trio.CancelScope() as ka:
-            while not self.closing:
-                ka.deadline = trio.current_time() + period
-                data = await self._recv()
-                ka.deadline = math.inf  # acting on a read is never cut by the keepalive
-                if not await self._feed(data):
-                    return
-        if ka.cancelled_caught:
+        if not keepalive_phase:
+            log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer, lim.connect_timeout)
+        else:
             log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
             if self.version == 5:
                 self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
