@@ -36,6 +36,7 @@ from .names import NAME_FILE, needs_name_file
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = 20
 BLANK_UNIT_SIZE = 0x7FFFFFFF
+ALLOCATION_STEP = 3276 * UNIT_SIZE  # ~64 KiB of disk blocks reserved at a time
 
 
 class ConsumeQueue:
@@ -51,7 +52,7 @@ class ConsumeQueue:
         self.max_offset = 0
         self.min_offset = 0
         self.last_phys = -1
-        self.room_end = 0  # byte offset where the last file ends: units below it have a file
+        self.room_end = 0  # units below this byte offset have a file with disk blocks for them
         self._write_file: MappedFile | None = None  # the file holding unit max_offset
         self._synced_pos = 0  # bytes below this were durable at the last sync
 
@@ -78,7 +79,8 @@ class ConsumeQueue:
             else:
                 hi = mid
         self.max_offset = tail.start // UNIT_SIZE + lo
-        self.room_end = tail.end
+        tail.allocated = min(tail.allocated, lo * UNIT_SIZE)  # beyond the last unit: grown before writing
+        self.room_end = tail.start + tail.allocated
         self._synced_pos = tail.start  # a healing replay lowers it
         self.last_phys = self.unit(self.max_offset - 1)[0] if self.max_offset > self.min_offset else -1
 
@@ -96,19 +98,26 @@ class ConsumeQueue:
             if needs_name_file(os.path.basename(os.path.dirname(self.directory))):
                 with open(os.path.join(os.path.dirname(self.directory), NAME_FILE), "w", encoding="utf-8", errors="surrogatepass") as f:
                     f.write(self.topic)
-        f = MappedFile.create(self.directory, start, self.file_size)
+        f = MappedFile.create(self.directory, start, self.file_size, min(self.file_size, ALLOCATION_STEP))
         if not self.files:
             self.min_offset = start // UNIT_SIZE
         self.files.append(f)
-        self.room_end = f.end
+        self.room_end = f.start + f.allocated
         return f
 
     def ensure_room(self, n: int) -> None:
-        """Create the files the next ``n`` units need.  ``OSError`` (a full
+        """Create the files, and allocate the disk blocks, the next ``n`` units
+        need (blocks in steps of ALLOCATION_STEP: a session queue with three
+        messages costs a few KiB, not its 6 MB file).  ``OSError`` (a full
         disk) before anything is written; files made before it stay, empty."""
         end = (self.max_offset + n) * UNIT_SIZE
         while self.room_end < end or not self.files:
-            self._file_for_write(self.room_end if self.files else self.max_offset * UNIT_SIZE)
+            last = self.files[-1] if self.files else None
+            if last is not None and last.allocated < last.size:
+                last.allocate_to(min(last.size, max(end - last.start, last.allocated + ALLOCATION_STEP)))
+                self.room_end = last.start + last.allocated
+            else:
+                self._file_for_write(last.end if last is not None else self.max_offset * UNIT_SIZE)
 
     def _file_at(self, pos: int) -> MappedFile | None:
         files = self.files
@@ -124,9 +133,11 @@ class ConsumeQueue:
         store calls `ensure_room` first, so no file is made here then."""
         off = self.max_offset
         pos = off * UNIT_SIZE
+        if pos >= self.room_end:
+            self.ensure_room(1)  # replay; the store's appends did it already
         f = self._write_file
         if f is None or pos >= f.start + self.file_size or pos < f.start:
-            f = self._write_file = self._file_at(pos) or self._file_for_write(pos)  # replay makes files here
+            f = self._write_file = self._file_at(pos)
         UNIT.pack_into(f.mm, pos - f.start, phys, size, tags)
         self.max_offset = off + 1
         self.last_phys = phys
@@ -143,12 +154,17 @@ class ConsumeQueue:
             UNIT.pack_into(f.mm, pos - f.start, phys, size, tags)  # a hole or a stale unit
             self._synced_pos = min(self._synced_pos, pos)
             return True
-        if pos >= self.room_end or not self.files:
+        last = self.files[-1] if self.files else None
+        if last is None or pos >= last.end:
             f = self._file_for_write(pos)
             fill = max(self.max_offset * UNIT_SIZE, f.start)
         else:
             f = self._file_at(pos)
             fill = self.max_offset * UNIT_SIZE
+        if pos + UNIT_SIZE > f.start + f.allocated:
+            f.allocate_to(max(pos + UNIT_SIZE - f.start, f.allocated + ALLOCATION_STEP))
+            if f is self.files[-1]:
+                self.room_end = f.start + f.allocated
         for p in range(fill, pos, UNIT_SIZE):
             UNIT.pack_into(f.mm, p - f.start, 0, BLANK_UNIT_SIZE, 0)
         UNIT.pack_into(f.mm, pos - f.start, phys, size, tags)
@@ -173,7 +189,7 @@ class ConsumeQueue:
                 f = self.files[-1]
                 if pos - f.start < f.size:
                     f.zero_from(pos - f.start)
-                self.room_end = f.end
+                self.room_end = f.start + f.allocated
             self._write_file = None
             u = self.unit(self.max_offset - 1) if self.max_offset > self.min_offset else None
             self.last_phys = u[0] if u else -1
