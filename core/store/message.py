@@ -87,6 +87,16 @@ PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_MQTT_TOPIC = "mqttTopic"  # ours: the full MQTT topic of a message
 PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"  # comma-separated extra queues (LMQ)
+PROPERTY_INNER_DISPATCH_REF = "INNER_DISPATCH_REF"  # ours: "phys,size,tags" of the entry a reference record serves
+
+# A multi-dispatch list longer than MULTI_DISPATCH_INLINE_BYTES (the property
+# block of an entry holds at most 32767 bytes) keeps that much in the entry;
+# the rest goes into reference records in DISPATCH_REF_TOPIC written right
+# after it, each listing up to MULTI_DISPATCH_REF_BYTES of names and the
+# entry's offset, size and tags code. Their units point at the entry.
+DISPATCH_REF_TOPIC = "%MQGATE%DISPATCH"
+MULTI_DISPATCH_INLINE_BYTES = 16 * 1024
+MULTI_DISPATCH_REF_BYTES = 30 * 1024
 PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 
 _HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")  # TOTALSIZE .. BODY length
@@ -306,7 +316,8 @@ class EncodedMessage:
     QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place.
     """
 
-    __slots__ = ("buf", "size", "topic", "queue_id", "tags_code", "keys", "uniq_key", "sysflag", "multi_dispatch", "store_ts_pos")
+    __slots__ = ("buf", "size", "topic", "queue_id", "tags_code", "keys", "uniq_key", "sysflag", "multi_dispatch",
+                 "store_ts_pos", "dispatch_refs")
 
     def __init__(self, msg: Message):
         topic = msg.topic
@@ -315,6 +326,11 @@ class EncodedMessage:
         if not 0 < topic_len <= MAX_TOPIC_BYTES:
             raise ValueError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes: {topic!r}")
         props = msg.properties
+        self.dispatch_refs = ()
+        overflow = None
+        if (props and topic != DISPATCH_REF_TOPIC
+                and len(props.get(PROPERTY_INNER_MULTI_DISPATCH, "")) > MULTI_DISPATCH_INLINE_BYTES):
+            props, all_names, overflow = _split_dispatch(msg)
         if props:
             try:  # every value a str (the usual case): one C-level join
                 text = _PROP_SEP.join(map(_NAME_SEP.join, props.items()))
@@ -373,6 +389,9 @@ class EncodedMessage:
             self.keys = keys.split() if keys else []
             self.uniq_key = props.get(PROPERTY_UNIQ_KEY)
             self.multi_dispatch = multi_dispatch_queues(props) if PROPERTY_INNER_MULTI_DISPATCH in props else ()
+            if overflow:
+                self.multi_dispatch = all_names
+                self.dispatch_refs = _dispatch_refs(msg, overflow, size, self.tags_code)
         else:
             self.tags_code = 0
             self.keys = []
@@ -388,6 +407,53 @@ class EncodedMessage:
         _LONG.pack_into(buf, self.store_ts_pos, store_timestamp)
         return buf
 
+    def point_at(self, physical_offset: int) -> None:
+        """A reference record: write the physical offset of the entry it serves
+        (its 20 fixed-width digits; the record's CRC covers only the empty body)."""
+        i = self.buf.find(_REF_MARK) + len(_REF_MARK)
+        self.buf[i:i + 20] = b"%020d" % physical_offset
+
+
+def _split_dispatch(msg: Message) -> tuple[dict[str, str], tuple[str, ...], list[list[str]]]:
+    """Split a long ``INNER_MULTI_DISPATCH``: (the properties the entry keeps,
+    every queue name, the chunks of names for reference records)."""
+    names = multi_dispatch_queues(msg.properties)
+    chunks: list[list[str]] = [[]]
+    used = 0
+    budget = MULTI_DISPATCH_INLINE_BYTES
+    for name in names:
+        n = len(name.encode()) + 1
+        if used + n > budget and chunks[-1]:
+            chunks.append([])
+            used = 0
+            budget = MULTI_DISPATCH_REF_BYTES
+        chunks[-1].append(name)
+        used += n
+    props = dict(msg.properties)
+    props[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(chunks[0])
+    return props, names, chunks[1:]
+
+
+def _dispatch_refs(msg: Message, chunks: list[list[str]], size: int, tags: int) -> tuple["EncodedMessage", ...]:
+    return tuple(
+        EncodedMessage(Message(DISPATCH_REF_TOPIC, b"", properties={
+            PROPERTY_INNER_DISPATCH_REF: "%020d,%d,%d" % (0, size, tags),  # offset set by point_at
+            PROPERTY_INNER_MULTI_DISPATCH: ",".join(chunk)},
+            born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host))
+        for chunk in chunks)
+
+
+def parse_dispatch_ref(properties: dict[str, str]) -> tuple[int, int, int] | None:
+    """(physical offset, size, tags code) a reference record points at, or None."""
+    value = properties.get(PROPERTY_INNER_DISPATCH_REF)
+    if not value:
+        return None
+    try:
+        phys, size, tags = (int(v) for v in value.split(","))
+    except ValueError:
+        return None
+    return phys, size, tags
+
 
 _HEAD_V4_HOSTS = struct.Struct(">iiiiiqqiq8sq8siqi")
 _PROP_SEP = PROPERTY_SEPARATOR
@@ -396,6 +462,7 @@ _LONG = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
 _EMPTY = bytearray()
 _TOPIC_LEN = [bytes((n,)) for n in range(256)]
+_REF_MARK = (PROPERTY_INNER_DISPATCH_REF + NAME_VALUE_SEPARATOR).encode()
 
 
 def multi_dispatch_queues(properties: dict[str, str]) -> tuple[str, ...]:

@@ -50,6 +50,8 @@ from .message import (
     TRANSACTION_MASK,
     decode_message,
     multi_dispatch_queues,
+    DISPATCH_REF_TOPIC,
+    parse_dispatch_ref,
     queue_tags_code,
 )
 from .names import name_from_dir
@@ -288,6 +290,15 @@ def _replay(store, pos: int, end: int, delete_topic: str, skip_tx, report) -> in
             store._drop_queue(name, int(qid))
             continue
         if m.sysflag & TRANSACTION_MASK in skip_tx:
+            continue
+        if m.topic == DISPATCH_REF_TOPIC:  # units of a long multi-dispatch list, pointing at its entry
+            ref = parse_dispatch_ref(m.properties)
+            if ref is not None:
+                ref_phys, ref_size, ref_tags = ref
+                for name in multi_dispatch_queues(m.properties):
+                    lcq = store._queue(name, 0)
+                    if ref_phys > lcq.last_phys:
+                        lcq.append(ref_phys, ref_size, ref_tags)
             continue
         tc = queue_tags_code(m.topic, m.properties)
         store._queue(m.topic, m.queue_id).put(m.queue_offset, m.physical_offset, size, tc)

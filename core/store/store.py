@@ -189,6 +189,9 @@ class MessageStore:
             for lcq in lcqs:
                 if lcq.max_offset * UNIT_SIZE >= lcq.room_end:
                     lcq.ensure_room(1)
+            refs = enc.dispatch_refs
+            if refs:  # the entry and its reference records: room for all, or OSError before writing
+                cl.reserve([size, *(r.size for r in refs)])
         phys = cl.append(enc, qoff, ts)
         tags = enc.tags_code
         notes.append((topic, qid, cq.append(phys, size, tags)))
@@ -198,6 +201,9 @@ class MessageStore:
             for name, lcq in zip(multi, lcqs):
                 notes.append((name, 0, lcq.append(phys, size, tags)))
                 dirty.add(lcq)
+            for ref in enc.dispatch_refs:  # the names that did not fit, durable for replay
+                ref.point_at(phys)
+                cl.append(ref, 0, ts)
         if (enc.uniq_key or enc.keys) and self._index is not None:
             self._pending_index.append((topic, enc.uniq_key, enc.keys, phys, size, ts))
         return phys, qoff, ts
