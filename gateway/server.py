@@ -193,30 +193,23 @@ class Connection:
 
     async def _writer(self) -> None:
         timeout = self.gw.settings.session.write_timeout
-        # One scope for the writer's life whose deadline is set around each
-        # send (writeTimeout), instead of a fail_after scope per send.
-        broken = False
-        with trio.CancelScope() as send_scope:
-            try:
-                while True:
-                    await self._wake.wait()
-                    self._wake = trio.Event()
-                    sess = self.session
-                    if sess is not None and sess.due and self.live and not self.closing and sess.conn is self:
-                        sess.due = False
-                        await sess.pump(self)
-                    if self.out:
-                        data = b"".join(self.out)
-                        self.out.clear()
-                        self.out_bytes = 0
-                        send_scope.deadline = trio.current_time() + timeout
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                sess = self.session
+                if sess is not None and sess.due and self.live and not self.closing and sess.conn is self:
+                    sess.due = False
+                    await sess.pump(self)
+                if self.out:
+                    data = b"".join(self.out)
+                    self.out.clear()
+                    self.out_bytes = 0
+                    with trio.fail_after(timeout):
                         await self.stream.send_all(data)
-                        send_scope.deadline = math.inf
-                    if self.closing and not self.out:
-                        return
-            except _STREAM_ERRORS:
-                broken = True
-        if broken or send_scope.cancelled_caught:  # a broken stream, or a send past writeTimeout
+                if self.closing and not self.out:
+                    return
+        except (trio.TooSlowError, *_STREAM_ERRORS):
             self.closing = True
             if self._reader_scope is not None:
                 self._reader_scope.cancel()
