@@ -23,9 +23,13 @@ from dataclasses import replace
 
 from ._reasons import ReasonCode, RemoteProtocolError
 
+_NO_FREE: list[int] = []  # never appended to: only tables with a maximum bind aliases
+
 
 class InboundTopicAliases:
     """Client-to-server aliases; ``MQTTConnection`` resolves them itself."""
+
+    __slots__ = ("maximum", "_topics")
 
     def __init__(self, maximum: int) -> None:
         self.maximum = maximum
@@ -47,12 +51,15 @@ class InboundTopicAliases:
 
 
 class OutboundTopicAliases:
-    """Server-to-client aliases, least recently used rebound first."""
+    """Server-to-client aliases, least recently used rebound first. A table
+    with maximum 0 (every 3.1.1 and most 5.0 connections) holds no containers."""
+
+    __slots__ = ("maximum", "_aliases", "_free", "_next")
 
     def __init__(self, maximum: int) -> None:
         self.maximum = maximum
-        self._aliases: OrderedDict[str, int] = OrderedDict()
-        self._free: list[int] = []
+        self._aliases: OrderedDict[str, int] | dict = OrderedDict() if maximum else {}
+        self._free: list[int] = [] if maximum else _NO_FREE
         self._next = 1
 
     def apply(self, publish):
@@ -76,6 +83,8 @@ class OutboundTopicAliases:
 
     def forget(self, topic: str) -> None:
         """Drop a binding whose PUBLISH was never sent (e.g. too large)."""
+        if not self.maximum:
+            return
         alias = self._aliases.pop(topic, None)
         if alias is not None:
             self._free.append(alias)
