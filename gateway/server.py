@@ -19,8 +19,9 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   have been acted on first, so a SUBSCRIBE that arrived before another
   client's PUBLISH is in force for it.
 * A PUBCOMP is released only after the inbound QoS 2 state that forgets
-  its packet id is durable (persistent sessions), so exactly-once holds
-  across a restart.
+  its packet id is durable (persistent sessions), and a PUBREL only after
+  the session state with that outbound flow past PUBREC is durable (one
+  ``"sess"`` record per read), so exactly-once holds across a restart.
 * A protocol violation ends only this connection: a 5.0 client gets a
   CONNACK or DISCONNECT with the reason code, a 3.1.1 client is closed. It
   is logged once, at INFO. A connection the server ends (protocol error,
@@ -64,7 +65,7 @@ LINGER = 2.0  # seconds a connection we close keeps draining input (see Connecti
 
 
 class Connection:
-    __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "_wake", "live", "_held", "closing", "session",
+    __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "_wake", "live", "_held", "_held_rel", "closing", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
                  "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery")
 
@@ -79,6 +80,7 @@ class Connection:
         self._wake = trio.Event()
         self.live = False  # CONNACK and redelivery done: new messages may go out
         self._held: list[bytes] = []
+        self._held_rel: list = []  # outbound PUBRELs waiting for a "sess" record (see _handle)
         self.closing = False
         self.session = None
         self.client_id: str | None = None
@@ -371,11 +373,21 @@ class Connection:
                 raise RemoteProtocolError("re-authentication is not supported", R.PROTOCOL_ERROR)
         if batch:
             await self._publishes(batch)
-        if self._held:
-            await self.gw.write_records([self._in2_record()])
+        if self._held or self._held_rel:
+            # One record write for the read: the inbound QoS 2 state before its
+            # PUBCOMPs, the session (flows past PUBREC) before its PUBRELs.
+            items = []
+            if self._held:
+                items.append(self._in2_record())
+            if self._held_rel:
+                items.append(record("sess", sess.client_id, sess.to_record(gone=None)))
+            await self.gw.write_records(items)
             for comp in self._held:
                 self.send_event(comp)
             self._held.clear()
+            for rel in self._held_rel:
+                self.send_event(rel)
+            self._held_rel.clear()
 
     def _in2_record(self):
         sess = self.session

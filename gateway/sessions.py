@@ -27,7 +27,11 @@ ARCHITECTURE decision 4. Rules kept here:
 * ``notify()`` asks the connection's writer to run ``pump`` once more
   (new queue entries, acknowledgements that open the window).
 * The durable state (``to_record``) is written as a ``"sess"`` meta record
-  at connect, on (un)subscribe, at disconnect and at shutdown.
+  at connect, on (un)subscribe, at disconnect and at shutdown, and for
+  outbound QoS 2 exactly-once across SIGKILL: by ``pump`` before QoS 2
+  PUBLISHes from the queue go out, and by the connection before PUBRELs go
+  out (once per wake-up / read, never per message). ``restore`` keeps the
+  record's QoS 2 flows even when the periodic consumer offset is newer.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ import trio
 from core.broker import PullStatus
 from gateway.limits import QueueOverflow
 from gateway.mapping import Outbound, now_ms, session_queue_name
-from gateway.mqtt import InboundFlows, OutboundFlows, PacketTooLarge, PubAck, PublishTemplate, PubRec, PubRel
+from gateway.mqtt import (InboundFlows, OutboundFlows, OutboundStage, PacketTooLarge, PubAck, PublishTemplate, PubRec,
+                          PubRel)
 from gateway.wildcard import TopicFilter, parse_filter, topic_matches
 
 if TYPE_CHECKING:
@@ -196,15 +201,21 @@ class Session:
             self.subscribe(text, SubOptions(*opts))
         committed = self.gw.broker.query_offset(self.queue, self.queue, 0)
         off = rec.get("off", 0)
+        self.next_read = max(rec.get("next", 0), off)
+        state = rec["flows"]
         if committed is not None and committed > off:
-            # The record is older than the last acknowledgements (SIGKILL):
-            # its flows are stale; redeliver from the committed offset.
-            self.next_read = committed
-        else:
-            self.next_read = max(rec.get("next", 0), off)
-            flows = OutboundFlows.from_state(rec["flows"])
-            self.flows = flows
-            self.refs = {pid: ref for pid, _q, _s, ref in rec["flows"]["flows"]}
+            # Acknowledgements after the record (SIGKILL; the consumer offset is
+            # persisted periodically). Nothing at or past the record's ``next``
+            # went out at QoS 2 (pump writes a record first), so reading resumes
+            # at the committed offset; QoS 2 flows are kept (same packet id,
+            # DUP or PUBREL), QoS 1 flows below it were acknowledged.
+            self.next_read = max(self.next_read, committed)
+            state = dict(state, flows=[f for f in state["flows"]
+                                       if f[1] == 2 or type(f[3]) is not int or f[3] >= committed])
+        self.flows = OutboundFlows.from_state(state)
+        # Flows past PUBREC no longer hold the committed offset back.
+        self.refs = {pid: (None if q == 2 and st != OutboundStage.AWAIT_PUBREC and type(ref) is int else ref)
+                     for pid, q, st, ref in state["flows"]}
         low = self.gw.broker.min_offset(self.queue, 0)
         self.next_read = max(self.next_read, low)
 
@@ -281,6 +292,7 @@ class Session:
             return
         broker = self.gw.broker
         cache = self.gw.router.decoded
+        qos2 = False  # a QoS 2 PUBLISH from the queue was started: write the record first
         while flows.available() and conn.can_send:
             end = broker.max_offset(self.queue, 0)
             if self.next_read >= end:
@@ -288,6 +300,8 @@ class Session:
             start = self.next_read
             result = await broker.read_queue(self.queue, 0, start, min(64, max(8, flows.available() * 2)))
             if not conn.can_send or self.conn is not conn:
+                if qos2:
+                    await self.gw.save_session(self)
                 return
             if result.status is not PullStatus.FOUND:
                 nxt = result.next_begin_offset
@@ -312,16 +326,29 @@ class Session:
                     break
                 self.next_read = qoff + 1
                 conn.deliver(self, Delivery(out, qos, retain, ids), ref=qoff)
+                if qos == 2:
+                    qos2 = True
             if stop:
                 break
             self.next_read = max(self.next_read, result.next_begin_offset)
         self.commit()
+        if qos2:
+            # Packet id <-> queue offset durable before the PUBLISHes go out (the
+            # writer sends after pump): after a restart the same message is
+            # resent with the same packet id and DUP. One record per wake-up.
+            await self.gw.save_session(self)
 
     def on_ack(self, event, conn) -> None:
         """A PUBACK, PUBREC or PUBCOMP from the client."""
         ack = self.flows.on_ack(event)  # may raise RemoteProtocolError
         if ack.reply is not None:
-            conn.send_event(ack.reply)
+            if self.queue is not None and ack.ref is not None:
+                # The client frees the packet id on PUBREL: the flow past PUBREC
+                # must be durable first (the connection writes one "sess" record
+                # for the read, then sends these).
+                conn._held_rel.append(ack.reply)
+            else:
+                conn.send_event(ack.reply)
         if ack.completed:
             self.refs.pop(ack.packet_id, None)
             self.mem.pop(ack.packet_id, None)
