@@ -18,8 +18,10 @@ The path of one timer message:
    checkpointed offset (their tags code is the due time, see
    `core.store.message.queue_tags_code`) and files each in the wheel
    (`core.store.timer.TimerWheelStore`), without reading the log.
-3. dequeue: at each slot time it reads the slot's entries back from the
-   commit log and sends each to its real topic and queue (timer properties
+3. dequeue: one precision before each slot time it takes the slot's units
+   into an in-memory heap ordered by due time, and at each timer's own due
+   time (never before) reads it back from the commit log and sends it to
+   its real topic and queue (timer properties
    removed, ``TIMER_ENQUEUE_MS`` / ``TIMER_DEQUEUE_MS`` added), or, for a
    ROLL unit (a delay beyond the wheel's window), back into the timer topic
    with ``TIMER_ROLL_TIMES`` + 1.
@@ -31,7 +33,11 @@ Rules kept here:
   timer queue offset only after the wheel and log are flushed; after a
   crash the service replays from there. A timer may fire twice around a
   crash (same UNIQ_KEY); none is lost.
-- A timer whose slot has already been read is delivered at once.
+- A timer whose slot has already been taken still goes to the wheel (for
+  replay) and joins the heap; ``_read_time`` (what the checkpoint saves) stays
+  before the earliest slot with a timer not yet stored.
+- The loop fires at most one batch per turn and files new timers between
+  batches: a filing backlog would make timers late.
 - The clock is injectable (``now_ms``) so tests can drive it with trio's
   MockClock; sleeping always uses trio's clock.
 """
@@ -39,6 +45,7 @@ Rules kept here:
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import time
 from dataclasses import dataclass
@@ -65,7 +72,8 @@ TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
 TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 _TRIGGERS = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, START_DELIVER_TIME)
-_ENQUEUE_BATCH = 256
+_ENQUEUE_BATCH = 4096
+_FIRE_BATCH = 1 << 20  # when behind, fire everything due in one go: firing goes before new sends
 
 
 def wall_clock_ms() -> int:
@@ -116,7 +124,10 @@ class TimerMessageService:
         self.root = Path(root) if root is not None else broker.root
         self.wheel: TimerWheelStore | None = None
         self._queue_offset = 0
-        self._read_time = 0  # last slot time whose messages are stored
+        self._read_time = 0  # every slot up to this time has its messages stored
+        self._taken = 0  # every slot up to this time has been read out of the wheel into _pending
+        self._pending: list[tuple[int, int, int, bool, int]] = []  # heap of (due, offset, size, roll, slot)
+        self._outstanding: dict[int, int] = {}  # slot time -> timers of it in _pending or being stored
         self._wake = trio.Event()
         self.fired = 0
         self.rolled = 0
@@ -179,6 +190,7 @@ class TimerMessageService:
         self._queue_offset = cp.last_timer_queue_offset
         now = self.now_ms()
         self._read_time = cp.last_read_time_ms or (now // precision * precision)
+        self._taken = self._read_time
         await self.broker.ensure_topic(TIMER_TOPIC, 1)
         try:
             async with trio.open_nursery() as nursery:
@@ -187,7 +199,10 @@ class TimerMessageService:
                 while True:
                     await self._enqueue_new()
                     await self._fire_due()
-                    wait_s = max(0.0, (self._read_time + precision - self.now_ms()) / 1000)
+                    next_at = self._taken  # the next slot is taken when its earliest possible due time comes
+                    if self._pending and self._pending[0][0] < next_at:
+                        next_at = self._pending[0][0]
+                    wait_s = max(0.0, (next_at - self.now_ms()) / 1000)
                     with trio.move_on_after(wait_s):
                         await self.broker.wait_for_messages(TIMER_TOPIC, 0, self._queue_offset)
         finally:
@@ -215,33 +230,74 @@ class TimerMessageService:
                 await trio.lowlevel.checkpoint()
                 return
             now = self.now_ms()
-            late: list[tuple[int, int, bool]] = []
+            taken = self._taken
+            schedule = wheel.schedule
             for phys, size, due in units:
-                if wheel.slot_time(due) <= self._read_time:
-                    late.append((phys, size, False))
-                else:
-                    wheel.schedule(due, now, phys, size)
-            self.scheduled += len(units) - len(late)
+                # every unit goes to the wheel (a crash replays unfired slots from there); one whose slot
+                # is already taken also joins the in-memory queue, to fire at its due time
+                slot = schedule(due, now, phys, size)
+                if slot <= taken:
+                    self._add_pending(due, phys, size, False, slot)
+            self.scheduled += len(units)
             wheel.checkpoint.counter += len(units)
             self._queue_offset = next_offset
-            if late:
-                await self._deliver(late)
+            # no yield between batches: filing keeps up with the senders (a backlog here fires late)
+
+    def _add_pending(self, due: int, offset: int, size: int, roll: bool, slot: int) -> None:
+        heapq.heappush(self._pending, (due, offset, size, roll, slot))
+        self._outstanding[slot] = self._outstanding.get(slot, 0) + 1
+        self._update_read_time()
+
+    def _update_read_time(self) -> None:
+        """Slots before the earliest one with a timer not yet stored are done (what the checkpoint saves)."""
+        out = self._outstanding
+        self._read_time = (min(out) - self.wheel.precision_ms) if out else self._taken
 
     async def _fire_due(self) -> None:
+        """Take slots out of the wheel one precision ahead, and store each timer at its due time.
+
+        A slot at time S holds the timers due in (S - precision, S]; it is read
+        into a heap when the clock reaches S - precision, and each timer is
+        stored as soon as the clock reaches its own due time: never early, and
+        late only by the time the loop takes (not by the precision). A ROLL
+        unit is sent on when its slot is taken.
+        """
         wheel = self.wheel
         precision = wheel.precision_ms
-        while self._read_time + precision <= self.now_ms():
-            slot = self._read_time + precision
-            units = wheel.due(slot)
-            if units:
-                await self._deliver([(u.offset_py, u.size_py, bool(u.magic & MAGIC_ROLL)) for u in units])
-            self._read_time = slot
+        pending = self._pending
+        pop = heapq.heappop
+        while True:
+            now = self.now_ms()
+            while self._taken <= now:
+                slot = self._taken + precision
+                for u in wheel.due(slot):
+                    roll = bool(u.magic & MAGIC_ROLL)
+                    self._add_pending(slot - precision if roll else u.write_time_ms + u.delayed_ms,
+                                      u.offset_py, u.size_py, roll, slot)
+                self._taken = slot
+            self._update_read_time()
+            if not pending or pending[0][0] > now:
+                return
+            batch = []
+            while pending and pending[0][0] <= now and len(batch) < _FIRE_BATCH:
+                batch.append(pop(pending))
+            await self._deliver(batch)
+            out = self._outstanding
+            for item in batch:
+                slot = item[4]
+                left = out[slot] - 1
+                if left:
+                    out[slot] = left
+                else:
+                    del out[slot]
+            self._update_read_time()
+            return  # one batch a turn: the caller files new timers between batches, so none is filed late
 
-    async def _deliver(self, items: list[tuple[int, int, bool]]) -> None:
+    async def _deliver(self, items: list[tuple[int, int, int, bool, int]]) -> None:
         """Store the real messages of fired timers (or roll them on); one flush wait."""
         out: list[tuple[Message, int | None]] = []
         now = self.now_ms()
-        for offset, _size, roll in items:
+        for _due, offset, _size, roll, _slot in items:
             raw = self.broker.store.read_at(offset)  # page-cache read: inline, no thread
             if raw is None:
                 log.error("timer entry at commit log offset %d is gone (retention?); it cannot fire", offset)
