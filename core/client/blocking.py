@@ -20,7 +20,7 @@ import concurrent.futures
 import functools
 import inspect
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Self
 
 import trio
 
@@ -87,8 +87,34 @@ def _in_thread(fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
     return call
 
 
-class Producer:
+class _Facade:
+    """What the blocking facades share: a loop thread running one trio client
+    (held in the attribute ``_CLIENT`` names), stopped by `shutdown` or ``with``."""
+
+    _CLIENT = "_c"
+    _loop: "_LoopThread | None"
+
+    def shutdown(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            client = getattr(self, self._CLIENT)
+            if client is not None:
+                loop.run(client.shutdown)
+            loop.stop()
+            self._loop = None
+            setattr(self, self._CLIENT, None)
+
+    def __enter__(self) -> Self:
+        return self.start()  # type: ignore[attr-defined]  # each facade defines start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+class Producer(_Facade):
     """``p = Producer("127.0.0.1:9876", "PG").start(); p.send(Message("T", b"x")); p.shutdown()``."""
+
+    _CLIENT = "_p"
 
     def __init__(self, namesrv: str | list[str], group: str = "DEFAULT_PRODUCER", **options: Any) -> None:
         self.namesrv, self.group, self.options = namesrv, group, options
@@ -146,21 +172,9 @@ class Producer:
         loop.run_sync(p.send_async, msg, done, **kwargs)
         return fut
 
-    def shutdown(self) -> None:
-        if self._loop is not None:
-            if self._p is not None:
-                self._loop.run(self._p.shutdown)
-            self._loop.stop()
-            self._loop = self._p = None
-
-    def __enter__(self) -> "Producer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
 
 
-class PushConsumer:
+class PushConsumer(_Facade):
     """``PushConsumer(ns, "G").subscribe("T", "*", listener).start()``; listeners get ``(msgs, ctx)``."""
 
     def __init__(self, namesrv: str | list[str], group: str, **options: Any) -> None:
@@ -207,21 +221,9 @@ class PushConsumer:
         """The trio consumer underneath (read its state only from the loop thread)."""
         return self._c
 
-    def shutdown(self) -> None:
-        if self._loop is not None:
-            if self._c is not None:
-                self._loop.run(self._c.shutdown)
-            self._loop.stop()
-            self._loop = self._c = None
-
-    def __enter__(self) -> "PushConsumer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
 
 
-class PullConsumer:
+class PullConsumer(_Facade):
     """``c = PullConsumer(ns, "G").subscribe("T").start(); msgs = c.poll(1.0)`` (or ``assign``)."""
 
     def __init__(self, namesrv: str | list[str], group: str, **options: Any) -> None:
@@ -275,15 +277,3 @@ class PullConsumer:
         loop, c = self._need()
         loop.run(c.commit)
 
-    def shutdown(self) -> None:
-        if self._loop is not None:
-            if self._c is not None:
-                self._loop.run(self._c.shutdown)
-            self._loop.stop()
-            self._loop = self._c = None
-
-    def __enter__(self) -> "PullConsumer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()

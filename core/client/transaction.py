@@ -41,7 +41,7 @@ from typing import Any, AsyncIterator, Awaitable, Protocol
 import trio
 
 from core.client.api import MQClientError
-from core.client.blocking import _LoopThread
+from core.client.blocking import _Facade, _LoopThread
 from core.client.ids import UniqKeyFactory
 from core.client.model import Message, MessageExt, SendResult, SendStatus
 from core.client.producer import AsyncProducer
@@ -219,8 +219,10 @@ class _ThreadedListener:
         return await self._call(self._listener.check_local_transaction, msg)
 
 
-class TransactionProducer:
+class TransactionProducer(_Facade):
     """Blocking facade: ``p = TransactionProducer(ns, "PG", listener).start(); p.send_message_in_transaction(msg)``."""
+
+    _CLIENT = "_p"
 
     def __init__(self, namesrv: str | list[str], group: str, listener: TransactionListener, **options: Any) -> None:
         if listener is None:
@@ -263,15 +265,3 @@ class TransactionProducer:
         loop, p = self._need()
         return loop.run(p.send, msg, **kwargs)
 
-    def shutdown(self) -> None:
-        if self._loop is not None:
-            if self._p is not None:
-                self._loop.run(self._p.shutdown)
-            self._loop.stop()
-            self._loop = self._p = None
-
-    def __enter__(self) -> "TransactionProducer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
