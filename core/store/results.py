@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import CorruptSegmentError, GetMessageStatus, PutStatus
-from .message import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, offset_msg_id
+from .message import offset_msg_id
 
 
 class PutResult:
@@ -48,10 +48,7 @@ class PutResult:
     @property
     def store_host(self) -> bytes:
         enc = self._host
-        if enc is None:
-            return b""
-        start = 48 + (20 if enc.sysflag & BORNHOST_V6_FLAG else 8) + 8
-        return bytes(enc.buf[start : start + (20 if enc.sysflag & STOREHOST_V6_FLAG else 8)])
+        return b"" if enc is None else enc.store_host
 
     @property
     def msg_ids(self) -> list[str]:
