@@ -106,6 +106,7 @@ class MQTTGateway:
     async def _run(self, nursery, listeners, task_status) -> None:
         await self._restore()
         self.broker.add_put_hook(self.router.put_hook)
+        self.broker.add_stored_hook(self.router.stored_hook)
         self.broker.add_dispatch_listener(self.router.on_dispatch)
         if self.settings.session.sys_interval:
             nursery.start_soon(self._sys_loop)

@@ -8,9 +8,10 @@ Rules kept here:
   (queue limit) is added to ``INNER_MULTI_DISPATCH``, so the one stored
   entry also gets a unit in that session's queue; each matching connected
   non-persistent session is remembered for in-memory delivery.
-* In-memory deliveries happen in ``on_dispatch``, i.e. only once the entry
-  is in the log (the store calls it synchronously right after the append,
-  in the trio thread, with no await between the hook and it).
+* In-memory deliveries happen in ``stored_hook``, i.e. only once the entry
+  is in the log: the broker calls it for every message whose put hooks ran,
+  with the outcome (``send_many`` appends its messages together, so what
+  ``put_hook`` found waits in ``_pending``, keyed by the message, until then).
 * Subscriptions of one client that overlap give one delivery: the highest
   QoS, every subscription identifier; No Local skips the publisher's own
   subscriptions. Each ``$share`` group gets the message once: one member,
@@ -48,7 +49,7 @@ class Router:
         self.sessions: dict[str, Session] = {}
         self.by_queue: dict[str, Session] = {}
         self._rr: dict[tuple[str, str], itertools.count] = {}
-        self._pending: tuple | None = None
+        self._pending: dict[int, tuple] = {}  # id(message) -> (MQTT topic, in-memory targets), until stored
         self._decoded: OrderedDict[int, Outbound | None] = OrderedDict()
 
     # ---- sessions ---------------------------------------------------------------
@@ -124,7 +125,6 @@ class Router:
     # ---- the broker hooks -------------------------------------------------------------
 
     def put_hook(self, msg: Message) -> None:
-        self._pending = None
         props = msg.properties
         if P_TIMER_DELAY in props and "TIMER_OUT_MS" not in props:
             return  # parked in the timer wheel; routed when it fires
@@ -149,24 +149,27 @@ class Router:
             old = props.get(PROPERTY_INNER_MULTI_DISPATCH)
             props[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(queues) if not old else old + "," + ",".join(queues)
         if memory:
-            self._pending = (msg.topic, msg.queue_id, msg, topic, memory)
+            self._pending[id(msg)] = (topic, memory)
+
+    def stored_hook(self, msg: Message, result) -> None:
+        """In-memory deliveries of a message, once the broker has stored it."""
+        if not self._pending:
+            return
+        p = self._pending.pop(id(msg), None)
+        if p is None or not result.ok:
+            return
+        out = outbound_from_message(msg, p[0])
+        if out is None:
+            return
+        for sess, qos, rap, ids, group in p[1]:
+            if sess.conn is not None:
+                sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
 
     def on_dispatch(self, topic: str, queue_id: int, next_offset: int) -> None:
         if topic.startswith(LMQ_TOPIC_PREFIX):
             sess = self.by_queue.get(topic)
             if sess is not None:
                 sess.notify()
-            return
-        p = self._pending
-        if p is None or p[0] != topic or p[1] != queue_id:
-            return
-        self._pending = None
-        out = outbound_from_message(p[2], p[3])
-        if out is None:
-            return
-        for sess, qos, rap, ids, group in p[4]:
-            if sess.conn is not None:
-                sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
 
     def publish_local(self, out: Outbound) -> None:
         """Deliver a message that is not stored ($SYS) to connected sessions."""

@@ -43,7 +43,7 @@ from .notify import QueueNotifier
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
 from .pulling import LMQ_TOPIC_PREFIX, PullPath
 from .results import QueryResult
-from .sending import PutHook, Replicator, SendPath
+from .sending import PutHook, Replicator, SendPath, StoredHook
 from .topics import (
     OFFSET_MOVED_EVENT, SCHEDULE_QUEUE_NUMS, SCHEDULE_TOPIC, SELF_TEST_TOPIC, TopicConfig, TopicTable, validate_topic,
 )
@@ -56,7 +56,7 @@ OFFSETS_FILE = "consumerOffset.json"
 GROUPS_FILE = "subscriptionGroup.json"
 SHUTDOWN_TIMEOUT_S = 30.0
 
-__all__ = ["Broker", "open_broker", "LMQ_TOPIC_PREFIX", "PutHook", "Replicator"]
+__all__ = ["Broker", "open_broker", "LMQ_TOPIC_PREFIX", "PutHook", "Replicator", "StoredHook"]
 
 
 def _now_ms() -> int:
@@ -87,6 +87,7 @@ class Broker(SendPath, PullPath):
         self._notifier = QueueNotifier(self.max_offset)
         self._flusher: CommitLogFlusher | None = None
         self._put_hooks: list[PutHook] = []
+        self._stored_hooks: list[StoredHook] = []
         # The timer-wheel service (core.timers) when one runs; runtime info shows it.
         self.timers = None
         self._round_robin: dict[str, int] = {}

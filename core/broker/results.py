@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from core.store.message import StoredMessage, decode_messages
+from core.store.message import EncodedMessage, StoredMessage, decode_messages, offset_msg_id
 
 
 class SendStatus(enum.Enum):
@@ -49,7 +49,7 @@ class SendResult:
     store_timestamp: int = 0
     msg_count: int = 0
     remark: str = ""
-    _put: object = None  # the store's PutResult, for ids
+    _put: object = None  # the store's PutResult, or the EncodedMessage of a single entry, for ids
 
     @property
     def ok(self) -> bool:
@@ -57,11 +57,21 @@ class SendResult:
 
     @property
     def msg_id(self) -> str:
-        return self._put.msg_id if self._put is not None else ""
+        put = self._put
+        if put is None:
+            return ""
+        if put.__class__ is EncodedMessage:
+            return offset_msg_id(put.store_host, self.physical_offset)
+        return put.msg_id
 
     @property
     def msg_ids(self) -> list[str]:
-        return self._put.msg_ids if self._put is not None else []
+        put = self._put
+        if put is None:
+            return []
+        if put.__class__ is EncodedMessage:
+            return [self.msg_id]
+        return put.msg_ids
 
 
 class PullStatus(enum.Enum):

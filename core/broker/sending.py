@@ -37,6 +37,21 @@ from .topics import (
 )
 
 PutHook = Callable[[Message], "SendResult | None"]
+StoredHook = Callable[[Message, SendResult], None]
+
+
+class _Prepared:
+    """A message past checks, stamps and hooks, encoded and waiting for its append."""
+
+    __slots__ = ("msg", "enc", "topic", "queue_id", "wait", "index")
+
+    def __init__(self, msg: Message, enc: EncodedMessage, topic: str, queue_id: int, wait: bool):
+        self.msg = msg
+        self.enc = enc
+        self.topic = topic  # as the sender gave it: results report this, not a hook's rewrite
+        self.queue_id = queue_id
+        self.wait = wait
+        self.index = 0
 
 
 def _now_ms() -> int:
@@ -67,6 +82,7 @@ _PUT_TO_SEND = {
 
 _STORED = frozenset(s for s in SendStatus if s.stored)
 _PUT_OK = PutStatus.PUT_OK
+_SEND_OK = SendStatus.SEND_OK
 
 
 class SendPath:
@@ -80,6 +96,14 @@ class SendPath:
         nothing is stored."""
         self._put_hooks.append(hook)
 
+    def add_stored_hook(self, hook: StoredHook) -> None:
+        """``hook(msg, result)`` runs, in send order, for every message whose put
+        hooks ran, as soon as its outcome is known: after its append (before
+        any durability wait) or its refusal; ``result.ok`` says it was stored.
+        `send_many` appends its messages together, so a put hook that keeps
+        state for a message finds it here, not in a dispatch listener."""
+        self._stored_hooks.append(hook)
+
     async def send(self, msg: Message, queue_id: int | None = None, *, default_topic: str = DEFAULT_TOPIC,
                    default_topic_queue_nums: int | None = None, internal: bool = False) -> SendResult:
         """Store one message; ``queue_id`` None (or negative) = round-robin over write queues.
@@ -87,29 +111,57 @@ class SendPath:
         ``internal=True`` is for the broker's own services (retry, delay, transactions):
         it allows system topics like SCHEDULE_TOPIC_XXXX.
         """
-        result, end, wait = await self._put_one(msg, queue_id, default_topic, default_topic_queue_nums, internal)
-        if end and wait:
-            await self._await_durable(end, [result])
+        checked = self._check_known(msg, queue_id, internal)
+        if checked is None:
+            checked = await self._check_send(msg, queue_id, default_topic, default_topic_queue_nums, internal)
+        if checked.__class__ is not SendResult:
+            checked = self._prepare(msg, checked[0], checked[1])
+        if checked.__class__ is SendResult:
+            await trio.lowlevel.checkpoint()
+            return checked
+        results: list[SendResult | None] = [None]
+        end, waiting = self._store_prepared([checked], results)
+        if waiting:
+            await self._await_durable(end, waiting)
         else:
             await trio.lowlevel.checkpoint()
-        return result
+        return results[0]
 
     async def send_many(self, items: Iterable[tuple[Message, int | None]], *, internal: bool = False) -> list[SendResult]:
-        """Store independent messages (any topics) and wait once for all of them to be durable.
+        """Store independent messages (any topics) with one append and one flush wait.
 
-        The gateway's hot path: one flush wait per batch of publishes instead of one per message.
+        The hot path of the gateway and the timer service: each message is
+        checked, stamped, put through the hooks and encoded (`_prepare`; no
+        coroutine of its own unless its topic must be created), then all of
+        them go to the store together (`MessageStore.append_many`).
         """
-        results: list[SendResult] = []
-        end_max = 0
-        waiting: list[SendResult] = []
-        for msg, qid in items:
-            result, end, wait = await self._put_one(msg, qid, DEFAULT_TOPIC, None, internal)
-            results.append(result)
-            if end and wait:
-                end_max = max(end_max, end)
-                waiting.append(result)
+        results: list = []
+        append = results.append
+        prepared: list[_Prepared] = []
+        add = prepared.append
+        check = self._check_known
+        prepare = self._prepare
+        try:
+            for msg, qid in items:
+                checked = check(msg, qid, internal)
+                if checked is None:  # a topic to create first (may persist the topic table)
+                    checked = await self._check_send(msg, qid, DEFAULT_TOPIC, None, internal)
+                if checked.__class__ is not SendResult:
+                    checked = prepare(msg, checked[0], checked[1])
+                    if checked.__class__ is not SendResult:
+                        checked.index = len(results)
+                        add(checked)
+                        append(None)
+                        continue
+                append(checked)
+        except BaseException:  # cancelled while creating a topic: stored hooks hear of every prepared message
+            gone = SendResult(SendStatus.SYSTEM_ERROR, remark="the send was cancelled")
+            for p in prepared:
+                self._stored(p.msg, gone)
+            raise
+        end, waiting = self._store_prepared(prepared, results) if prepared else (0, None)
         if waiting:
-            await self._await_durable(end_max, waiting)
+            await self._await_durable(end, waiting)
         else:
             await trio.lowlevel.checkpoint()
         return results
@@ -150,75 +202,123 @@ class SendPath:
             await trio.lowlevel.checkpoint()
         return result
 
-    async def _put_one(self, msg: Message, queue_id: int | None, default_topic: str, default_queue_nums: int | None,
-                       internal: bool) -> tuple[SendResult, int, bool]:
-        checked = await self._check_send(msg, queue_id, default_topic, default_queue_nums, internal)
-        if isinstance(checked, SendResult):
-            return checked, 0, False
-        cfg, qid = checked
+    def _prepare(self, msg: Message, cfg: TopicConfig, queue_id: int) -> "_Prepared | SendResult":
+        """Body check, stamps, put hooks, encoding; a `SendResult` if refused."""
         bad = self._check_body(msg)
         if bad:
-            return bad, 0, False
-        wait = self._stamp(msg, cfg, qid)
+            return bad
+        wait = self._stamp(msg, cfg, queue_id)
         topic = msg.topic
         for hook in self._put_hooks:
             refused = hook(msg)
             if refused is not None:
-                return refused, 0, False
+                self._stored(msg, refused)
+                return refused
         try:
             enc = EncodedMessage(msg)
         except ValueError as e:
-            return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e)), 0, False
-        put = self.store.append(enc)
-        result = self._send_result(put, [enc], topic, qid)
-        if result.status is not SendStatus.SEND_OK:
-            return result, 0, False
-        end = put.end_offset
+            refused = SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))
+            self._stored(msg, refused)
+            return refused
+        return _Prepared(msg, enc, topic, queue_id, wait and self._must_wait)
+
+    def _store_prepared(self, prepared: list["_Prepared"], results: list) -> tuple[int, list[SendResult]]:
+        """Append prepared messages together and fill in their results; returns
+        (log end offset to be durable up to, results that wait for it)."""
+        status, rows, ts = self.store.append_many([p.enc for p in prepared])
+        hooks = self._stored_hooks
+        waiting: list[SendResult] = []
+        end = 0
+        if status is not _PUT_OK:
+            send_status, remark = _PUT_TO_SEND.get(status, (SendStatus.SYSTEM_ERROR, str(status)))
+            for p in prepared:
+                r = results[p.index] = SendResult(send_status, topic=p.topic, queue_id=p.queue_id, remark=remark)
+                for hook in hooks:
+                    hook(p.msg, r)
+            return 0, waiting
+        illegal = _PUT_TO_SEND[PutStatus.MESSAGE_ILLEGAL]
+        for p, row in zip(prepared, rows):
+            if row is None:
+                r = SendResult(illegal[0], topic=p.topic, queue_id=p.queue_id,
+                               remark=f"the message is {p.enc.size} bytes stored, more than the store takes")
+            else:
+                enc = p.enc
+                phys = row[0]
+                # SEND_OK built here, not through a helper: this runs for every message
+                r = SendResult(_SEND_OK, p.topic, p.queue_id, row[1], enc.uniq_key or None, phys, ts, 1, "", enc)
+                if phys + enc.size > end:
+                    end = phys + enc.size
+                if p.wait:
+                    waiting.append(r)
+            results[p.index] = r
+            for hook in hooks:
+                hook(p.msg, r)
         if end > self._written:
             self._written = end
-        return result, end, wait and self._must_wait
+        return end, waiting
 
-    async def _check_send(self, msg: Message, queue_id: int | None, default_topic: str,
-                          default_queue_nums: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult:
-        """``msgCheck``: broker state, topic name, topic config (auto-create), queue id."""
+    def _stored(self, msg: Message, result: SendResult) -> None:
+        for hook in self._stored_hooks:
+            hook(msg, result)
+
+    def _check_known(self, msg: Message, queue_id: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult | None:
+        """``msgCheck`` for a topic that exists: broker state, topic permission,
+        queue id. None when the topic is not known yet (`_check_send` creates it)."""
         topic = msg.topic
+        if not self._running or self.config.broker_role is BrokerRole.SLAVE or not self.config.broker_permission & PERM_WRITE:
+            return self._refuse_state(topic)
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            return None
+        if not internal and topic in NOT_ALLOWED_SEND_TOPICS:
+            return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"sending message to topic[{topic}] is forbidden")
+        return self._pick_queue(cfg, topic, queue_id)
+
+    def _refuse_state(self, topic: str) -> SendResult:
         if not self._running:
             return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=topic, remark="the broker is not running")
         if self.config.broker_role is BrokerRole.SLAVE:
             return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=topic, remark="the broker is a slave, it takes no sends")
-        if not self.config.broker_permission & PERM_WRITE:
-            return SendResult(SendStatus.NO_PERMISSION, topic=topic,
-                              remark=f"the broker[{self.config.broker_name}] sending message is forbidden")
-        cfg = self.topics.get(topic)
-        if cfg is None:
-            reason = validate_topic(topic)
-            if reason:
-                return SendResult(SendStatus.SYSTEM_ERROR, topic=topic, remark=reason)
-            if not internal and topic in NOT_ALLOWED_SEND_TOPICS:
-                return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"sending message to topic[{topic}] is forbidden")
-            sys_flag = 0
-            cfg = self.topics.create_on_send(topic, default_topic, default_queue_nums or self.config.default_topic_queue_nums, sys_flag)
-            if cfg is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                cfg = self.topics.create_if_absent(topic, 1, PERM_READ | PERM_WRITE, sys_flag)
-            if cfg is None:
-                return SendResult(SendStatus.TOPIC_NOT_EXIST, topic=topic,
-                                  remark=f"topic[{topic}] not exist, apply first please!")
-            await self._persist_topics()
-        elif not internal and topic in NOT_ALLOWED_SEND_TOPICS:
-            return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"sending message to topic[{topic}] is forbidden")
-        if not cfg.writable:
+        return SendResult(SendStatus.NO_PERMISSION, topic=topic,
+                          remark=f"the broker[{self.config.broker_name}] sending message is forbidden")
+
+    def _pick_queue(self, cfg: TopicConfig, topic: str, queue_id: int | None) -> tuple[TopicConfig, int] | SendResult:
+        perm = cfg.perm
+        if not perm & PERM_WRITE:
             return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"the topic[{topic}] sending message is forbidden")
-        queue_nums = cfg.queue_nums
+        write_nums = cfg.write_queue_nums
         if queue_id is None or queue_id < 0:
-            if cfg.write_queue_nums <= 0:
+            if write_nums <= 0:
                 return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"topic[{topic}] has no write queue")
             n = self._round_robin.get(topic, -1) + 1
             self._round_robin[topic] = n
-            queue_id = n % cfg.write_queue_nums
-        elif queue_id >= queue_nums:
+            return cfg, n % write_nums
+        if queue_id >= write_nums and queue_id >= cfg.read_queue_nums:
             return SendResult(SendStatus.SYSTEM_ERROR, topic=topic,
-                              remark=f"request queueId[{queue_id}] is illegal, topic {topic} has {queue_nums} queues")
+                              remark=f"request queueId[{queue_id}] is illegal, topic {topic} has {cfg.queue_nums} queues")
         return cfg, queue_id
+
+    async def _check_send(self, msg: Message, queue_id: int | None, default_topic: str,
+                          default_queue_nums: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult:
+        """``msgCheck``: broker state, topic name, topic config (auto-create), queue id."""
+        checked = self._check_known(msg, queue_id, internal)
+        if checked is not None:
+            return checked
+        topic = msg.topic
+        reason = validate_topic(topic)
+        if reason:
+            return SendResult(SendStatus.SYSTEM_ERROR, topic=topic, remark=reason)
+        if not internal and topic in NOT_ALLOWED_SEND_TOPICS:
+            return SendResult(SendStatus.NO_PERMISSION, topic=topic, remark=f"sending message to topic[{topic}] is forbidden")
+        sys_flag = 0
+        cfg = self.topics.create_on_send(topic, default_topic, default_queue_nums or self.config.default_topic_queue_nums, sys_flag)
+        if cfg is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            cfg = self.topics.create_if_absent(topic, 1, PERM_READ | PERM_WRITE, sys_flag)
+        if cfg is None:
+            return SendResult(SendStatus.TOPIC_NOT_EXIST, topic=topic,
+                              remark=f"topic[{topic}] not exist, apply first please!")
+        await self._persist_topics()
+        return self._pick_queue(cfg, topic, queue_id)
 
     def _check_body(self, msg: Message) -> SendResult | None:
         if len(msg.body) > self.config.max_message_size:
