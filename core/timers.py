@@ -72,12 +72,14 @@ TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
 TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 _TRIGGERS = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, START_DELIVER_TIME)
+_HALF_TYPES = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+_TRIGGER_SCALES = ((TIMER_DELAY_SEC, 1000), (TIMER_DELAY_MS, 1), (TIMER_DELIVER_MS, 0), (START_DELIVER_TIME, 0))  # 0: absolute
 _ENQUEUE_BATCH = 4096
 _FIRE_BATCH = 1 << 20  # when behind, fire everything due in one go: firing goes before new sends
 
 
 def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,7 @@ class TimerError(ValueError):
 
 def due_time_ms(props: dict[str, str], now_ms: int) -> int | None:
     """The requested delivery time, or None if the message is not a timer message."""
-    for key, relative, scale in ((TIMER_DELAY_SEC, True, 1000), (TIMER_DELAY_MS, True, 1),
-                                 (TIMER_DELIVER_MS, False, 1), (START_DELIVER_TIME, False, 1)):
+    for key, scale in _TRIGGER_SCALES:
         raw = props.get(key)
         if raw is None:
             continue
@@ -109,7 +110,7 @@ def due_time_ms(props: dict[str, str], now_ms: int) -> int | None:
             value = int(raw)
         except ValueError:
             raise TimerError(f"property {key}={raw!r} is not an integer") from None
-        return now_ms + value * scale if relative else value
+        return now_ms + value * scale if scale else value
     return None
 
 
@@ -133,35 +134,37 @@ class TimerMessageService:
         self.rolled = 0
         self.scheduled = 0
         self.refused = 0
+        self._max_delay_ms = config.max_delay_s * 1000
 
     # ---------------------------------------------------------------- put path
 
     def put_hook(self, msg: Message) -> SendResult | None:
         props = msg.properties
-        if msg.topic == TIMER_TOPIC or not any(k in props for k in _TRIGGERS):
+        if props.keys().isdisjoint(_TRIGGERS) or msg.topic == TIMER_TOPIC:  # every send comes here: kept cheap
             return None
         if props.get(PROPERTY_DELAY, "0") not in ("", "0"):
             for k in _TRIGGERS:  # the 4.x delay level wins
                 props.pop(k, None)
             return None
-        if msg.sysflag & TRANSACTION_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        if msg.sysflag & TRANSACTION_MASK in _HALF_TYPES:
             return None  # half messages are parked by the transaction path, timers apply at commit
         now = self.now_ms()
-        try:
-            due = due_time_ms(props, now)
-        except TimerError as e:
-            return self._refuse(msg, str(e))
-        if due is None or due <= now:
-            for k in _TRIGGERS:
-                props.pop(k, None)
+        due = None
+        for key, scale in _TRIGGER_SCALES:  # the first one present decides; all are removed
+            raw = props.pop(key, None)
+            if raw is None or due is not None:
+                continue
+            try:
+                due = now + int(raw) * scale if scale else int(raw)
+            except ValueError:
+                return self._refuse(msg, f"property {key}={raw!r} is not an integer")
+        if due <= now:
             return None
         if not self.config.enabled:
             return self._refuse(msg, "timer messages are not enabled on this broker (timerWheelEnable=false)")
-        if due - now > self.config.max_delay_s * 1000:
+        if due - now > self._max_delay_ms:
             return self._refuse(msg, f"delivery {(due - now) // 1000} s ahead exceeds timerMaxDelaySec "
                                      f"{self.config.max_delay_s}")
-        for k in _TRIGGERS:
-            props.pop(k, None)
         props[TIMER_OUT_MS] = str(due)
         props[PROPERTY_REAL_TOPIC] = msg.topic
         props[PROPERTY_REAL_QID] = str(msg.queue_id)
@@ -229,13 +232,10 @@ class TimerMessageService:
             if next_offset == self._queue_offset:
                 await trio.lowlevel.checkpoint()
                 return
-            now = self.now_ms()
             taken = self._taken
-            schedule = wheel.schedule
-            for phys, size, due in units:
-                # every unit goes to the wheel (a crash replays unfired slots from there); one whose slot
-                # is already taken also joins the in-memory queue, to fire at its due time
-                slot = schedule(due, now, phys, size)
+            # every unit goes to the wheel (a crash replays unfired slots from there); one whose slot
+            # is already taken also joins the in-memory queue, to fire at its due time
+            for (phys, size, due), slot in zip(units, wheel.schedule_many(units, self.now_ms())):
                 if slot <= taken:
                     self._add_pending(due, phys, size, False, slot)
             self.scheduled += len(units)

@@ -313,6 +313,51 @@ class TimerWheelStore:
         self.wheel.put(fire_at, slot.first_pos if slot else pos, pos, (slot.num if slot else 0) + 1)
         return fire_at
 
+    def schedule_many(self, units: list[tuple[int, int, int]], now_ms: int) -> list[int]:
+        """`schedule` for many ``(offset_py, size_py, target_ms)`` at once (the
+        timer queue's units as `MessageStore.read_units` gives them); returns
+        each one's slot time. Same files, same bytes as one `schedule` call
+        per unit; slot records are written once per slot, after its units."""
+        window = self.roll_window_ms
+        p = self.precision_ms
+        log = self.log
+        wheel = self.wheel
+        slots: dict[int, list[int]] = {}  # slot time -> [first_pos, last_pos, num] while filing
+        out: list[int] = []
+        put = out.append
+        file_size = log.file_size
+        files = log._files
+        pack = _UNIT.pack_into
+        for offset_py, size_py, target_ms in units:
+            delay = target_ms - now_ms
+            if delay >= window:
+                magic = MAGIC_DEFAULT | MAGIC_ROLL
+                park = window // 2 if delay - window < window // 3 else window
+                fire_at = -(-(now_ms + park) // p) * p
+            else:
+                magic = MAGIC_DEFAULT
+                fire_at = -(-(target_ms if target_ms > now_ms else now_ms) // p) * p
+            state = slots.get(fire_at)
+            if state is None:
+                slot = wheel.get(fire_at)
+                state = slots[fire_at] = [slot.first_pos, slot.last_pos, slot.num] if slot else [-1, -1, 0]
+            pos = log.write_pos
+            within = pos % file_size
+            m = files.get(pos - within)
+            if m is None or file_size - within < UNIT_SIZE + BLANK_SIZE:  # a new file: the general path
+                pos = log.append(state[1], magic, now_ms, delay, offset_py, size_py, 0)
+            else:
+                pack(m, within, UNIT_SIZE, state[1], magic, now_ms, delay, offset_py, size_py, 0, 0)
+                log.write_pos = pos + UNIT_SIZE
+            if state[2] == 0:
+                state[0] = pos
+            state[1] = pos
+            state[2] += 1
+            put(fire_at)
+        for fire_at, (first, last, num) in slots.items():
+            wheel.put(fire_at, first, last, num)
+        return out
+
     def due(self, slot_time: int) -> list[TimerUnit]:
         """The units filed under ``slot_time``, in the order they were scheduled.
 

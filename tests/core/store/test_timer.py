@@ -115,3 +115,32 @@ def test_checkpoint_round_trip(tmp_path):
 @pytest.mark.parametrize("asked, got", [(1000, 1000), (100, 100), (300, 200), (999, 500), (50, 100), (5000, 1000)])
 def test_precision_candidates(asked, got):
     assert normalise_precision(asked) == got
+
+
+def test_schedule_many_writes_what_schedule_writes(tmp_path):
+    """The batched filing path leaves the same timer log and wheel bytes as one call per unit,
+    rolls included, across a timer log file boundary."""
+    now = 1_700_000_000_000
+    (tmp_path / "one").mkdir()
+    (tmp_path / "many").mkdir()
+    units = [(1000 + i * 300, 300, now + (i * 7919) % 9000 + 1) for i in range(200)]
+    units += [(99_000, 250, now + 5_000_000), (99_300, 250, now - 5)]  # beyond the window: ROLL; overdue
+    one = TimerWheelStore(tmp_path / "one", precision_ms=1000, slots_total=3600, roll_window_slots=3000,
+                          timerlog_file_size=52 * 37 + 16)
+    many = TimerWheelStore(tmp_path / "many", precision_ms=1000, slots_total=3600, roll_window_slots=3000,
+                           timerlog_file_size=52 * 37 + 16)
+    slots_one = [one.schedule(due, now, phys, size) for phys, size, due in units]
+    slots_many = many.schedule_many(units[:50], now) + many.schedule_many(units[50:], now)
+    assert slots_many == slots_one
+    assert many.log.write_pos == one.log.write_pos
+    for slot in sorted(set(slots_one)):
+        assert [(u.offset_py, u.magic, u.delayed_ms) for u in many.due(slot)] == \
+               [(u.offset_py, u.magic, u.delayed_ms) for u in one.due(slot)]
+    one.close()
+    many.close()
+    for name in ("timerwheel",):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes()
+    logs_one = sorted((tmp_path / "one" / "timerlog").iterdir())
+    logs_many = sorted((tmp_path / "many" / "timerlog").iterdir())
+    assert [p.name for p in logs_one] == [p.name for p in logs_many] and len(logs_one) > 1
+    assert all(a.read_bytes() == b.read_bytes() for a, b in zip(logs_one, logs_many))
