@@ -43,15 +43,17 @@ StoredHook = Callable[[Message, SendResult], None]
 class _Prepared:
     """A message past checks, stamps and hooks, encoded and waiting for its append."""
 
-    __slots__ = ("msg", "enc", "topic", "queue_id", "wait", "index")
+    __slots__ = ("msg", "enc", "topic", "queue_id", "wait", "index", "refused")
 
-    def __init__(self, msg: Message, enc: EncodedMessage, topic: str, queue_id: int, wait: bool):
+    def __init__(self, msg: Message, enc: EncodedMessage | None, topic: str, queue_id: int, wait: bool,
+                 refused: SendResult | None = None):
         self.msg = msg
-        self.enc = enc
+        self.enc = enc  # None when refused after the put hooks ran (``refused`` says why)
         self.topic = topic  # as the sender gave it: results report this, not a hook's rewrite
         self.queue_id = queue_id
         self.wait = wait
         self.index = 0
+        self.refused = refused
 
 
 def _now_ms() -> int:
@@ -83,6 +85,7 @@ _PUT_TO_SEND = {
 _STORED = frozenset(s for s in SendStatus if s.stored)
 _PUT_OK = PutStatus.PUT_OK
 _SEND_OK = SendStatus.SEND_OK
+_MULTI_TAG = TopicFilterType.MULTI_TAG
 
 
 class SendPath:
@@ -157,7 +160,7 @@ class SendPath:
         except BaseException:  # cancelled while creating a topic: stored hooks hear of every prepared message
             gone = SendResult(SendStatus.SYSTEM_ERROR, remark="the send was cancelled")
             for p in prepared:
-                self._stored(p.msg, gone)
+                self._stored(p.msg, p.refused if p.refused is not None else gone)
             raise
         end, waiting = self._store_prepared(prepared, results) if prepared else (0, None)
         if waiting:
@@ -203,42 +206,61 @@ class SendPath:
         return result
 
     def _prepare(self, msg: Message, cfg: TopicConfig, queue_id: int) -> "_Prepared | SendResult":
-        """Body check, stamps, put hooks, encoding; a `SendResult` if refused."""
-        bad = self._check_body(msg)
-        if bad:
-            return bad
-        wait = self._stamp(msg, cfg, queue_id)
+        """Body check, stamps, put hooks, encoding; a `SendResult` if refused.
+        `_check_body` and `_stamp` inlined: this runs for every message."""
+        props = msg.properties
+        config = self.config
+        if len(msg.body) > config.max_message_size or (config.reject_transaction_message and PROPERTY_TRAN_MSG in props):
+            bad = self._check_body(msg)
+            if bad:
+                return bad
+        wait = props.pop(PROPERTY_WAIT, "true") != "false" if PROPERTY_WAIT in props else True
+        props[PROPERTY_CLUSTER] = config.broker_cluster_name
+        if PROPERTY_UNIQ_KEY not in props:
+            props[PROPERTY_UNIQ_KEY] = self._uniq.next()
+        msg.queue_id = queue_id
+        msg.store_host = self.store_host
+        if not msg.born_timestamp:
+            msg.born_timestamp = time.time_ns() // 1_000_000
+        if cfg.topic_filter_type is _MULTI_TAG:
+            msg.sysflag |= MULTI_TAGS_FLAG
         topic = msg.topic
         for hook in self._put_hooks:
             refused = hook(msg)
-            if refused is not None:
-                self._stored(msg, refused)
-                return refused
+            if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
+                return _Prepared(msg, None, topic, queue_id, False, refused)
         try:
             enc = EncodedMessage(msg)
         except ValueError as e:
-            refused = SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))
-            self._stored(msg, refused)
-            return refused
+            return _Prepared(msg, None, topic, queue_id, False,
+                             SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e)))
         return _Prepared(msg, enc, topic, queue_id, wait and self._must_wait)
 
     def _store_prepared(self, prepared: list["_Prepared"], results: list) -> tuple[int, list[SendResult]]:
         """Append prepared messages together and fill in their results; returns
         (log end offset to be durable up to, results that wait for it)."""
-        status, rows, ts = self.store.append_many([p.enc for p in prepared])
+        encs = [p.enc for p in prepared if p.enc is not None]
+        status, rows, ts = self.store.append_many(encs) if encs else (_PUT_OK, [], 0)
         hooks = self._stored_hooks
         waiting: list[SendResult] = []
         end = 0
         if status is not _PUT_OK:
             send_status, remark = _PUT_TO_SEND.get(status, (SendStatus.SYSTEM_ERROR, str(status)))
             for p in prepared:
-                r = results[p.index] = SendResult(send_status, topic=p.topic, queue_id=p.queue_id, remark=remark)
+                r = p.refused if p.refused is not None else SendResult(send_status, topic=p.topic, queue_id=p.queue_id,
+                                                                       remark=remark)
+                results[p.index] = r
                 for hook in hooks:
                     hook(p.msg, r)
             return 0, waiting
+        if len(encs) < len(prepared):  # refused after the put hooks: no row of their own
+            it = iter(rows)
+            rows = [None if p.enc is None else next(it) for p in prepared]
         illegal = _PUT_TO_SEND[PutStatus.MESSAGE_ILLEGAL]
         for p, row in zip(prepared, rows):
-            if row is None:
+            if p.refused is not None:
+                r = p.refused
+            elif row is None:
                 r = SendResult(illegal[0], topic=p.topic, queue_id=p.queue_id,
                                remark=f"the message is {p.enc.size} bytes stored, more than the store takes")
             else:
@@ -330,7 +352,8 @@ class SendPath:
         return None
 
     def _stamp(self, msg: Message, cfg: TopicConfig, queue_id: int) -> bool:
-        """Broker-side fields of a message; returns whether the sender waits for the store (WAIT)."""
+        """Broker-side fields of a message; returns whether the sender waits for the store (WAIT).
+        (`_prepare` does the same inline for single and many sends; this is the batch's.)"""
         props = msg.properties
         wait = props.pop(PROPERTY_WAIT, "true") != "false"
         props[PROPERTY_CLUSTER] = self.config.broker_cluster_name

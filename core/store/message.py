@@ -380,11 +380,11 @@ class EncodedMessage:
         self.queue_id = queue_id
         self.sysflag = sysflag
         if props:
-            if topic == TIMER_TOPIC:
-                self.tags_code = queue_tags_code(topic, props)
-            else:
+            if topic != TIMER_TOPIC:
                 tags = props.get(PROPERTY_TAGS)
                 self.tags_code = _tags_code_cached(tags) if tags else 0
+            else:
+                self.tags_code = queue_tags_code(topic, props)
             keys = props.get(PROPERTY_KEYS)
             self.keys = keys.split() if keys else _NO_KEYS
             self.uniq_key = props.get(PROPERTY_UNIQ_KEY)

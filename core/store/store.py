@@ -322,8 +322,10 @@ class MessageStore:
                     pending_index.append((enc.topic, enc.uniq_key, enc.keys, phys, size, ts))
                 row((phys, qoff))
         if self._listeners:
-            for topic, qid, nxt in notes:
-                latest[(topic, qid)] = nxt
+            get = latest.get
+            for topic, qid, nxt in notes:  # entries that went through _append_locked, multi-dispatch queues too
+                if nxt > get((topic, qid), -1):
+                    latest[(topic, qid)] = nxt
             for cb in self._listeners:
                 for (topic, qid), nxt in latest.items():
                     cb(topic, qid, nxt)

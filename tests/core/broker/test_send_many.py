@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 
 from core.broker import FlushDiskType, SendResult, SendStatus, TopicConfig, open_broker
 from core.store import StoreConfig
@@ -155,8 +154,6 @@ async def test_stored_hooks_hear_each_hooked_message_once(broker_config, store_c
         assert [h for h in heard if h[1]] == [w for w in want if w[1]]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: SendPath._prepare calls the stored hooks of a put-hook refusal "
-                                       "at once, before the messages ahead of it in the batch are appended")
 async def test_stored_hooks_run_in_send_order(broker_config, store_config):
     """add_stored_hook promises send order for every message whose put hooks
     ran. A message refused by a put hook in the middle of a batch is reported

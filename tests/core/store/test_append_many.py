@@ -197,8 +197,6 @@ def test_multi_dispatch_and_half_messages_in_a_batch(tmp_path):
         store.shutdown()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: append_many lets an _append_locked note (multi-dispatch entry) "
-                                       "overwrite the newer offset of a later inline entry of the same queue")
 def test_notification_has_the_final_offset_when_a_multi_dispatch_entry_comes_first(tmp_path):
     store = open_store(tmp_path / "store")
     heard = []
