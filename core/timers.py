@@ -57,7 +57,7 @@ import trio
 from core.broker import Broker, SendResult, SendStatus
 from core.store.message import (
     PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_OUT_MS, TIMER_TOPIC, TRANSACTION_MASK,
-    TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, Message, decode_message,
+    TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, Message, message_from_entry,
 )
 from core.store.timer import MAGIC_DEFAULT, MAGIC_ROLL, TimerWheelStore
 
@@ -270,10 +270,14 @@ class TimerMessageService:
             now = self.now_ms()
             while self._taken <= now:
                 slot = self._taken + precision
-                for u in wheel.due(slot):
-                    roll = bool(u.magic & MAGIC_ROLL)
-                    self._add_pending(slot - precision if roll else u.write_time_ms + u.delayed_ms,
-                                      u.offset_py, u.size_py, roll, slot)
+                units = wheel.due(slot)
+                if units:
+                    push = heapq.heappush
+                    for u in units:
+                        roll = bool(u.magic & MAGIC_ROLL)
+                        push(pending, (slot - precision if roll else u.write_time_ms + u.delayed_ms,
+                                       u.offset_py, u.size_py, roll, slot))
+                    self._outstanding[slot] = self._outstanding.get(slot, 0) + len(units)
                 self._taken = slot
             self._update_read_time()
             if not pending or pending[0][0] > now:
@@ -296,15 +300,14 @@ class TimerMessageService:
     async def _deliver(self, items: list[tuple[int, int, int, bool, int]]) -> None:
         """Store the real messages of fired timers (or roll them on); one flush wait."""
         out: list[tuple[Message, int | None]] = []
-        now = self.now_ms()
+        now_text = str(self.now_ms())
         for _due, offset, _size, roll, _slot in items:
             raw = self.broker.store.read_at(offset)  # page-cache read: inline, no thread
             if raw is None:
                 log.error("timer entry at commit log offset %d is gone (retention?); it cannot fire", offset)
                 self.wheel.checkpoint.counter -= 1
                 continue
-            stored = decode_message(raw)
-            msg = stored.to_message()
+            msg, store_ts = message_from_entry(raw)
             props = msg.properties
             if roll:
                 props[TIMER_ROLL_TIMES] = str(int(props.get(TIMER_ROLL_TIMES, "0")) + 1)
@@ -315,9 +318,8 @@ class TimerMessageService:
                 continue
             msg.topic = props.pop(PROPERTY_REAL_TOPIC, msg.topic)
             qid = int(props.pop(PROPERTY_REAL_QID, "0"))
-            props[TIMER_ENQUEUE_MS] = str(stored.store_timestamp)
-            props[TIMER_DEQUEUE_MS] = str(now)
-            msg.born_host = stored.born_host
+            props[TIMER_ENQUEUE_MS] = str(store_ts)
+            props[TIMER_DEQUEUE_MS] = now_text
             out.append((msg, qid))
         if not out:
             return

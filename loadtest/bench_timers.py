@@ -66,12 +66,13 @@ async def run(args) -> dict:
                 await nursery.start(service.run)
                 rnd = random.Random(1)
                 body = b"x" * args.body
-                lo, hi = args.min_delay * 1000, args.max_delay * 1000
+                lo, span = args.min_delay * 1000, (args.max_delay - args.min_delay) * 1000
+                uniform = rnd.random  # delays uniform in [min, max) ms
                 t0 = time.perf_counter()
                 sent = 0
                 while sent < args.count:
                     n = min(args.batch, args.count - sent)
-                    batch = [(Message(TOPIC, body, properties={"TIMER_DELAY_MS": str(rnd.randrange(lo, hi)),
+                    batch = [(Message(TOPIC, body, properties={"TIMER_DELAY_MS": str(lo + int(uniform() * span)),
                                                                "UNIQ_KEY": f"T{sent + i}"}), None)
                              for i in range(n)]
                     results = await broker.send_many(batch)

@@ -600,6 +600,28 @@ def decode_message(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_c
     )
 
 
+def message_from_entry(raw: bytes) -> tuple[Message, int]:
+    """The `Message` to store again from one whole entry (a fired timer, a
+    retry): every field but the offsets, and the entry's store timestamp.
+    The common entry (IPv4 hosts) in one unpack, without a `StoredMessage`;
+    anything else through `decode_message` (which raises `MessageFormatError`)."""
+    if len(raw) >= 91:
+        (size, magic, _crc, queue_id, flag, _qoff, _poff, sysflag, born_ts, born_host, store_ts, store_host,
+         reconsume, prepared, body_len) = _HEAD_V4_HOSTS.unpack_from(raw, 0)
+        b = 88 + body_len
+        if (magic == MAGIC_V1 and not sysflag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG) and size == len(raw)
+                and 0 <= body_len and b + 3 <= size):
+            t = b + 1 + raw[b]
+            if t + 2 <= size:
+                props_end = t + 2 + ((raw[t] << 8) | raw[t + 1])
+                if props_end == size:
+                    return Message(raw[b + 1 : t].decode(), raw[88:b], queue_id, flag,
+                                   decode_properties(raw[t + 2 : props_end].decode()), sysflag, born_ts,
+                                   born_host, store_host, reconsume, prepared), store_ts
+    m = decode_message(raw)
+    return m.to_message(), m.store_timestamp
+
+
 def decode_messages(buf: bytes | bytearray | memoryview) -> list[StoredMessage]:
     """Decode concatenated entries (a PULL / QUERY response body)."""
     out = []
