@@ -21,6 +21,7 @@ Send (the `Message` is stamped in place: store host, CLUSTER, UNIQ_KEY, born tim
     await broker.send_many([(msg, queue_id_or_None), ...]) -> list[SendResult]   # one flush wait for all
     await broker.send_batch([msg, ...], queue_id=None) -> SendResult             # RocketMQ batch, one queue
     broker.add_put_hook(hook)                                                     # hook(msg) before encoding
+    broker.add_stored_hook(hook)                                                  # hook(msg, result) after the append
     SendResult: status (SendStatus: .code, .stored), topic, queue_id, queue_offset, msg_id,
                 uniq_key, physical_offset, store_timestamp, msg_count, remark; .ok
 
@@ -33,7 +34,7 @@ Pull and waiting::
                 entries (raw stored entries), body, message_count, messages(), store_status, remark
     await broker.wait_for_messages(topic, queue_id, offset, deadline=inf) -> bool   # trio-clock deadline
     broker.queue_changed(topic, queue_id) -> trio.Event                              # set at next append
-    broker.add_dispatch_listener(cb)  /  remove_dispatch_listener(cb)              # cb(topic, qid, next_offset)
+    broker.add_dispatch_listener(cb)  /  remove_dispatch_listener(cb)              # cb(topic, qid, next_offset), once per queue per append call
 
 Offsets, groups, topics::
 

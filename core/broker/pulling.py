@@ -134,8 +134,9 @@ class PullPath:
         return self._notifier.changed(topic, queue_id)
 
     def add_dispatch_listener(self, cb: DispatchListener) -> None:
-        """``cb(topic, queue_id, next_queue_offset)`` after every consume-queue append,
-        in the trio thread; it must not block (set an event, push to a channel)."""
+        """``cb(topic, queue_id, next_queue_offset)`` after consume-queue appends
+        (once per queue per append call, with its newest offset), in the trio
+        thread; it must not block (set an event, push to a channel)."""
         self._notifier.add_listener(cb)
 
     def remove_dispatch_listener(self, cb: DispatchListener) -> None:

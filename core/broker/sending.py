@@ -13,8 +13,13 @@ Rules kept here:
   (group commit) and then the replicator, both bounded by
   ``syncFlushTimeout``; a timeout downgrades SEND_OK to FLUSH_DISK_TIMEOUT,
   FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (the message is stored).
-- `send_many` appends every message first and waits once, for the last
-  end offset: one flush covers the whole batch.
+- `send_many` checks, stamps, hooks and encodes every message first
+  (`_prepare`, synchronous unless a topic must be created), appends them
+  together (`MessageStore.append_many`) and waits once, for the last end
+  offset: one flush covers the whole batch. A message refused on the way
+  leaves the others alone.
+- Put hooks run in send order before encoding; stored hooks run in send
+  order after the append, for exactly the messages whose put hooks ran.
 """
 
 from __future__ import annotations
@@ -101,10 +106,10 @@ class SendPath:
 
     def add_stored_hook(self, hook: StoredHook) -> None:
         """``hook(msg, result)`` runs, in send order, for every message whose put
-        hooks ran, as soon as its outcome is known: after its append (before
-        any durability wait) or its refusal; ``result.ok`` says it was stored.
-        `send_many` appends its messages together, so a put hook that keeps
-        state for a message finds it here, not in a dispatch listener."""
+        hooks ran, once the call's messages are appended (before any
+        durability wait), refused ones included; ``result.ok`` says it was
+        stored. `send_many` appends its messages together, so a put hook that
+        keeps state for a message finds it here, not in a dispatch listener."""
         self._stored_hooks.append(hook)
 
     async def send(self, msg: Message, queue_id: int | None = None, *, default_topic: str = DEFAULT_TOPIC,

@@ -20,15 +20,18 @@ The facade, `MessageStore(config: StoreConfig)`:
   syncFlushTimeout).  PutResult: ``status`` (`PutStatus`), ``physical_offset``,
   ``queue_offset``, ``wrote_bytes``, ``store_timestamp``, ``queue_id``,
   ``msg_num``, ``end_offset`` (pass to ``wait_flushed``), ``msg_id``, ``msg_ids``,
-  ``ok``.
+  ``ok``. ``append_many(encoded) -> (status, rows, store_timestamp)``:
+  independent encoded messages under one lock, a ``(physical_offset,
+  queue_offset)`` row each, None for one the store refuses.
 - ``wait_flushed(offset, timeout_s=None) -> bool`` (group commit, shared
   fsync); ``flush_log() -> flushed_offset`` (the log alone: what a SYNC_FLUSH
   ack needs); ``flush() -> flushed_offset`` (log, then queues, index,
   checkpoint: call it every flushIntervalCommitLog ms in either flush mode).
 - ``add_dispatch_listener(cb)`` / ``remove_dispatch_listener(cb)``:
   ``cb(topic, queue_id, next_queue_offset)`` after each consume-queue append
-  (multi-dispatch queues included), on the appending thread, after the store
-  lock is released.
+  (multi-dispatch queues included; ``append_many`` calls it once per queue,
+  with the newest offset), on the appending thread, after the store lock is
+  released.
 - ``get_messages(topic, queue_id, offset, max_count=32, tag_codes=None,
   max_bytes=256 KiB) -> GetResult``: ``status`` (`GetMessageStatus`),
   ``messages`` (raw entries = pull body items), ``queue_offsets``,

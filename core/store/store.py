@@ -138,7 +138,8 @@ class MessageStore:
 
     def add_dispatch_listener(self, cb) -> None:
         """``cb(topic, queue_id, next_queue_offset)`` after each consume-queue
-        append (multi-dispatch queues included), outside the store lock."""
+        append (multi-dispatch queues included; once per queue per
+        `append_many`), outside the store lock."""
         self._listeners.append(cb)
 
     def remove_dispatch_listener(self, cb) -> None:
