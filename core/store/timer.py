@@ -117,8 +117,10 @@ class TimerWheel:
             if os.fstat(fd).st_size != size:
                 os.ftruncate(fd, size)
             self._map = mmap.mmap(fd, size)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd  # kept for flush: fdatasync releases the GIL, mmap.flush does not
 
     def _pos(self, time_ms: int) -> int:
         return ((time_ms // self.precision_ms) % self.slot_count) * _SLOT.size
@@ -136,11 +138,12 @@ class TimerWheel:
         _SLOT.pack_into(self._map, self._pos(time_ms), 0, -1, -1, 0, 0)
 
     def flush(self) -> None:
-        self._map.flush()
+        os.fdatasync(self._fd)  # writes the pages dirtied through the map
 
     def close(self) -> None:
-        self._map.flush()
+        self.flush()
         self._map.close()
+        os.close(self._fd)
 
 
 def _plausible(buf, pos: int) -> bool:
@@ -159,6 +162,7 @@ class TimerLog:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.file_size = file_size
         self._files: dict[int, mmap.mmap] = {}
+        self._fds: dict[int, int] = {}  # kept for flush (fdatasync releases the GIL, mmap.flush does not)
         starts = sorted(int(p.name) for p in self.dir.iterdir() if p.name.isdigit() and len(p.name) == 20)
         for start in starts:
             self._files[start] = self._open(start)
@@ -172,9 +176,12 @@ class TimerLog:
         try:
             if os.fstat(fd).st_size != self.file_size:
                 os.ftruncate(fd, self.file_size)
-            return mmap.mmap(fd, self.file_size)
-        finally:
+            m = mmap.mmap(fd, self.file_size)
+        except BaseException:
             os.close(fd)
+            raise
+        self._fds[start] = fd
+        return m
 
     def _recover(self, start: int) -> int:
         """Write position after the last whole unit of the last file."""
@@ -223,17 +230,21 @@ class TimerLog:
         for start in sorted(self._files):
             if start + self.file_size <= pos and start + self.file_size <= self.write_pos - self.write_pos % self.file_size:
                 self._files.pop(start).close()
+                os.close(self._fds.pop(start))
                 self._path(start).unlink(missing_ok=True)
 
     def flush(self) -> None:
-        for m in self._files.values():
-            m.flush()
+        for fd in list(self._fds.values()):  # a copy: the trio thread may open a file meanwhile
+            os.fdatasync(fd)
 
     def close(self) -> None:
+        self.flush()
         for m in self._files.values():
-            m.flush()
             m.close()
+        for fd in self._fds.values():
+            os.close(fd)
         self._files.clear()
+        self._fds.clear()
 
 
 @dataclass
