@@ -353,3 +353,7 @@ class TimerMessageService:
         live = wheel.checkpoint  # what TimerWheelStore.close() saves last
         live.last_timer_queue_offset = snapshot.last_timer_queue_offset
         live.last_read_time_ms = snapshot.last_read_time_ms
+        # here, in the trio thread with no flush running: timer log files every unit of which has fired
+        gone = wheel.clean(snapshot.last_read_time_ms)
+        if gone:
+            log.info("timer log: deleted %d file(s) whose timers have all fired: %s", len(gone), ", ".join(gone))

@@ -225,6 +225,31 @@ class TimerLog:
             raise ValueError(f"corrupt timer log unit at {pos} in {self._path(start)}")
         return TimerUnit(pos, prev, magic, wt, delayed, off, sz, th)
 
+    def last_write_ms(self, start: int) -> int | None:
+        """``currWriteTimeMs`` of the last unit of a full file; None for the
+        file being written or one whose last unit is not whole."""
+        m = self._files.get(start)
+        if m is None or start + self.file_size > self.write_pos:
+            return None
+        pos = (self.file_size - UNIT_SIZE - BLANK_SIZE) // UNIT_SIZE * UNIT_SIZE  # where append put the last unit
+        if not _plausible(m, pos):
+            return None
+        return _UNIT.unpack_from(m, pos)[3]
+
+    def delete_written_before(self, time_ms: int) -> list[str]:
+        """Delete the full files whose last unit was written at or before
+        ``time_ms`` (units are written in time order); returns their names."""
+        gone = []
+        for start in sorted(self._files):
+            written = self.last_write_ms(start)
+            if written is None or written > time_ms:
+                break
+            self._files.pop(start).close()
+            os.close(self._fds.pop(start))
+            self._path(start).unlink(missing_ok=True)
+            gone.append(self._path(start).name)
+        return gone
+
     def delete_before(self, pos: int) -> None:
         """Drop whole files that end at or before ``pos`` (all their slots fired)."""
         for start in sorted(self._files):
@@ -392,6 +417,13 @@ class TimerWheelStore:
             pos = u.prev_pos
         units.reverse()
         return units
+
+    def clean(self, read_time_ms: int) -> list[str]:
+        """Delete timer log files no unfired slot points into: every slot up to
+        ``read_time_ms`` has fired (the checkpoint's ``last_read_time_ms``), and
+        a unit's slot is at most one roll window and one precision after its
+        write time. Call it only while no `flush` runs (it closes files)."""
+        return self.log.delete_written_before(read_time_ms - self.roll_window_ms - self.precision_ms)
 
     def flush(self) -> None:
         self.log.flush()

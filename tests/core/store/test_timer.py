@@ -144,3 +144,27 @@ def test_schedule_many_writes_what_schedule_writes(tmp_path):
     logs_many = sorted((tmp_path / "many" / "timerlog").iterdir())
     assert [p.name for p in logs_one] == [p.name for p in logs_many] and len(logs_one) > 1
     assert all(a.read_bytes() == b.read_bytes() for a, b in zip(logs_one, logs_many))
+
+
+def test_clean_deletes_only_timer_log_files_whose_slots_have_all_fired(tmp_path):
+    """A full timer log file goes once every slot its units can point at
+    (write time + roll window + precision) is before the read time; the file
+    being written and later files stay, and their units are still read."""
+    (tmp_path / "w").mkdir()
+    file_size = 52 * 10 + 16  # ten units a file
+    w = TimerWheelStore(tmp_path / "w", precision_ms=1000, slots_total=3600, roll_window_slots=60,
+                        timerlog_file_size=file_size)
+    t0 = 1_700_000_000_000
+    for i in range(35):  # one unit a second, each due 10 s later: files 0..2 full, file 3 being written
+        w.schedule(t0 + i * 1000 + 10_000, t0 + i * 1000, 1000 + i, 100)
+    files = lambda: sorted(p.name for p in (tmp_path / "w" / "timerlog").iterdir())
+    assert len(files()) == 4
+    window = 60_000 + 1000
+    assert w.clean(t0 + 9 * 1000 + window - 1) == []  # file 0's last unit (written at t0+9s) may still be due
+    gone = w.clean(t0 + 19 * 1000 + window)  # files 0 and 1 are done, file 2's last unit (t0+29s) is not
+    assert gone == [f"{0:020d}", f"{file_size:020d}"]
+    assert files() == [f"{2 * file_size:020d}", f"{3 * file_size:020d}"]
+    assert [u.offset_py for u in w.due(t0 + 40_000)] == [1030]  # a unit of the file being written
+    assert [u.offset_py for u in w.due(t0 + 30_000)] == [1020]  # and of the full file kept
+    assert w.clean(t0 + 10**9) == [f"{2 * file_size:020d}"]  # never the file being written
+    w.close()
