@@ -49,7 +49,7 @@ class Router:
         self.sessions: dict[str, Session] = {}
         self.by_queue: dict[str, Session] = {}
         self._rr: dict[tuple[str, str], itertools.count] = {}
-        self._pending: dict[int, tuple] = {}  # id(message) -> (MQTT topic, in-memory targets), until stored
+        self._pending: dict[int, tuple] = {}  # id(message) -> (MQTT topic, in-memory targets, message), until stored
         self._decoded: OrderedDict[int, Outbound | None] = OrderedDict()
 
     # ---- sessions ---------------------------------------------------------------
@@ -149,7 +149,7 @@ class Router:
             old = props.get(PROPERTY_INNER_MULTI_DISPATCH)
             props[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(queues) if not old else old + "," + ",".join(queues)
         if memory:
-            self._pending[id(msg)] = (topic, memory)
+            self._pending[id(msg)] = (topic, memory, msg)  # the message itself too: its id cannot be reused meanwhile
 
     def stored_hook(self, msg: Message, result) -> None:
         """In-memory deliveries of a message, once the broker has stored it."""
