@@ -270,7 +270,11 @@ class TimerMessageService:
             now = self.now_ms()
             while self._taken <= now:
                 slot = self._taken + precision
-                units = wheel.due(slot)
+                try:
+                    units = wheel.due(slot)
+                except ValueError as e:  # a unit the timer log no longer holds: say so, keep serving the others
+                    log.error("timer slot %d cannot be read, its timers are skipped: %s", slot, e)
+                    units = []
                 if units:
                     push = heapq.heappush
                     for u in units:

@@ -24,6 +24,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable, Iterable, Protocol
 
@@ -40,6 +41,8 @@ from .results import SendResult, SendStatus
 from .topics import (
     DEFAULT_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, TopicConfig, TopicFilterType, validate_topic,
 )
+
+log = logging.getLogger(__name__)
 
 PutHook = Callable[[Message], "SendResult | None"]
 StoredHook = Callable[[Message, SendResult], None]
@@ -230,10 +233,14 @@ class SendPath:
         if cfg.topic_filter_type is _MULTI_TAG:
             msg.sysflag |= MULTI_TAGS_FLAG
         topic = msg.topic
-        for hook in self._put_hooks:
-            refused = hook(msg)
-            if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
-                return _Prepared(msg, None, topic, queue_id, False, refused)
+        try:
+            for hook in self._put_hooks:
+                refused = hook(msg)
+                if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
+                    return _Prepared(msg, None, topic, queue_id, False, refused)
+        except Exception:  # a hook's bug: the hooks that ran before it still hear the outcome
+            self._stored(msg, SendResult(SendStatus.SYSTEM_ERROR, topic=topic, queue_id=queue_id, remark="put hook failed"))
+            raise
         try:
             enc = EncodedMessage(msg)
         except ValueError as e:
@@ -255,8 +262,8 @@ class SendPath:
                 r = p.refused if p.refused is not None else SendResult(send_status, topic=p.topic, queue_id=p.queue_id,
                                                                        remark=remark)
                 results[p.index] = r
-                for hook in hooks:
-                    hook(p.msg, r)
+                if hooks:
+                    self._stored(p.msg, r)
             return 0, waiting
         if len(encs) < len(prepared):  # refused after the put hooks: no row of their own
             it = iter(rows)
@@ -278,15 +285,20 @@ class SendPath:
                 if p.wait:
                     waiting.append(r)
             results[p.index] = r
-            for hook in hooks:
-                hook(p.msg, r)
+            if hooks:
+                self._stored(p.msg, r)
         if end > self._written:
             self._written = end
         return end, waiting
 
     def _stored(self, msg: Message, result: SendResult) -> None:
+        """Run the stored hooks; one that raises is logged and the others still run
+        (a put hook may be waiting for its message's outcome to free its state)."""
         for hook in self._stored_hooks:
-            hook(msg, result)
+            try:
+                hook(msg, result)
+            except Exception:
+                log.exception("stored hook %r failed for a message to %s", hook, result.topic)
 
     def _check_known(self, msg: Message, queue_id: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult | None:
         """``msgCheck`` for a topic that exists: broker state, topic permission,

@@ -290,11 +290,11 @@ class MessageStore:
         rows: list[tuple[int, int] | None] = []
         row = rows.append
         queues = self._queues
-        dirty = self._dirty
         cl = self.commitlog
         index = self._index is not None
-        pending_index = self._pending_index
         with self._lock:
+            dirty = self._dirty  # under the lock: the flusher swaps both for new ones (_flush_all, _drain_index)
+            pending_index = self._pending_index
             if good:
                 try:
                     self._reserve(good)
@@ -361,7 +361,11 @@ class MessageStore:
             cq = queues.get(key) or self._queue(*key)
             if (cq.max_offset + n) * UNIT_SIZE > cq.room_end:
                 cq.ensure_room(n)
-        sizes = [enc.size for enc in encs]
+        sizes = []
+        for enc in encs:  # with the reference records of long multi-dispatch lists, written right after their entry
+            sizes.append(enc.size)
+            for ref in enc.dispatch_refs:
+                sizes.append(ref.size)
         if cl.write_pos - cl.current.start + sum(sizes) + 8 > cl.segment_size:
             cl.reserve(sizes)
 

@@ -422,8 +422,12 @@ class TimerWheelStore:
         """Delete timer log files no unfired slot points into: every slot up to
         ``read_time_ms`` has fired (the checkpoint's ``last_read_time_ms``), and
         a unit's slot is at most one roll window and one precision after its
-        write time. Call it only while no `flush` runs (it closes files)."""
-        return self.log.delete_written_before(read_time_ms - self.roll_window_ms - self.precision_ms)
+        write time. The margin kept is a whole lap of the wheel
+        (``slots_total`` slots, longer than any roll window, whatever the window
+        was when the unit was written), so a wall clock stepping back by less
+        than lap - window (5 days by default) cannot make a file look done
+        early. Call it only while no `flush` runs (it closes files)."""
+        return self.log.delete_written_before(read_time_ms - (self.slots_total + 1) * self.precision_ms)
 
     def flush(self) -> None:
         self.log.flush()

@@ -195,3 +195,34 @@ def test_second_start_is_refused_and_leaks_no_lock(tmp_path):
     assert not s2.start().abnormal_exit
     assert s2.max_offset("T", 0) == 1
     s2.shutdown()
+
+
+def test_append_many_reserves_the_reference_records_of_long_dispatch_lists(tmp_path):
+    """A message whose multi-dispatch list needs reference records, in a batch
+    where the main entries fit the segment but the records do not, and the
+    next segment cannot be made: the batch answers CREATE_MAPEDFILE_FAILED and
+    nothing is written (the records were left out of the reservation once, and
+    the OSError escaped half-way through the batch)."""
+    from core.store.message import PROPERTY_INNER_MULTI_DISPATCH, EncodedMessage
+
+    s = MessageStore(small_config(tmp_path))
+    s.start()
+    names = ",".join(f"%LMQ%session-{i:06d}" for i in range(1000))  # > 16 KiB of queue names
+    big = lambda: EncodedMessage(Message("T", b"x", properties={PROPERTY_INNER_MULTI_DISPATCH: names}))
+    small = lambda: EncodedMessage(Message("T", b"y" * 100))
+    refs = sum(r.size for r in big().dispatch_refs)
+    assert refs > 0
+    assert s.append_many([big()])[0] is PutStatus.PUT_OK  # makes the session queues' files
+    room = small().size + big().size + 8 + refs // 2  # both main entries fit, their records do not
+    pad = SEG - room - s.max_phy_offset - EncodedMessage(Message("T", b"")).size
+    assert s.append_many([EncodedMessage(Message("T", b"p" * pad))])[0] is PutStatus.PUT_OK
+    end, units = s.max_phy_offset, s.max_offset("T", 0)
+    with max_file_size(SEG // 2):
+        status, rows, _ = s.append_many([small(), big()])
+    assert status is PutStatus.CREATE_MAPEDFILE_FAILED and rows == []
+    assert (s.max_phy_offset, s.max_offset("T", 0)) == (end, units)
+    assert s.max_offset("%LMQ%session-000999", 0) == 1
+    status, rows, _ = s.append_many([small(), big()])  # room again: both stored, records and all
+    assert status is PutStatus.PUT_OK and all(rows)
+    assert s.max_offset("%LMQ%session-000999", 0) == 2
+    s.shutdown()

@@ -147,9 +147,10 @@ def test_schedule_many_writes_what_schedule_writes(tmp_path):
 
 
 def test_clean_deletes_only_timer_log_files_whose_slots_have_all_fired(tmp_path):
-    """A full timer log file goes once every slot its units can point at
-    (write time + roll window + precision) is before the read time; the file
-    being written and later files stay, and their units are still read."""
+    """A full timer log file goes once every slot its units can point at is
+    before the read time, with a whole wheel lap as the margin (more than any
+    roll window); the file being written and later files stay, and their units
+    are still read."""
     (tmp_path / "w").mkdir()
     file_size = 52 * 10 + 16  # ten units a file
     w = TimerWheelStore(tmp_path / "w", precision_ms=1000, slots_total=3600, roll_window_slots=60,
@@ -159,7 +160,7 @@ def test_clean_deletes_only_timer_log_files_whose_slots_have_all_fired(tmp_path)
         w.schedule(t0 + i * 1000 + 10_000, t0 + i * 1000, 1000 + i, 100)
     files = lambda: sorted(p.name for p in (tmp_path / "w" / "timerlog").iterdir())
     assert len(files()) == 4
-    window = 60_000 + 1000
+    window = 3600 * 1000 + 1000  # a whole lap of the wheel (slots_total slots) and one precision
     assert w.clean(t0 + 9 * 1000 + window - 1) == []  # file 0's last unit (written at t0+9s) may still be due
     gone = w.clean(t0 + 19 * 1000 + window)  # files 0 and 1 are done, file 2's last unit (t0+29s) is not
     assert gone == [f"{0:020d}", f"{file_size:020d}"]
@@ -167,4 +168,28 @@ def test_clean_deletes_only_timer_log_files_whose_slots_have_all_fired(tmp_path)
     assert [u.offset_py for u in w.due(t0 + 40_000)] == [1030]  # a unit of the file being written
     assert [u.offset_py for u in w.due(t0 + 30_000)] == [1020]  # and of the full file kept
     assert w.clean(t0 + 10**9) == [f"{2 * file_size:020d}"]  # never the file being written
+    w.close()
+
+
+def test_clean_keeps_a_file_when_the_clock_stepped_back_or_the_window_shrank(tmp_path):
+    """Write times are the wall clock: after a step back a file's last unit can
+    be older than an earlier one, and a restart can shrink the roll window.
+    Neither makes a file with an unfired slot look done."""
+    (tmp_path / "a").mkdir()
+    w = TimerWheelStore(tmp_path / "a", precision_ms=100, slots_total=1000, roll_window_slots=100,
+                        timerlog_file_size=3 * 52 + 16)
+    slot = w.schedule_many([(0, 100, 109_000)], 100_000)[0]  # due in 9 s
+    w.schedule_many([(100, 100, 95_100), (200, 100, 95_100), (300, 100, 95_200)], 95_000)  # clock back 5 s
+    assert w.clean(95_000 + w.roll_window_ms + w.precision_ms) == []
+    assert [u.offset_py for u in w.due(slot)] == [0]
+    w.close()
+    (tmp_path / "b").mkdir()
+    w = TimerWheelStore(tmp_path / "b", precision_ms=100, slots_total=1000, roll_window_slots=100,
+                        timerlog_file_size=3 * 52 + 16)
+    slot = w.schedule_many([(i * 100, 100, 109_000) for i in range(4)], 100_000)[0]
+    w.close()
+    w = TimerWheelStore(tmp_path / "b", precision_ms=100, slots_total=1000, roll_window_slots=50,
+                        timerlog_file_size=3 * 52 + 16)
+    assert w.clean(105_100) == []
+    assert len(w.due(slot)) == 4
     w.close()
