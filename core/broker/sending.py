@@ -214,24 +214,12 @@ class SendPath:
         return result
 
     def _prepare(self, msg: Message, cfg: TopicConfig, queue_id: int) -> "_Prepared | SendResult":
-        """Body check, stamps, put hooks, encoding; a `SendResult` if refused.
-        `_check_body` and `_stamp` inlined: this runs for every message."""
-        props = msg.properties
-        config = self.config
-        if len(msg.body) > config.max_message_size or (config.reject_transaction_message and PROPERTY_TRAN_MSG in props):
-            bad = self._check_body(msg)
-            if bad:
-                return bad
-        wait = props.pop(PROPERTY_WAIT, "true") != "false" if PROPERTY_WAIT in props else True
-        props[PROPERTY_CLUSTER] = config.broker_cluster_name
-        if PROPERTY_UNIQ_KEY not in props:
-            props[PROPERTY_UNIQ_KEY] = self._uniq.next()
-        msg.queue_id = queue_id
-        msg.store_host = self.store_host
-        if not msg.born_timestamp:
-            msg.born_timestamp = time.time_ns() // 1_000_000
-        if cfg.topic_filter_type is _MULTI_TAG:
-            msg.sysflag |= MULTI_TAGS_FLAG
+        """Body check, stamps, put hooks, encoding; a `SendResult` if refused
+        before the hooks, a `_Prepared` (with ``refused`` set) after them."""
+        bad = self._check_body(msg)
+        if bad:
+            return bad
+        wait = self._stamp(msg, cfg, queue_id)
         topic = msg.topic
         try:
             for hook in self._put_hooks:
@@ -369,10 +357,9 @@ class SendPath:
         return None
 
     def _stamp(self, msg: Message, cfg: TopicConfig, queue_id: int) -> bool:
-        """Broker-side fields of a message; returns whether the sender waits for the store (WAIT).
-        (`_prepare` does the same inline for single and many sends; this is the batch's.)"""
+        """Broker-side fields of a message; returns whether the sender waits for the store (WAIT)."""
         props = msg.properties
-        wait = props.pop(PROPERTY_WAIT, "true") != "false"
+        wait = props.pop(PROPERTY_WAIT, "true") != "false" if PROPERTY_WAIT in props else True
         props[PROPERTY_CLUSTER] = self.config.broker_cluster_name
         if PROPERTY_UNIQ_KEY not in props:
             props[PROPERTY_UNIQ_KEY] = self._uniq.next()
@@ -380,7 +367,7 @@ class SendPath:
         msg.store_host = self.store_host
         if not msg.born_timestamp:
             msg.born_timestamp = time.time_ns() // 1_000_000
-        if cfg.topic_filter_type is TopicFilterType.MULTI_TAG:
+        if cfg.topic_filter_type is _MULTI_TAG:
             msg.sysflag |= MULTI_TAGS_FLAG
         return wait
 
