@@ -185,3 +185,38 @@ async def test_refusals_say_why(autojump_clock, tmp_path, props, words):
         assert r.status is SendStatus.MESSAGE_ILLEGAL and words in r.remark
         assert broker.max_offset("T", 0) + broker.max_offset(TIMER_TOPIC, 0) == 0
         nursery.cancel_scope.cancel()
+
+
+async def test_fired_timer_log_files_are_deleted_and_the_rest_still_fire(autojump_clock, tmp_path):
+    """Timer log files whose timers have all fired go at a checkpoint (a wheel
+    lap after their last unit: 60 s here); a restart afterwards still fires
+    every pending timer, from the files that are left."""
+    import dataclasses
+    import os
+
+    timers = dataclasses.replace(TEST_TIMERS, timerlog_file_size=52 * 20 + 16)  # twenty units a file
+    logdir = tmp_path / "store" / "timerlog"
+    keys = set()
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path, timers)
+        for wave in range(6):  # 30 timers every 20 s: 180 units, 9 files
+            for i in range(30):
+                r = await broker.send(Message("T", b"w%d-%d" % (wave, i), properties={"TIMER_DELAY_MS": str(500 + 100 * i)}))
+                keys.add(r.uniq_key)
+            await trio.sleep(20)
+        names = sorted(os.listdir(logdir))
+        # waves 0-2 (units 0-89) were written more than a lap (60.1 s) before the fired-up-to time
+        assert names[0] == f"{4 * (52 * 20 + 16):020d}", names
+        for i in range(30):  # pending across the restart
+            r = await broker.send(Message("T", b"last-%d" % i, properties={"TIMER_DELAY_MS": str(1000 + 100 * i)}))
+            keys.add(r.uniq_key)
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path, timers)
+        await trio.sleep(6)
+        got = set()
+        for q in range(4):
+            for m in (await broker.read_queue("T", q, 0, 10_000)).messages():
+                got.add(m.properties["UNIQ_KEY"])
+        assert got == keys
+        nursery.cancel_scope.cancel()
