@@ -322,6 +322,45 @@ class ConsumerBase:
     async def _queue_task(self, mq: MessageQueue, pq: ProcessQueue, offset: int, scope: trio.CancelScope) -> None:
         raise NotImplementedError
 
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int, sub: Subscription) -> None:
+        """Pull ``mq`` from ``offset`` into ``pq`` until it is dropped: at most
+        ``pull_threshold_for_queue`` messages held, a pause after a failed pull,
+        new messages to `_deliver`, and the offset of an empty queue committed
+        as it moves (OFFSET_MOVED, code 21, may move it back)."""
+        while not pq.dropped:
+            if len(pq) >= self.pull_threshold_for_queue:
+                await pq.changed.wait()
+                continue
+            if not self._may_pull(pq):
+                await trio.sleep(min(1.0, self.pull_error_delay))
+                continue
+            try:
+                code, next_offset, msgs = await self.pull_once(mq, offset, sub)
+            except Exception as exc:
+                log.info("pull %s@%d failed: %s", mq, offset, exc)
+                await trio.sleep(self.pull_error_delay)
+                continue
+            if pq.dropped:
+                return
+            if code == 21:
+                self._offset_moved(mq, offset, next_offset)
+            offset = pq.pulled_to = next_offset
+            added = pq.put(msgs) if msgs else []
+            if added:
+                self._deliver(mq, pq, added)
+            elif not len(pq):
+                self.offsets.update(mq, offset, increase_only=code != 21)
+
+    def _may_pull(self, pq: ProcessQueue) -> bool:
+        """False to wait a moment before the next pull (an orderly queue not locked)."""
+        return True
+
+    def _offset_moved(self, mq: MessageQueue, offset: int, next_offset: int) -> None:
+        """The broker said ``offset`` is illegal (code 21) and the queue goes on at ``next_offset``."""
+
+    def _deliver(self, mq: MessageQueue, pq: ProcessQueue, added: list[MessageExt]) -> None:
+        raise NotImplementedError
+
     async def _remove_queue(self, mq: MessageQueue) -> None:
         pq = self.pqs.pop(mq)
         pq.drop()

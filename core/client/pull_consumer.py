@@ -97,24 +97,10 @@ class AsyncPullConsumer(ConsumerBase):
         if sub is None:
             return
         with scope:
-            while not pq.dropped:
-                if len(pq) >= self.pull_threshold_for_queue:
-                    await pq.changed.wait()
-                    continue
-                try:
-                    code, next_offset, msgs = await self.pull_once(mq, offset, sub)
-                except Exception as exc:
-                    log.info("pull %s@%d failed: %s", mq, offset, exc)
-                    await trio.sleep(self.pull_error_delay)
-                    continue
-                if pq.dropped:
-                    return
-                offset = pq.pulled_to = next_offset
-                added = pq.put(msgs) if msgs else []
-                if added:
-                    self._send.send_nowait((mq, pq, added))
-                elif not len(pq):
-                    self.offsets.update(mq, offset, increase_only=code != 21)
+            await self._pull_loop(mq, pq, offset, sub)
+
+    def _deliver(self, mq: MessageQueue, pq: ProcessQueue, added: list[MessageExt]) -> None:
+        self._send.send_nowait((mq, pq, added))
 
     async def poll(self, timeout: float = 5.0) -> list[MessageExt]:
         """The messages of one pull, or [] after ``timeout`` seconds without any."""

@@ -236,37 +236,20 @@ class AsyncPushConsumer(ConsumerBase):
             async with trio.open_nursery() as qn:
                 if self.orderly:
                     qn.start_soon(self._consume_orderly, mq, pq)
-                await self._pull_loop(mq, pq, offset)
+                sub = self.subscriptions.get(mq.topic)
+                if sub is not None:
+                    await self._pull_loop(mq, pq, offset, sub)
 
-    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
-        sub = self.subscriptions.get(mq.topic)
-        if sub is None:
-            return
-        while not pq.dropped:
-            if len(pq) >= self.pull_threshold_for_queue:
-                await pq.changed.wait()
-                continue
-            if self.orderly and self.clustering and not pq.lock_valid():
-                await trio.sleep(min(1.0, self.pull_error_delay))
-                continue
-            try:
-                code, next_offset, msgs = await self.pull_once(mq, offset, sub)
-            except Exception as exc:
-                log.info("pull %s@%d failed: %s", mq, offset, exc)
-                await trio.sleep(self.pull_error_delay)
-                continue
-            if pq.dropped:
-                return
-            if code == 21:
-                log.info("offset %d of %s is illegal; moving to %d", offset, mq, next_offset)
-                self.offsets.update(mq, next_offset, increase_only=False)
-            offset = pq.pulled_to = next_offset
-            added = pq.put(msgs) if msgs else []
-            if added:
-                if not self.orderly:
-                    self._dispatch(mq, pq, added)
-            elif not len(pq):
-                self.offsets.update(mq, offset)
+    def _may_pull(self, pq: ProcessQueue) -> bool:
+        return not (self.orderly and self.clustering and not pq.lock_valid())
+
+    def _offset_moved(self, mq: MessageQueue, offset: int, next_offset: int) -> None:
+        log.info("offset %d of %s is illegal; moving to %d", offset, mq, next_offset)
+        self.offsets.update(mq, next_offset, increase_only=False)
+
+    def _deliver(self, mq: MessageQueue, pq: ProcessQueue, added: list[MessageExt]) -> None:
+        if not self.orderly:  # orderly queues are consumed by their own task (_consume_orderly)
+            self._dispatch(mq, pq, added)
 
     # ---- listeners ----
 
