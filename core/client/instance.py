@@ -27,7 +27,8 @@ import os
 import random
 import socket
 import time
-from typing import Any, Callable, Protocol
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable, Protocol, TypeVar
 
 import trio
 
@@ -42,6 +43,24 @@ log = logging.getLogger("mqgate.client")
 
 DEFAULT_TOPIC = "TBW102"
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+
+
+_C = TypeVar("_C")
+
+
+@asynccontextmanager
+async def run_client(make: Callable[[trio.Nursery], _C]) -> AsyncIterator[_C]:
+    """The body of every ``open_*``: make a producer or consumer in a nursery
+    of its own (``make(nursery)``), start it, hand it out, and shut it down
+    and cancel what it left running on the way out."""
+    async with trio.open_nursery() as nursery:
+        client = make(nursery)
+        await client.start()
+        try:
+            yield client
+        finally:
+            await client.shutdown()
+            nursery.cancel_scope.cancel()
 
 
 class ClientOwner(Protocol):

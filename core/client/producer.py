@@ -32,14 +32,14 @@ import random
 import re
 import time
 import zlib
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Callable
 
 import trio
 
 from core.client.api import MQBrokerError, MQClientError, is_remoting_error
 from core.client.ids import UniqKeyFactory
-from core.client.instance import DEFAULT_TOPIC, INNER_PRODUCER_GROUP, ClientInstance
+from core.client.instance import DEFAULT_TOPIC, INNER_PRODUCER_GROUP, ClientInstance, run_client
 from core.client.model import Message, MessageQueue, SendResult, SendStatus
 from core.client.route import TopicRoute
 from core.client.selector import SHARDING_KEY, MessageQueueSelector, select_by_hash
@@ -395,14 +395,7 @@ class AsyncProducer:
         return await self._attempts(topic, queue, tries, timeout or self.send_timeout, one)
 
 
-@asynccontextmanager
-async def open_producer(namesrv: str | list[str], group: str = "DEFAULT_PRODUCER", **options: Any) -> AsyncIterator[AsyncProducer]:
+def open_producer(namesrv: str | list[str], group: str = "DEFAULT_PRODUCER",
+                  **options: Any) -> AbstractAsyncContextManager[AsyncProducer]:
     """``async with open_producer("127.0.0.1:9876", "PG") as producer: await producer.send(msg)``."""
-    async with trio.open_nursery() as nursery:
-        producer = AsyncProducer(nursery, namesrv, group, **options)
-        await producer.start()
-        try:
-            yield producer
-        finally:
-            await producer.shutdown()
-            nursery.cancel_scope.cancel()
+    return run_client(lambda nursery: AsyncProducer(nursery, namesrv, group, **options))

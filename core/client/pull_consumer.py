@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import math
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import trio
 
@@ -28,6 +28,7 @@ from core.client.api import MQClientError
 from core.client.consumer_base import ConsumerBase, Subscription
 from core.client.model import MessageExt, MessageQueue
 from core.client.process_queue import ProcessQueue
+from core.client.instance import run_client
 
 __all__ = ["AsyncPullConsumer", "open_pull_consumer"]
 
@@ -149,17 +150,13 @@ class AsyncPullConsumer(ConsumerBase):
             await self.instance.shutdown(consumer_group=self.group)
 
 
-@asynccontextmanager
-async def open_pull_consumer(namesrv: str | list[str], group: str, subscriptions: dict[str, str] | None = None,
-                             **options: Any) -> AsyncIterator[AsyncPullConsumer]:
+def open_pull_consumer(namesrv: str | list[str], group: str, subscriptions: dict[str, str] | None = None,
+                       **options: Any) -> AbstractAsyncContextManager[AsyncPullConsumer]:
     """``async with open_pull_consumer(ns, "G", {"T": "*"}) as c: msgs = await c.poll()``."""
-    async with trio.open_nursery() as nursery:
+    def make(nursery: trio.Nursery) -> AsyncPullConsumer:
         consumer = AsyncPullConsumer(nursery, namesrv, group, **options)
         for topic, expr in (subscriptions or {}).items():
             consumer.subscribe(topic, expr)
-        await consumer.start()
-        try:
-            yield consumer
-        finally:
-            await consumer.shutdown()
-            nursery.cancel_scope.cancel()
+        return consumer
+
+    return run_client(make)

@@ -36,9 +36,9 @@ import inspect
 import logging
 import zlib
 from collections import deque
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import trio
 
@@ -50,6 +50,7 @@ from core.client.model import (
     MessageQueue,
 )
 from core.client.process_queue import ProcessQueue
+from core.client.instance import run_client
 from core.remoting import RequestCode
 from core.store.message import (
     COMPRESSED_FLAG,
@@ -418,21 +419,17 @@ class AsyncPushConsumer(ConsumerBase):
             return False
 
 
-@asynccontextmanager
-async def open_push_consumer(namesrv: str | list[str], group: str, subscriptions: dict[str, str] | None = None,
-                             listener: MessageListener | None = None, **options: Any) -> AsyncIterator[AsyncPushConsumer]:
+def open_push_consumer(namesrv: str | list[str], group: str, subscriptions: dict[str, str] | None = None,
+                       listener: MessageListener | None = None, **options: Any) -> AbstractAsyncContextManager[AsyncPushConsumer]:
     """Start a push consumer; it consumes until the block exits.
 
     ``subscriptions`` maps topic -> tag expression; more can be added with
     ``consumer.subscribe`` before or after it starts.
     """
-    async with trio.open_nursery() as nursery:
+    def make(nursery: trio.Nursery) -> AsyncPushConsumer:
         consumer = AsyncPushConsumer(nursery, namesrv, group, listener=listener, **options)
         for topic, expr in (subscriptions or {}).items():
             consumer.subscribe(topic, expr)
-        await consumer.start()
-        try:
-            yield consumer
-        finally:
-            await consumer.shutdown()
-            nursery.cancel_scope.cancel()
+        return consumer
+
+    return run_client(make)

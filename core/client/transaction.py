@@ -34,9 +34,9 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, fields
-from typing import Any, AsyncIterator, Awaitable, Protocol
+from typing import Any, Awaitable, Protocol
 
 import trio
 
@@ -45,6 +45,7 @@ from core.client.blocking import _Facade, _LoopThread
 from core.client.ids import UniqKeyFactory
 from core.client.model import Message, MessageExt, SendResult, SendStatus
 from core.client.producer import AsyncProducer
+from core.client.instance import run_client
 from core.remoting import RemotingCommand, RequestCode
 from core.store.message import (
     PROPERTY_PGROUP, PROPERTY_TRAN_MSG, PROPERTY_UNIQ_KEY, TRANSACTION_PREPARED_TYPE, MessageFormatError, decode_message,
@@ -187,18 +188,10 @@ class AsyncTransactionProducer(AsyncProducer):
         return None
 
 
-@asynccontextmanager
-async def open_transaction_producer(namesrv: str | list[str], group: str, listener: TransactionListener,
-                                    **options: Any) -> AsyncIterator[AsyncTransactionProducer]:
+def open_transaction_producer(namesrv: str | list[str], group: str, listener: TransactionListener,
+                              **options: Any) -> AbstractAsyncContextManager[AsyncTransactionProducer]:
     """``async with open_transaction_producer(ns, "PG", listener) as p: await p.send_message_in_transaction(msg)``."""
-    async with trio.open_nursery() as nursery:
-        producer = AsyncTransactionProducer(nursery, namesrv, group, listener, **options)
-        await producer.start()
-        try:
-            yield producer
-        finally:
-            await producer.shutdown()
-            nursery.cancel_scope.cancel()
+    return run_client(lambda nursery: AsyncTransactionProducer(nursery, namesrv, group, listener, **options))
 
 
 class _ThreadedListener:
