@@ -276,55 +276,32 @@ class MessageStore:
         refuses (MESSAGE_ILLEGAL: too big, reserved topic; the others are
         stored). A file that cannot be made refuses them all, before anything
         is written. Listeners hear once per queue, with its newest offset,
-        after the last message is written. The broker's batched send path.
-
-        The common entry (one queue, no multi-dispatch, not a half message)
-        is written inline; anything else goes through `_append_locked`.
-        """
+        after the last message is written. The broker's batched send path."""
         if not self._running:
             return PutStatus.SERVICE_NOT_AVAILABLE, [], 0
         max_entry = self._max_entry
         good = [enc for enc in encs if enc.size <= max_entry and enc.topic != DELETE_QUEUE_TOPIC]
         notes: list = []
-        latest: dict[tuple[str, int], int] = {}
         rows: list[tuple[int, int] | None] = []
         row = rows.append
-        queues = self._queues
-        cl = self.commitlog
-        index = self._index is not None
+        append_locked = self._append_locked
         with self._lock:
-            dirty = self._dirty  # under the lock: the flusher swaps both for new ones (_flush_all, _drain_index)
-            pending_index = self._pending_index
             if good:
                 try:
                     self._reserve(good)
                 except OSError as e:
                     return self._file_failed(e).status, [], 0
-            ts = time.time_ns() // 1_000_000
-            if ts < cl.last_store_ts:
-                ts = cl.last_store_ts
+            ts = time.time_ns() // 1_000_000  # one store time for the call (never before the last one)
             for enc in encs:
-                size = enc.size
-                if size > max_entry or enc.topic == DELETE_QUEUE_TOPIC:
+                if enc.size > max_entry or enc.topic == DELETE_QUEUE_TOPIC:
                     row(None)
                     continue
-                key = (enc.topic, enc.queue_id)
-                cq = queues.get(key)
-                if (cq is None or enc.multi_dispatch or enc.sysflag & TRANSACTION_MASK in _SKIP_TX
-                        or cq.max_offset * UNIT_SIZE >= cq.room_end):
-                    phys, qoff, _ = self._append_locked(enc, notes, ts)
-                    row((phys, qoff))
-                    continue
-                qoff = cq.max_offset
-                phys = cl.append(enc, qoff, ts)
-                latest[key] = cq.append(phys, size, enc.tags_code)
-                dirty.add(cq)
-                if index and (enc.uniq_key or enc.keys):
-                    pending_index.append((enc.topic, enc.uniq_key, enc.keys, phys, size, ts))
+                phys, qoff, ts = append_locked(enc, notes, ts)
                 row((phys, qoff))
         if self._listeners:
+            latest: dict[tuple[str, int], int] = {}
             get = latest.get
-            for topic, qid, nxt in notes:  # entries that went through _append_locked, multi-dispatch queues too
+            for topic, qid, nxt in notes:
                 if nxt > get((topic, qid), -1):
                     latest[(topic, qid)] = nxt
             for cb in self._listeners:
