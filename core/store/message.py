@@ -321,15 +321,15 @@ class EncodedMessage:
 
     def __init__(self, msg: Message):
         topic = msg.topic
-        topic_field = _TOPIC_FIELDS.get(topic)  # length byte + UTF-8, cached: few topics, many messages
-        if topic_field is None:
-            topic_field = _topic_field(topic)
-        topic_len = len(topic_field) - 1
+        topic_b = topic.encode()
+        topic_len = len(topic_b)
+        if not 0 < topic_len <= MAX_TOPIC_BYTES:
+            raise ValueError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes: {topic!r}")
         props = msg.properties
         self.dispatch_refs = ()
         overflow = None
-        if (PROPERTY_INNER_MULTI_DISPATCH in props and topic != DISPATCH_REF_TOPIC
-                and len(props[PROPERTY_INNER_MULTI_DISPATCH]) > MULTI_DISPATCH_INLINE_BYTES):
+        if (props and topic != DISPATCH_REF_TOPIC
+                and len(props.get(PROPERTY_INNER_MULTI_DISPATCH, "")) > MULTI_DISPATCH_INLINE_BYTES):
             props, all_names, overflow = _split_dispatch(msg)
         if props:
             try:  # every value a str (the usual case): one C-level join
@@ -370,7 +370,7 @@ class EncodedMessage:
                     born_host, _LONG.pack(0), store_host,
                     struct.pack(">iqi", msg.reconsume_times, msg.prepared_transaction_offset, body_len)))
                 self.store_ts_pos = 48 + len(born_host)
-            buf = self.buf = _EMPTY.join((head, body, topic_field, _SHORT.pack(props_len), props_b))
+            buf = self.buf = _EMPTY.join((head, body, _TOPIC_LEN[topic_len], topic_b, _SHORT.pack(props_len), props_b))
         except (struct.error, TypeError) as e:  # a field out of its Java type's range, a body that is not bytes
             raise ValueError(f"message field out of range or of the wrong type: {e}") from None
         if len(buf) != size:
@@ -380,13 +380,13 @@ class EncodedMessage:
         self.queue_id = queue_id
         self.sysflag = sysflag
         if props:
-            if topic != TIMER_TOPIC:
+            if topic == TIMER_TOPIC:
+                self.tags_code = queue_tags_code(topic, props)
+            else:
                 tags = props.get(PROPERTY_TAGS)
                 self.tags_code = _tags_code_cached(tags) if tags else 0
-            else:
-                self.tags_code = queue_tags_code(topic, props)
             keys = props.get(PROPERTY_KEYS)
-            self.keys = keys.split() if keys else _NO_KEYS
+            self.keys = keys.split() if keys else []
             self.uniq_key = props.get(PROPERTY_UNIQ_KEY)
             self.multi_dispatch = multi_dispatch_queues(props) if PROPERTY_INNER_MULTI_DISPATCH in props else ()
             if overflow:
@@ -394,7 +394,7 @@ class EncodedMessage:
                 self.dispatch_refs = _dispatch_refs(msg, overflow, size, self.tags_code)
         else:
             self.tags_code = 0
-            self.keys = _NO_KEYS
+            self.keys = []
             self.uniq_key = None
             self.multi_dispatch = ()
 
@@ -468,19 +468,6 @@ _LONG = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
 _EMPTY = bytearray()
 _TOPIC_LEN = [bytes((n,)) for n in range(256)]
-_NO_KEYS: list[str] = []  # shared, never mutated: most messages have no KEYS
-_TOPIC_FIELDS: dict[str, bytes] = {}
-
-
-def _topic_field(topic: str) -> bytes:
-    """The TOPIC field (int8 length + UTF-8) of an entry; remembered for the next message."""
-    topic_b = topic.encode()
-    if not 0 < len(topic_b) <= MAX_TOPIC_BYTES:
-        raise ValueError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes: {topic!r}")
-    field = _TOPIC_LEN[len(topic_b)] + topic_b
-    if len(_TOPIC_FIELDS) < 65536:
-        _TOPIC_FIELDS[topic] = field
-    return field
 _REF_MARK = (PROPERTY_INNER_DISPATCH_REF + NAME_VALUE_SEPARATOR).encode()
 
 
@@ -601,8 +588,8 @@ def decode_message(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_c
 
 
 def message_from_entry(raw: bytes) -> tuple[Message, int]:
-    """The `Message` to store again from one whole entry (a fired timer, a
-    retry): every field but the offsets, and the entry's store timestamp.
+    """The `Message` to store again from one whole entry (a fired timer):
+    every field but the offsets, and the entry's store timestamp.
     The common entry (IPv4 hosts) in one unpack, without a `StoredMessage`;
     anything else through `decode_message` (which raises `MessageFormatError`)."""
     if len(raw) >= 91:
