@@ -101,7 +101,9 @@ class TimerError(ValueError):
 
 
 def due_time_ms(props: dict[str, str], now_ms: int) -> int | None:
-    """The requested delivery time, or None if the message is not a timer message."""
+    """The requested delivery time, or None if the message is not a timer message
+    (the first of ``TIMER_DELAY_SEC``, ``TIMER_DELAY_MS``, ``TIMER_DELIVER_MS``,
+    ``__STARTDELIVERTIME`` present decides)."""
     for key, scale in _TRIGGER_SCALES:
         raw = props.get(key)
         if raw is None:
@@ -149,15 +151,12 @@ class TimerMessageService:
         if msg.sysflag & TRANSACTION_MASK in _HALF_TYPES:
             return None  # half messages are parked by the transaction path, timers apply at commit
         now = self.now_ms()
-        due = None
-        for key, scale in _TRIGGER_SCALES:  # the first one present decides; all are removed
-            raw = props.pop(key, None)
-            if raw is None or due is not None:
-                continue
-            try:
-                due = now + int(raw) * scale if scale else int(raw)
-            except ValueError:
-                return self._refuse(msg, f"property {key}={raw!r} is not an integer")
+        try:
+            due = due_time_ms(props, now)
+        except TimerError as e:
+            return self._refuse(msg, str(e))
+        for k in _TRIGGERS:
+            props.pop(k, None)
         if due <= now:
             return None
         if not self.config.enabled:
