@@ -334,28 +334,16 @@ class TimerWheelStore:
         p = self.precision_ms
         return -(-target_ms // p) * p
 
-    def schedule(self, target_ms: int, now_ms: int, offset_py: int, size_py: int, topic_hash: int = 0,
-                 magic: int = MAGIC_DEFAULT) -> int:
+    def schedule(self, target_ms: int, now_ms: int, offset_py: int, size_py: int) -> int:
         """File one entry; returns the slot time it will fire at."""
-        delay = target_ms - now_ms
-        if delay >= self.roll_window_ms:
-            magic |= MAGIC_ROLL
-            excess = delay - self.roll_window_ms
-            park = self.roll_window_ms // 2 if excess < self.roll_window_ms // 3 else self.roll_window_ms
-            fire_at = self.slot_time(now_ms + park)
-        else:
-            fire_at = self.slot_time(max(target_ms, now_ms))
-        slot = self.wheel.get(fire_at)
-        prev = slot.last_pos if slot else -1
-        pos = self.log.append(prev, magic, now_ms, target_ms - now_ms, offset_py, size_py, topic_hash)
-        self.wheel.put(fire_at, slot.first_pos if slot else pos, pos, (slot.num if slot else 0) + 1)
-        return fire_at
+        return self.schedule_many([(offset_py, size_py, target_ms)], now_ms)[0]
 
     def schedule_many(self, units: list[tuple[int, int, int]], now_ms: int) -> list[int]:
-        """`schedule` for many ``(offset_py, size_py, target_ms)`` at once (the
-        timer queue's units as `MessageStore.read_units` gives them); returns
-        each one's slot time. Same files, same bytes as one `schedule` call
-        per unit; slot records are written once per slot, after its units."""
+        """File ``(offset_py, size_py, target_ms)`` entries (the timer queue's
+        units as `MessageStore.read_units` gives them); returns each one's slot
+        time. A delay at or beyond the roll window is parked at ``now + window``
+        (half the window when the excess is under a third of it) with the ROLL
+        bit. Slot records are written once per slot, after its units."""
         window = self.roll_window_ms
         p = self.precision_ms
         log = self.log
@@ -363,15 +351,12 @@ class TimerWheelStore:
         slots: dict[int, list[int]] = {}  # slot time -> [first_pos, last_pos, num] while filing
         out: list[int] = []
         put = out.append
-        file_size = log.file_size
-        files = log._files
-        pack = _UNIT.pack_into
         for offset_py, size_py, target_ms in units:
             delay = target_ms - now_ms
             if delay >= window:
                 magic = MAGIC_DEFAULT | MAGIC_ROLL
                 park = window // 2 if delay - window < window // 3 else window
-                fire_at = -(-(now_ms + park) // p) * p
+                fire_at = -(-(now_ms + park) // p) * p  # slot_time, inlined
             else:
                 magic = MAGIC_DEFAULT
                 fire_at = -(-(target_ms if target_ms > now_ms else now_ms) // p) * p
@@ -379,14 +364,7 @@ class TimerWheelStore:
             if state is None:
                 slot = wheel.get(fire_at)
                 state = slots[fire_at] = [slot.first_pos, slot.last_pos, slot.num] if slot else [-1, -1, 0]
-            pos = log.write_pos
-            within = pos % file_size
-            m = files.get(pos - within)
-            if m is None or file_size - within < UNIT_SIZE + BLANK_SIZE:  # a new file: the general path
-                pos = log.append(state[1], magic, now_ms, delay, offset_py, size_py, 0)
-            else:
-                pack(m, within, UNIT_SIZE, state[1], magic, now_ms, delay, offset_py, size_py, 0, 0)
-                log.write_pos = pos + UNIT_SIZE
+            pos = log.append(state[1], magic, now_ms, delay, offset_py, size_py, 0)
             if state[2] == 0:
                 state[0] = pos
             state[1] = pos
