@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import resource
-import signal
-from contextlib import contextmanager
+from faults import max_file_size
 
 from core.broker import FlushDiskType, PullStatus, SendStatus, open_broker
 from core.store.message import Message
 
 SEG = 1 << 20
-
-
-@contextmanager
-def max_file_size(limit):
-    """RLIMIT_FSIZE: files cannot grow past ``limit`` (EFBIG), a real OS error."""
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, old_handler)
 
 
 async def test_send_on_a_full_disk_answers_system_error(broker_config, store_config):

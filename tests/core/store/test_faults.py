@@ -3,12 +3,11 @@ public calls, a consume queue with a hole after a crash, and calls that
 must not hang or hand out bytes that are not an entry."""
 
 import os
-import resource
-import signal
 import threading
-from contextlib import contextmanager
 
 import pytest
+
+from faults import max_file_size
 
 from core.store import (
     GetMessageStatus, Message, MessageStore, PutStatus, StoreError, decode_message, encode_message, java_string_hash,
@@ -18,21 +17,6 @@ from core.store.mapped_file import MappedFile
 from .conftest import small_config
 
 SEG = 64 * 1024
-
-
-@contextmanager
-def max_file_size(limit):
-    """RLIMIT_FSIZE: the kernel refuses to make any file larger than ``limit``
-    (EFBIG), like a full disk refuses new blocks: a real OS error on file
-    creation, no mock.  SIGXFSZ is ignored so the call fails instead."""
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, old_handler)
 
 
 def fill_segment(s, topic="T"):
