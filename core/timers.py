@@ -234,22 +234,17 @@ class TimerMessageService:
             taken = self._taken
             # every unit goes to the wheel (a crash replays unfired slots from there); one whose slot
             # is already taken also joins the in-memory queue, to fire at its due time
-            late = [(due, phys, size, False, slot)
-                    for (phys, size, due), slot in zip(units, wheel.schedule_many(units, self.now_ms())) if slot <= taken]
-            if late:
-                self._add_pending(late)
+            for (phys, size, due), slot in zip(units, wheel.schedule_many(units, self.now_ms())):
+                if slot <= taken:
+                    self._add_pending(due, phys, size, False, slot)
             self.scheduled += len(units)
             wheel.checkpoint.counter += len(units)
             self._queue_offset = next_offset
             # no yield between batches: filing keeps up with the senders (a backlog here fires late)
 
-    def _add_pending(self, items: list[tuple[int, int, int, bool, int]]) -> None:
-        """Queue (due, offset, size, roll, slot) timers to fire at their due time."""
-        pending = self._pending
-        out = self._outstanding
-        for item in items:
-            heapq.heappush(pending, item)
-            out[item[4]] = out.get(item[4], 0) + 1
+    def _add_pending(self, due: int, offset: int, size: int, roll: bool, slot: int) -> None:
+        heapq.heappush(self._pending, (due, offset, size, roll, slot))
+        self._outstanding[slot] = self._outstanding.get(slot, 0) + 1
         self._update_read_time()
 
     def _update_read_time(self) -> None:
@@ -280,8 +275,12 @@ class TimerMessageService:
                     log.error("timer slot %d cannot be read, its timers are skipped: %s", slot, e)
                     units = []
                 if units:
-                    self._add_pending([(slot - precision if u.magic & MAGIC_ROLL else u.write_time_ms + u.delayed_ms,
-                                        u.offset_py, u.size_py, bool(u.magic & MAGIC_ROLL), slot) for u in units])
+                    push = heapq.heappush
+                    for u in units:
+                        roll = bool(u.magic & MAGIC_ROLL)
+                        push(pending, (slot - precision if roll else u.write_time_ms + u.delayed_ms,
+                                       u.offset_py, u.size_py, roll, slot))
+                    self._outstanding[slot] = self._outstanding.get(slot, 0) + len(units)
                 self._taken = slot
             self._update_read_time()
             if not pending or pending[0][0] > now:
