@@ -234,9 +234,11 @@ class TimerMessageService:
             taken = self._taken
             # every unit goes to the wheel (a crash replays unfired slots from there); one whose slot
             # is already taken also joins the in-memory queue, to fire at its due time
-            for (phys, size, due), slot in zip(units, wheel.schedule_many(units, self.now_ms())):
-                if slot <= taken:
-                    self._add_pending(due, phys, size, False, slot)
+            slots = wheel.schedule_many(units, self.now_ms())
+            if min(slots) <= taken:
+                for (phys, size, due), slot in zip(units, slots):
+                    if slot <= taken:
+                        self._add_pending(due, phys, size, False, slot)
             self.scheduled += len(units)
             wheel.checkpoint.counter += len(units)
             self._queue_offset = next_offset

@@ -150,13 +150,15 @@ class SendPath:
         append = results.append
         prepared: list[_Prepared] = []
         add = prepared.append
-        check = self._check_known
+        check = self._check_topic
         prepare = self._prepare
+        writable = self._writable()  # broker state, checked again after each await
         try:
             for msg, qid in items:
-                checked = check(msg, qid, internal)
+                checked = check(msg, qid, internal) if writable else self._refuse_state(msg.topic)
                 if checked is None:  # a topic to create first (may persist the topic table)
                     checked = await self._check_send(msg, qid, DEFAULT_TOPIC, None, internal)
+                    writable = self._writable()
                 if checked.__class__ is not SendResult:
                     checked = prepare(msg, checked[0], checked[1])
                     if checked.__class__ is not SendResult:
@@ -291,9 +293,17 @@ class SendPath:
     def _check_known(self, msg: Message, queue_id: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult | None:
         """``msgCheck`` for a topic that exists: broker state, topic permission,
         queue id. None when the topic is not known yet (`_check_send` creates it)."""
+        if not self._writable():
+            return self._refuse_state(msg.topic)
+        return self._check_topic(msg, queue_id, internal)
+
+    def _writable(self) -> bool:
+        config = self.config
+        return self._running and config.broker_role is not BrokerRole.SLAVE and bool(config.broker_permission & PERM_WRITE)
+
+    def _check_topic(self, msg: Message, queue_id: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult | None:
+        """`_check_known` once the broker takes writes: topic permission and queue id."""
         topic = msg.topic
-        if not self._running or self.config.broker_role is BrokerRole.SLAVE or not self.config.broker_permission & PERM_WRITE:
-            return self._refuse_state(topic)
         cfg = self.topics.get(topic)
         if cfg is None:
             return None

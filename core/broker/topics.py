@@ -165,6 +165,7 @@ class TopicTable:
 
     def __init__(self, *, auto_create: bool, default_queue_nums: int, system_topics: dict[str, TopicConfig] | None = None):
         self._table: dict[str, TopicConfig] = {}
+        self.get: Callable[[str], TopicConfig | None] = self._table.get  # name -> config or None (every send asks)
         self.data_version = DataVersion(int(time.time() * 1000), 0)
         self.auto_create = auto_create
         self._listeners: list[TopicListener] = []
@@ -179,9 +180,6 @@ class TopicTable:
 
     def __len__(self) -> int:
         return len(self._table)
-
-    def get(self, name: str) -> TopicConfig | None:
-        return self._table.get(name)
 
     def all(self) -> dict[str, TopicConfig]:
         return dict(self._table)

@@ -28,10 +28,9 @@ The facade, `MessageStore(config: StoreConfig)`:
   ack needs); ``flush() -> flushed_offset`` (log, then queues, index,
   checkpoint: call it every flushIntervalCommitLog ms in either flush mode).
 - ``add_dispatch_listener(cb)`` / ``remove_dispatch_listener(cb)``:
-  ``cb(topic, queue_id, next_queue_offset)`` after each consume-queue append
-  (multi-dispatch queues included; ``append_many`` calls it once per queue,
-  with the newest offset), on the appending thread, after the store lock is
-  released.
+  ``cb(topic, queue_id, next_queue_offset)`` once per queue an append call
+  wrote to (multi-dispatch queues included), with its newest offset, on the
+  appending thread, after the store lock is released.
 - ``get_messages(topic, queue_id, offset, max_count=32, tag_codes=None,
   max_bytes=256 KiB) -> GetResult``: ``status`` (`GetMessageStatus`),
   ``messages`` (raw entries = pull body items), ``queue_offsets``,

@@ -166,8 +166,9 @@ class MessageStore:
             cq = self._queues[(topic, queue_id)] = ConsumeQueue(topic, queue_id, directory, self.config.mapped_file_size_consume_queue)
         return cq
 
-    def _append_locked(self, enc: EncodedMessage, notes: list, ts: int = 0) -> tuple[int, int, int]:
+    def _append_locked(self, enc: EncodedMessage, notes: dict, ts: int = 0) -> tuple[int, int, int]:
         """Write one entry and its units; return (phys, queue offset, store ts).
+        ``notes`` gets each queue's new max offset (what listeners hear).
         ``OSError`` (a file the disk cannot give) only before anything is
         written: queue files first, then the log (which rolls before writing).
         ``ts`` 0 = now. The hot path: kept flat on purpose (each call costs ~0.1 us)."""
@@ -196,12 +197,12 @@ class MessageStore:
                 cl.reserve([size, *(r.size for r in refs)])
         phys = cl.append(enc, qoff, ts)
         tags = enc.tags_code
-        notes.append((topic, qid, cq.append(phys, size, tags)))
+        notes[(topic, qid)] = cq.append(phys, size, tags)
         dirty = self._dirty
         dirty.add(cq)
         if multi:
             for name, lcq in zip(multi, lcqs):
-                notes.append((name, 0, lcq.append(phys, size, tags)))
+                notes[(name, 0)] = lcq.append(phys, size, tags)
                 dirty.add(lcq)
             for ref in enc.dispatch_refs:  # the names that did not fit, durable for replay
                 ref.point_at(phys)
@@ -210,9 +211,9 @@ class MessageStore:
             self._pending_index.append((topic, enc.uniq_key, enc.keys, phys, size, ts))
         return phys, qoff, ts
 
-    def _notify(self, notes: list) -> None:
+    def _notify(self, notes: dict) -> None:
         for cb in self._listeners:
-            for topic, qid, nxt in notes:
+            for (topic, qid), nxt in notes.items():
                 cb(topic, qid, nxt)
 
     def append(self, msg: Message | EncodedMessage) -> PutResult:
@@ -225,7 +226,7 @@ class MessageStore:
             enc = self._encode(msg)
             if enc.__class__ is PutStatus:
                 return PutResult(enc)
-        notes: list = []
+        notes: dict = {}
         try:
             with self._lock:
                 phys, qoff, ts = self._append_locked(enc, notes)
@@ -248,7 +249,7 @@ class MessageStore:
             encs.append(enc)
         if not encs:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
-        notes: list = []
+        notes: dict = {}
         offsets = []
         total = 0
         with self._lock:
@@ -280,17 +281,15 @@ class MessageStore:
         if not self._running:
             return PutStatus.SERVICE_NOT_AVAILABLE, [], 0
         max_entry = self._max_entry
-        good = [enc for enc in encs if enc.size <= max_entry and enc.topic != DELETE_QUEUE_TOPIC]
-        notes: list = []
+        notes: dict = {}  # (topic, queue id) -> newest max offset
         rows: list[tuple[int, int] | None] = []
         row = rows.append
         append_locked = self._append_locked
         with self._lock:
-            if good:
-                try:
-                    self._reserve(good)
-                except OSError as e:
-                    return self._file_failed(e).status, [], 0
+            try:
+                self._reserve(encs)
+            except OSError as e:
+                return self._file_failed(e).status, [], 0
             ts = time.time_ns() // 1_000_000  # one store time for the call (never before the last one)
             for enc in encs:
                 if enc.size > max_entry or enc.topic == DELETE_QUEUE_TOPIC:
@@ -299,32 +298,28 @@ class MessageStore:
                 phys, qoff, ts = append_locked(enc, notes, ts)
                 row((phys, qoff))
         if self._listeners:
-            latest: dict[tuple[str, int], int] = {}
-            get = latest.get
-            for topic, qid, nxt in notes:
-                if nxt > get((topic, qid), -1):
-                    latest[(topic, qid)] = nxt
-            for cb in self._listeners:
-                for (topic, qid), nxt in latest.items():
-                    cb(topic, qid, nxt)
+            self._notify(notes)
         return PutStatus.PUT_OK, rows, ts
 
     def _reserve(self, encs: list[EncodedMessage]) -> None:
         """Create every file a batch needs (caller holds the lock); ``OSError``
         before anything is written, so a batch is stored whole or not at all.
+        Entries the store refuses (too big, reserved topic) need nothing.
         Usually every file is there already: the first loop only checks that."""
         queues = self._queues
         n_all = len(encs)
         cl = self.commitlog
+        max_entry = self._max_entry
         total = 8
         for enc in encs:  # fast check: room for the whole batch in each queue and the segment
             cq = queues.get((enc.topic, enc.queue_id))
-            if cq is None or enc.multi_dispatch or (cq.max_offset + n_all) * UNIT_SIZE > cq.room_end:
+            if cq is None or enc.multi_dispatch or enc.size > max_entry or (cq.max_offset + n_all) * UNIT_SIZE > cq.room_end:
                 break
             total += enc.size
         else:
             if cl.write_pos - cl.current.start + total <= cl.segment_size:
                 return
+        encs = [enc for enc in encs if enc.size <= max_entry and enc.topic != DELETE_QUEUE_TOPIC]  # what is written
         need: dict[tuple[str, int], int] = {}
         get = need.get
         for enc in encs:
