@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import signal
 from functools import partial
+from typing import Any
 
 import trio
 
@@ -28,6 +29,7 @@ from core.broker import Broker, configs_from_dict
 from core.broker.config import ConfigError as BrokerConfigError
 from core.namesrv import run_namesrv
 from core.processors.runner import run_broker_remoting
+from core.store.timer import PRECISIONS_MS
 from core.timers import TimerConfig, TimerMessageService
 
 from .config import ConfigError, ServeConfig
@@ -41,16 +43,51 @@ _TIMER_KEYS = {
     "timerMaxDelaySec": "max_delay_s",
     "timerRollWindowSlot": "roll_window_slots",
 }
+# The timer log keeps a unit's delay as a signed 32-bit count of ms (core/store/timer.py).
+TIMER_MAX_DELAY_LIMIT_S = (2**31 - 1) // 1000  # 2147483 s, 24.8 days
+# TimerWheelStore caps the roll window at the wheel's slot count less 60 slots;
+# the TOML file cannot change the slot count, so its default bounds the key.
+TIMER_ROLL_WINDOW_LIMIT = TimerConfig().slots_total - 60
+
+
+def _timer_int(key: str, value: Any, low: int, high: int | None, allowed: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        raise ConfigError(f"[broker] {key} must be an integer {allowed}, not {value!r}")
+    return value
+
+
+def _check_timer_value(key: str, value: Any) -> Any:
+    """The value of one timer key, or a ConfigError naming key, value and range.
+
+    TOML gives real booleans and integers: a string such as ``"10"`` is
+    refused, not converted (the timer path compares it with numbers).
+    """
+    if key == "timerWheelEnable":
+        if not isinstance(value, bool):
+            raise ConfigError(f"[broker] timerWheelEnable must be true or false, not {value!r}")
+        return value
+    if key == "timerPrecisionMs":
+        return _timer_int(key, value, PRECISIONS_MS[0], None,
+                          f">= {PRECISIONS_MS[0]} (ms: 100, 200, 500 or 1000; others round down to one of these)")
+    if key == "timerMaxDelaySec":
+        return _timer_int(key, value, 1, TIMER_MAX_DELAY_LIMIT_S,
+                          f"in 1..{TIMER_MAX_DELAY_LIMIT_S} (seconds; the timer log stores a delay as a signed "
+                          f"32-bit ms count, so at most 24.8 days)")
+    assert key == "timerRollWindowSlot"
+    return _timer_int(key, value, 1, TIMER_ROLL_WINDOW_LIMIT,
+                      f"in 1..{TIMER_ROLL_WINDOW_LIMIT} (slots; the wheel has {TimerConfig().slots_total} "
+                      f"and keeps 60 of them out of the window)")
 
 
 def split_timer_config(table: dict) -> tuple[dict, TimerConfig]:
-    """Take the timer keys out of a [broker] table; the rest is the broker's."""
+    """Take the timer keys out of a [broker] table; the rest is the broker's.
+
+    Every value is checked here, before anything starts: a bad one is a
+    `ConfigError` at start, never a failure of the first timer send.
+    """
     rest = dict(table)
-    values = {field: rest.pop(key) for key, field in _TIMER_KEYS.items() if key in rest}
-    try:
-        return rest, TimerConfig(**values)
-    except TypeError as e:  # pragma: no cover - keys are fixed above
-        raise ConfigError(str(e)) from None
+    values = {field: _check_timer_value(key, rest.pop(key)) for key, field in _TIMER_KEYS.items() if key in rest}
+    return rest, TimerConfig(**values)
 
 
 def broker_configs(cfg: ServeConfig):

@@ -14,7 +14,8 @@ from gateway.auth import SECURITY_KEYS
 from gateway.config import _TOP_KEYS
 from gateway.limits import LIMIT_KEYS
 from gateway.listeners import LISTENER_KEYS
-from gateway.serve import _TIMER_KEYS
+from core.timers import TimerConfig
+from gateway.serve import _TIMER_KEYS, TIMER_MAX_DELAY_LIMIT_S, TIMER_ROLL_WINDOW_LIMIT
 from gateway.settings import SESSION_KEYS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
@@ -37,3 +38,17 @@ def test_every_accepted_key_is_documented():
 
 def test_every_documented_key_is_accepted():
     assert documented() - accepted() == set()
+
+
+def row(key: str) -> str:
+    return re.search(rf"^\| `{key}` \|.*$", DOC.read_text(), re.M).group(0)
+
+
+def test_timer_rows_state_the_defaults_and_ranges_the_code_enforces():
+    c = TimerConfig()
+    assert row("timerWheelEnable").startswith(f"| `timerWheelEnable` | `{str(c.enabled).lower()}` |")
+    assert row("timerPrecisionMs").startswith(f"| `timerPrecisionMs` | `{c.precision_ms}` |")
+    assert "100, 200, 500 or 1000" in row("timerPrecisionMs")
+    assert row("timerMaxDelaySec").startswith(f"| `timerMaxDelaySec` | `{c.max_delay_s}` |")
+    assert f"1..{TIMER_MAX_DELAY_LIMIT_S}" in row("timerMaxDelaySec")
+    assert f"1..{TIMER_ROLL_WINDOW_LIMIT}" in row("timerRollWindowSlot")

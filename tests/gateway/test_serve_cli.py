@@ -118,3 +118,23 @@ def test_broker_table_namesrv_addr_is_used(tmp_path):
             assert f"127.0.0.1:{br}" in cluster_info(ns)
         finally:
             assert broker.stop() == 0
+
+
+@pytest.mark.parametrize("line, words", [
+    ('timerMaxDelaySec = "10"', ["[broker] timerMaxDelaySec", "1..2147483", "'10'"]),
+    ("timerMaxDelaySec = 3000000", ["[broker] timerMaxDelaySec", "1..2147483", "3000000"]),
+    ('timerRollWindowSlot = "x"', ["[broker] timerRollWindowSlot", "'x'"]),
+    ('timerWheelEnable = "false"', ["[broker] timerWheelEnable", "true or false"]),
+    ("timerPrecisionMs = 10", ["[broker] timerPrecisionMs", "100, 200, 500 or 1000"]),
+])
+def test_bad_timer_key_is_refused_at_start(tmp_path, line, words):
+    """A bad timer value stops `serve` before anything listens, never at the first timer send."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[broker]\n{line}\n")
+    data = tmp_path / "data"
+    r = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir", str(data),
+                        *NO_MQTT, "--namesrv-port", "0", "--broker-port", str(free_port())],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert all(w in r.stderr for w in words), r.stderr
+    assert "ready:" not in r.stderr and not data.exists()  # refused before the store was opened
