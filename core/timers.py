@@ -32,7 +32,16 @@ Rules kept here:
   of a slot are stored (durable when the broker is SYNC_FLUSH), and the
   timer queue offset only after the wheel and log are flushed; after a
   crash the service replays from there. A timer may fire twice around a
-  crash (same UNIQ_KEY); none is lost.
+  crash (same UNIQ_KEY); none is lost. A slot fires over its whole
+  precision, so the checkpoint also says up to which time (and timer log
+  position) its timers are stored (`_fired_through`): after a clean stop
+  none fires twice.
+- A delivery the store refuses for now (not writable, shutting down, a
+  file it cannot make) stays pending and is tried again; only
+  MESSAGE_ILLEGAL drops a timer (logged). A stored batch is booked even
+  when the service is being cancelled.
+- Producers cannot send to ``rmq_sys_wheel_timer`` themselves
+  (NO_PERMISSION): an entry there names its own real topic and due time.
 - A timer whose slot has already been taken still goes to the wheel (for
   replay) and joins the heap; ``_read_time`` (what the checkpoint saves) stays
   before the earliest slot with a timer not yet stored.
@@ -56,26 +65,23 @@ import trio
 
 from core.broker import Broker, SendResult, SendStatus
 from core.store.message import (
-    PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_OUT_MS, TIMER_TOPIC, TRANSACTION_MASK,
+    PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_OUT_MS, TIMER_TOPIC, TIMER_TRIGGERS, TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, Message, message_from_entry,
 )
 from core.store.timer import MAGIC_DEFAULT, MAGIC_ROLL, TimerWheelStore
 
 log = logging.getLogger(__name__)
 
-TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-TIMER_DELAY_MS = "TIMER_DELAY_MS"
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-START_DELIVER_TIME = "__STARTDELIVERTIME"
+TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, START_DELIVER_TIME = TIMER_TRIGGERS
 TIMER_OUT_MS = PROPERTY_TIMER_OUT_MS
 TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
 TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
-_TRIGGERS = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, START_DELIVER_TIME)
 _HALF_TYPES = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 _TRIGGER_SCALES = ((TIMER_DELAY_SEC, 1000), (TIMER_DELAY_MS, 1), (TIMER_DELIVER_MS, 0), (START_DELIVER_TIME, 0))  # 0: absolute
 _ENQUEUE_BATCH = 4096
 _FIRE_BATCH = 1 << 20  # when behind, fire everything due in one go: firing goes before new sends
+_RETRY_S = 0.5  # pause before storing again timers the store refused for now
 
 
 def wall_clock_ms() -> int:
@@ -131,6 +137,8 @@ class TimerMessageService:
         self._taken = 0  # every slot up to this time has been read out of the wheel into _pending
         self._pending: list[tuple[int, int, int, bool, int]] = []  # heap of (due, offset, size, roll, slot)
         self._outstanding: dict[int, int] = {}  # slot time -> timers of it in _pending or being stored
+        self._delivering: int | None = None  # the earliest heap key of the batch being stored
+        self._stored_through = (0, 0)  # from the checkpoint: (time, log position), see `_fired_through`
         self._wake = trio.Event()
         self.fired = 0
         self.rolled = 0
@@ -142,10 +150,10 @@ class TimerMessageService:
 
     def put_hook(self, msg: Message) -> SendResult | None:
         props = msg.properties
-        if props.keys().isdisjoint(_TRIGGERS) or msg.topic == TIMER_TOPIC:  # every send comes here: kept cheap
+        if props.keys().isdisjoint(TIMER_TRIGGERS) or msg.topic == TIMER_TOPIC:  # every send comes here: kept cheap
             return None
         if props.get(PROPERTY_DELAY, "0") not in ("", "0"):
-            for k in _TRIGGERS:  # the 4.x delay level wins
+            for k in TIMER_TRIGGERS:  # the 4.x delay level wins
                 props.pop(k, None)
             return None
         if msg.sysflag & TRANSACTION_MASK in _HALF_TYPES:
@@ -155,7 +163,7 @@ class TimerMessageService:
             due = due_time_ms(props, now)
         except TimerError as e:
             return self._refuse(msg, str(e))
-        for k in _TRIGGERS:
+        for k in TIMER_TRIGGERS:
             props.pop(k, None)
         if due <= now:
             return None
@@ -193,6 +201,7 @@ class TimerMessageService:
         now = self.now_ms()
         self._read_time = cp.last_read_time_ms or (now // precision * precision)
         self._taken = self._read_time
+        self._stored_through = (cp.fired_through_ms, cp.fired_through_pos)
         await self.broker.ensure_topic(TIMER_TOPIC, 1)
         try:
             async with trio.open_nursery() as nursery:
@@ -249,6 +258,19 @@ class TimerMessageService:
         self._outstanding[slot] = self._outstanding.get(slot, 0) + 1
         self._update_read_time()
 
+    def _fired_through(self) -> int:
+        """A time such that every timer taken out of the wheel with a heap key
+        (due time; slot start for a roll) up to it has been stored: the heap
+        fires in key order, and slots not taken yet hold only later keys. A
+        slot fires over its whole precision, so after a restart this, not
+        ``_read_time``, tells which of a part-fired slot's timers are done."""
+        through = self._taken
+        if self._pending and self._pending[0][0] < through:
+            through = self._pending[0][0]
+        if self._delivering is not None and self._delivering < through:
+            through = self._delivering
+        return through - 1
+
     def _update_read_time(self) -> None:
         """Slots before the earliest one with a timer not yet stored are done (what the checkpoint saves)."""
         out = self._outstanding
@@ -278,11 +300,17 @@ class TimerMessageService:
                     units = []
                 if units:
                     push = heapq.heappush
+                    stored_ms, stored_pos = self._stored_through
+                    n = 0
                     for u in units:
                         roll = bool(u.magic & MAGIC_ROLL)
-                        push(pending, (slot - precision if roll else u.write_time_ms + u.delayed_ms,
-                                       u.offset_py, u.size_py, roll, slot))
-                    self._outstanding[slot] = self._outstanding.get(slot, 0) + len(units)
+                        key = slot - precision if roll else u.write_time_ms + u.delayed_ms
+                        if key <= stored_ms and u.pos < stored_pos:
+                            continue  # stored before the last checkpoint (a slot fires over its whole precision)
+                        push(pending, (key, u.offset_py, u.size_py, roll, slot))
+                        n += 1
+                    if n:
+                        self._outstanding[slot] = self._outstanding.get(slot, 0) + n
                 self._taken = slot
             self._update_read_time()
             if not pending or pending[0][0] > now:
@@ -290,9 +318,15 @@ class TimerMessageService:
             batch = []
             while pending and pending[0][0] <= now and len(batch) < _FIRE_BATCH:
                 batch.append(pop(pending))
-            await self._deliver(batch)
+            self._delivering = batch[0][0]
+            with trio.CancelScope(shield=True):  # a stored batch is booked before shutdown (bounded by the flush wait)
+                retry = await self._deliver(batch)
+            self._delivering = None
             out = self._outstanding
             for item in batch:
+                if retry and item in retry:
+                    heapq.heappush(pending, item)  # its slot stays outstanding: not claimed by the checkpoint
+                    continue
                 slot = item[4]
                 left = out[slot] - 1
                 if left:
@@ -300,13 +334,20 @@ class TimerMessageService:
                 else:
                     del out[slot]
             self._update_read_time()
+            if retry:  # the store refuses for now (shutting down, a file it cannot make): try again soon
+                await trio.sleep(_RETRY_S)
             return  # one batch a turn: the caller files new timers between batches, so none is filed late
 
-    async def _deliver(self, items: list[tuple[int, int, int, bool, int]]) -> None:
-        """Store the real messages of fired timers (or roll them on); one flush wait."""
+    async def _deliver(self, items: list[tuple[int, int, int, bool, int]]) -> set:
+        """Store the real messages of fired timers (or roll them on); one flush wait.
+        Returns the items the store refused for now, to be tried again (like
+        RocketMQ's PUT_NEED_RETRY); a refusal for good (MESSAGE_ILLEGAL) is
+        logged and dropped."""
         out: list[tuple[Message, int | None]] = []
+        sent = []
         now_text = str(self.now_ms())
-        for _due, offset, _size, roll, _slot in items:
+        for item in items:
+            offset, roll = item[1], item[3]
             raw = self.broker.store.read_at(offset)  # page-cache read: inline, no thread
             if raw is None:
                 log.error("timer entry at commit log offset %d is gone (retention?); it cannot fire", offset)
@@ -314,11 +355,10 @@ class TimerMessageService:
                 continue
             msg, store_ts = message_from_entry(raw)
             props = msg.properties
+            sent.append(item)
             if roll:
                 props[TIMER_ROLL_TIMES] = str(int(props.get(TIMER_ROLL_TIMES, "0")) + 1)
                 msg.topic, msg.queue_id = TIMER_TOPIC, 0
-                self.rolled += 1
-                self.wheel.checkpoint.counter -= 1  # counted again when re-enqueued
                 out.append((msg, 0))
                 continue
             msg.topic = props.pop(PROPERTY_REAL_TOPIC, msg.topic)
@@ -327,14 +367,26 @@ class TimerMessageService:
             props[TIMER_DEQUEUE_MS] = now_text
             out.append((msg, qid))
         if not out:
-            return
+            return set()
         results = await self.broker.send_many(out, internal=True)
-        for (msg, _), r in zip(out, results):
-            if not r.ok:
-                log.error("timer delivery to %s failed: %s %s", msg.topic, r.status.name, r.remark)
-            elif msg.topic != TIMER_TOPIC:
-                self.fired += 1
-                self.wheel.checkpoint.counter -= 1
+        retry = set()
+        counter = self.wheel.checkpoint
+        for item, (msg, _), r in zip(sent, out, results):
+            if r.ok:
+                if item[3]:
+                    self.rolled += 1
+                else:
+                    self.fired += 1
+                counter.counter -= 1  # a roll is counted again when re-enqueued
+            elif r.status is SendStatus.MESSAGE_ILLEGAL:
+                log.error("timer delivery to %s refused for good, dropped: %s", msg.topic, r.remark)
+                counter.counter -= 1
+            else:
+                retry.add(item)
+        if retry:
+            log.warning("%d timer deliveries refused for now (%s), tried again in %.1f s", len(retry),
+                        next(r.status.name for r in results if not r.ok), _RETRY_S)
+        return retry
 
     async def _checkpoint(self) -> None:
         """Flush the wheel and log, then record how far enqueue and firing got.
@@ -347,7 +399,8 @@ class TimerMessageService:
             return
         snapshot = dataclasses.replace(wheel.checkpoint, last_timer_queue_offset=self._queue_offset,
                                        last_read_time_ms=self._read_time, timestamp=self.now_ms(),
-                                       last_timerlog_flush_pos=wheel.log.write_pos)
+                                       last_timerlog_flush_pos=wheel.log.write_pos,
+                                       fired_through_ms=self._fired_through(), fired_through_pos=wheel.log.write_pos)
 
         def save() -> None:
             wheel.log.flush()
@@ -356,8 +409,8 @@ class TimerMessageService:
 
         await trio.to_thread.run_sync(save)
         live = wheel.checkpoint  # what TimerWheelStore.close() saves last
-        live.last_timer_queue_offset = snapshot.last_timer_queue_offset
-        live.last_read_time_ms = snapshot.last_read_time_ms
+        for name in ("last_timer_queue_offset", "last_read_time_ms", "timestamp", "fired_through_ms", "fired_through_pos"):
+            setattr(live, name, getattr(snapshot, name))
         # here, in the trio thread with no flush running: timer log files every unit of which has fired
         gone = wheel.clean(snapshot.last_read_time_ms)
         if gone:

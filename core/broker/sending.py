@@ -32,7 +32,7 @@ import trio
 
 from core.store.errors import PutStatus
 from core.store.message import (
-    MULTI_TAGS_FLAG, PROPERTY_CLUSTER, PROPERTY_DELAY, PROPERTY_TRAN_MSG, PROPERTY_UNIQ_KEY, PROPERTY_WAIT,
+    MULTI_TAGS_FLAG, PROPERTY_CLUSTER, PROPERTY_DELAY, PROPERTY_TRAN_MSG, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, TIMER_TRIGGERS,
     EncodedMessage, Message,
 )
 
@@ -417,13 +417,16 @@ class SendPath:
 
 
 def _refuse_batch(msgs: list[Message]) -> SendResult | None:
-    """Batches hold one topic and no delayed or transactional message (MESSAGE_ILLEGAL)."""
+    """Batches hold one topic and no delayed, timer or transactional message
+    (MESSAGE_ILLEGAL: the put hooks that would park them do not run on batches)."""
     if not msgs:
         return SendResult(SendStatus.MESSAGE_ILLEGAL, remark="empty batch")
     topic = msgs[0].topic
     for m in msgs:
         if m.topic != topic:
             return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark="a batch holds one topic")
-        if m.properties.get(PROPERTY_DELAY, "0") not in ("", "0") or m.properties.get(PROPERTY_TRAN_MSG) == "true":
+        props = m.properties
+        if (props.get(PROPERTY_DELAY, "0") not in ("", "0") or props.get(PROPERTY_TRAN_MSG) == "true"
+                or not props.keys().isdisjoint(TIMER_TRIGGERS)):
             return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark="batch messages may not be delayed or transactional")
     return None

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from core.store.message import TIMER_TOPIC
+
 from .config import PERM_INHERIT, PERM_READ, PERM_WRITE
 
 TOPIC_MAX_LENGTH = 127
@@ -49,9 +51,11 @@ SYSTEM_TOPICS = frozenset({
     DEFAULT_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, SCHEDULE_TOPIC, TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TRACE_TOPIC, BENCHMARK_TOPIC,
 })
-# Producers may not send to these (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET);
+# Producers may not send to these (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET, and
+# the timer wheel's topic: an entry there names its own real topic and due time);
 # the broker's own services write them through ``send(..., internal=True)``.
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+                                     TIMER_TOPIC})
 
 
 def validate_topic(name: str) -> str | None:

@@ -194,6 +194,8 @@ def _numpy_ready() -> bool:
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # RocketMQ 5's timer topic (core.timers parks messages there)
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+# what asks for a timer, in the order that decides when several are set (core.timers)
+TIMER_TRIGGERS = ("TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS", "__STARTDELIVERTIME")
 
 
 def queue_tags_code(topic: str, props: dict[str, str]) -> int:

@@ -23,7 +23,10 @@ A timer message is first stored in the commit log (topic
 
 ``config/timercheck`` 4 KiB: lastReadTimeMs, lastTimerLogFlushPos,
   lastTimerQueueOffset, masterTimerQueueOffset, stateVersion, timestamp,
-  counter (int64 each).
+  counter (int64 each; RocketMQ's fields), then two of ours that RocketMQ
+  leaves zero: firedThroughMs and firedThroughLogPos (every unit written
+  before that log position whose firing time is at or before that time has
+  been stored, so a restart does not fire it again).
 
 Rules kept here:
 - A unit's slot time is its target rounded *up* to the precision, so a
@@ -57,8 +60,9 @@ UNIT_SIZE = 52
 _UNIT = struct.Struct(">iqiqiqiiq")
 _SLOT = struct.Struct(">qqqii")
 _BLANK = struct.Struct(">iqi")
-_CHECKPOINT = struct.Struct(">qqqqqqq")
+_CHECKPOINT = struct.Struct(">qqqqqqqqq")
 BLANK_SIZE = _BLANK.size  # 16
+_INT32 = 1 << 31
 assert _UNIT.size == UNIT_SIZE and _SLOT.size == 32
 
 PRECISIONS_MS = (100, 200, 500, 1000)
@@ -282,6 +286,8 @@ class TimerCheckpoint:
     state_version: int = 0
     timestamp: int = 0
     counter: int = 0
+    fired_through_ms: int = 0
+    fired_through_pos: int = 0
 
     @classmethod
     def load(cls, path: Path) -> "TimerCheckpoint":
@@ -289,14 +295,16 @@ class TimerCheckpoint:
         cp = cls(path)
         if path.exists() and path.stat().st_size >= _CHECKPOINT.size:
             (cp.last_read_time_ms, cp.last_timerlog_flush_pos, cp.last_timer_queue_offset,
-             cp.master_timer_queue_offset, cp.state_version, cp.timestamp, cp.counter) = _CHECKPOINT.unpack_from(path.read_bytes())
+             cp.master_timer_queue_offset, cp.state_version, cp.timestamp, cp.counter, cp.fired_through_ms,
+             cp.fired_through_pos) = _CHECKPOINT.unpack_from(path.read_bytes())
         return cp
 
     def save(self) -> None:
         """Write the 4 KiB page to a temp file, fsync, rename: never half-written."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = _CHECKPOINT.pack(self.last_read_time_ms, self.last_timerlog_flush_pos, self.last_timer_queue_offset,
-                                self.master_timer_queue_offset, self.state_version, self.timestamp, self.counter)
+                                self.master_timer_queue_offset, self.state_version, self.timestamp, self.counter,
+                                self.fired_through_ms, self.fired_through_pos)
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
             f.write(data.ljust(4096, b"\0"))
@@ -364,6 +372,8 @@ class TimerWheelStore:
             if state is None:
                 slot = wheel.get(fire_at)
                 state = slots[fire_at] = [slot.first_pos, slot.last_pos, slot.num] if slot else [-1, -1, 0]
+            if not -_INT32 <= delay < _INT32:  # the unit's delay field is an int32 of ms; the slot says when it fires
+                delay = _INT32 - 1 if delay > 0 else -_INT32  # (a far roll, or a garbage target replayed from an old log)
             pos = log.append(state[1], magic, now_ms, delay, offset_py, size_py, 0)
             if state[2] == 0:
                 state[0] = pos

@@ -6,13 +6,14 @@ wall clock is derived from it, so a 10 s delay takes no real time.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 import trio
 import trio.testing
 
-from core.broker import BrokerConfig, SendStatus, TopicConfig, open_broker
+from core.broker import PERM_READ, BrokerConfig, SendStatus, TopicConfig, open_broker
 from core.store import StoreConfig
 from core.store.message import Message
 from core.timers import TIMER_TOPIC, TimerConfig, TimerMessageService
@@ -144,24 +145,84 @@ async def test_delivered_message_keeps_body_tags_and_queue(autojump_clock, tmp_p
         nursery.cancel_scope.cancel()
 
 
-async def test_a_restart_midway_loses_none(autojump_clock, tmp_path):
+async def test_a_restart_midway_loses_none_and_fires_none_twice(autojump_clock, tmp_path):
+    """A clean restart while slots are part-fired (precision 1 s: a slot fires
+    over a whole second) fires every timer exactly once, and the pending count
+    comes back to zero (it is the checkpoint's counter)."""
     rnd = random.Random(9)
-    keys = set()
+    timers = dataclasses.replace(TEST_TIMERS, precision_ms=1000, slots_total=120, roll_window_slots=60)
+    keys = []
     async with trio.open_nursery() as nursery:
-        broker, service = await start(nursery, tmp_path)
+        broker, service = await start(nursery, tmp_path, timers)
         for i in range(300):
             r = await broker.send(Message("T", b"%d" % i, properties={"TIMER_DELAY_MS": str(rnd.randrange(100, 8000))}))
-            keys.add(r.uniq_key)
-        await trio.sleep(3)
+            keys.append(r.uniq_key)
+        await trio.sleep(3.5)
+        fired_before = service.fired
         nursery.cancel_scope.cancel()
+    assert 0 < fired_before < 300
     async with trio.open_nursery() as nursery:
-        broker, service = await start(nursery, tmp_path)
+        broker, service = await start(nursery, tmp_path, timers)
         await trio.sleep(8)
-        got = set()
+        got = []
         for q in range(4):
             for m in (await broker.read_queue("T", q, 0, 1000)).messages():
-                got.add(m.properties["UNIQ_KEY"])
-        assert got == keys
+                got.append(m.properties["UNIQ_KEY"])
+        assert sorted(got) == sorted(keys)  # each once
+        assert fired_before + service.fired == 300 and service.pending == 0
+        assert service.wheel.checkpoint.counter == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_timers_the_store_refuses_for_now_fire_later(autojump_clock, tmp_path):
+    """While the broker takes no writes (brokerPermission without write), due
+    timers wait and are tried again; none is lost or fired twice."""
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        arrivals = Arrivals(broker)
+        for i in range(20):
+            assert (await broker.send(Message("T", b"%d" % i, properties={"TIMER_DELAY_MS": str(500 + 10 * i)}))).ok
+        writable = broker.config
+        broker.config = dataclasses.replace(writable, broker_permission=PERM_READ)
+        await trio.sleep(3)
+        assert arrivals.count == 0 and service.fired == 0 and service.pending == 20
+        broker.config = writable
+        await trio.sleep(1)
+        assert arrivals.count == 20 and service.fired == 20 and service.pending == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_producers_cannot_send_to_the_timer_topic(autojump_clock, tmp_path):
+    """An entry of the timer topic names its own real topic and due time: only
+    the broker writes there (a producer would bypass the maximum delay and the
+    real topic's permissions)."""
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        forged = Message(TIMER_TOPIC, b"x", properties={"TIMER_OUT_MS": str(clock_ms() + 30 * 86400_000),
+                                                         "REAL_TOPIC": "T", "REAL_QID": "0"})
+        r = await broker.send(forged, 0)
+        assert r.status is SendStatus.NO_PERMISSION and TIMER_TOPIC in r.remark
+        assert broker.max_offset(TIMER_TOPIC, 0) == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_odd_entries_in_the_timer_queue_do_not_stop_the_service(autojump_clock, tmp_path):
+    """Entries the put hook would never make (a due time 30 days ahead: more
+    than the timer log's int32 delay field holds; an unreadable due time), as
+    an old or foreign log may hold: the far one is parked, the unreadable one
+    fires at once, and later timers still fire."""
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        arrivals = Arrivals(broker)
+        for key, due in (("far", str(clock_ms() + 30 * 86400_000)), ("odd", "soon")):
+            put = broker.store.append(Message(TIMER_TOPIC, b"x", properties={
+                "TIMER_OUT_MS": due, "REAL_TOPIC": "T", "REAL_QID": "0", "UNIQ_KEY": key}))
+            assert put.status.name == "PUT_OK"
+        r = await broker.send(Message("T", b"y", properties={"TIMER_DELAY_MS": "2000"}))
+        await trio.sleep(3)
+        assert set(arrivals.times) == {"odd", r.uniq_key}
+        await trio.sleep(10)
+        assert service.rolled >= 1 and "far" not in arrivals.times  # parked a window (10 s) ahead, again and again
         nursery.cancel_scope.cancel()
 
 
@@ -191,7 +252,6 @@ async def test_fired_timer_log_files_are_deleted_and_the_rest_still_fire(autojum
     """Timer log files whose timers have all fired go at a checkpoint (a wheel
     lap after their last unit: 60 s here); a restart afterwards still fires
     every pending timer, from the files that are left."""
-    import dataclasses
     import os
 
     timers = dataclasses.replace(TEST_TIMERS, timerlog_file_size=52 * 20 + 16)  # twenty units a file

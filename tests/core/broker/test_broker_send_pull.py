@@ -96,6 +96,10 @@ async def test_batch_and_send_many(broker_config, store_config):
         bad = await broker.send_batch([msg("B"), msg("C")])
         assert bad.status is SendStatus.MESSAGE_ILLEGAL
         assert (await broker.send_batch([msg("B", DELAY="3")])).status is SendStatus.MESSAGE_ILLEGAL
+        for timer in ("TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS", "__STARTDELIVERTIME"):
+            refused = await broker.send_batch([msg("B"), msg("B", **{timer: "5000"})])  # the put hooks skip batches
+            assert refused.status is SendStatus.MESSAGE_ILLEGAL and "delayed" in refused.remark
+        assert broker.max_offset("B", 2) == 5
 
         many = await broker.send_many([(msg("M1"), 0), (msg("M2"), None), (msg("nope.x"), None), (msg("M1"), 0)])
         assert [r.status for r in many] == [SendStatus.SEND_OK, SendStatus.SEND_OK, SendStatus.SYSTEM_ERROR, SendStatus.SEND_OK]

@@ -10,7 +10,7 @@ import trio
 from core.broker import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from core.broker.topics import TRANS_CHECK_MAX_TIME_TOPIC
 from core.remoting import RemotingCommand, RequestCode, decode_json
-from core.store.message import offset_msg_id, parse_offset_msg_id
+from core.store.message import Message, offset_msg_id, parse_offset_msg_id
 
 from txnode import broker_node
 from javawire import COMMIT, LONG, ROLLBACK, UNKNOWN, JavaProducer, messages, until, wait_for_message
@@ -228,12 +228,20 @@ async def test_runtime_info_shows_pending_transactions_and_timers(clock, tmp_pat
         await p.client.invoke(node.addr, p.half_request("TxT", b"t", props={"TIMER_DELAY_SEC": "60"}), LONG)
         sent = await p.send_half("TxT", b"c")
         await p.end(sent, COMMIT)
-        await until(lambda: node.transactions.committed == 1 and node.transactions.pending == 4)
+        for i in range(2):  # two timers (the half's timer is not one until it is committed)
+            assert (await node.broker.send(Message("TxT", b"t%d" % i, properties={"TIMER_DELAY_SEC": "60"}))).ok
+        await until(lambda: node.transactions.committed == 1 and node.transactions.pending == 4
+                    and node.broker.timers.scheduled == 2)
         resp = await p.client.invoke(node.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), LONG)
         table = decode_json(resp.body)["table"]
         assert table["transactionHalfPending"] == "4" and table["transactionCommitted"] == "1"
         assert table["transactionCheckSent"] == "0" and table["transactionHalfOffset"] == "0"
-        assert "timerPending" in table and "timerFired" in table
+        assert (table["timerPending"], table["timerScheduled"], table["timerFired"]) == ("2", "2", "0")
+        await trio.sleep(61)
+        resp = await p.client.invoke(node.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), LONG)
+        table = decode_json(resp.body)["table"]
+        rolls = int(table["timerRolled"])  # this node's wheel window is short: a roll is filed again
+        assert (table["timerPending"], table["timerFired"], table["timerScheduled"]) == ("0", "2", str(2 + rolls))
         p.close()
 
 
