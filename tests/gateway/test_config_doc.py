@@ -52,3 +52,13 @@ def test_timer_rows_state_the_defaults_and_ranges_the_code_enforces():
     assert row("timerMaxDelaySec").startswith(f"| `timerMaxDelaySec` | `{c.max_delay_s}` |")
     assert f"1..{TIMER_MAX_DELAY_LIMIT_S}" in row("timerMaxDelaySec")
     assert f"1..{TIMER_ROLL_WINDOW_LIMIT}" in row("timerRollWindowSlot")
+
+
+def test_the_timer_section_links_the_guide_which_names_every_timer_and_transaction_key():
+    text = DOC.read_text()
+    section = text[text.index("### `[broker]`: timer messages"):text.index("## `[namesrv]`")]
+    assert "(TRANSACTIONS_AND_TIMERS.md)" in section
+    guide = (DOC.parent / "TRANSACTIONS_AND_TIMERS.md").read_text()
+    keys = set(_TIMER_KEYS) | {k for k in BrokerConfig.keys() if k.startswith("transaction")}
+    assert {k for k in keys if not re.search(rf"`{k}\b", guide)} == set()
+    assert keys <= documented()
