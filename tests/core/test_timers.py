@@ -16,6 +16,7 @@ import trio.testing
 from core.broker import PERM_READ, BrokerConfig, SendStatus, TopicConfig, open_broker
 from core.store import StoreConfig
 from core.store.message import Message
+from core.store.timer import TimerCheckpoint
 from core.timers import TIMER_TOPIC, TimerConfig, TimerMessageService
 
 BASE_MS = 1_800_000_000_000
@@ -161,6 +162,8 @@ async def test_a_restart_midway_loses_none_and_fires_none_twice(autojump_clock, 
         fired_before = service.fired
         nursery.cancel_scope.cancel()
     assert 0 < fired_before < 300
+    saved = TimerCheckpoint.load(tmp_path / "store" / "config" / "timercheck")
+    assert saved.timestamp > 0 and BASE_MS < saved.fired_through_ms < BASE_MS + 8000 and saved.fired_through_pos > 0
     async with trio.open_nursery() as nursery:
         broker, service = await start(nursery, tmp_path, timers)
         await trio.sleep(8)
