@@ -32,6 +32,14 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
 * Keepalive: no packet for 1.5 x keepalive closes the connection (5.0:
   DISCONNECT 0x8D). Waiting for CONNECT is bounded by ``connectTimeout``,
   writes by ``writeTimeout``.
+* A PUBLISH the store does not take: a 5.0 client gets the failure reason
+  code. A 3.1.1 client cannot be told: after a temporary failure (flush
+  timeout, store not available) it is closed unacknowledged so that it
+  sends the message again; a permanent refusal (``MESSAGE_ILLEGAL``, e.g.
+  a delay over ``timerMaxDelaySec``; ``NO_PERMISSION`` on the topic;
+  ``TOPIC_NOT_EXIST``) would come back forever from a persistent session,
+  so it is acknowledged and dropped (counted in ``dropped``), as Mosquitto
+  does with messages it will not take.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from core.broker import SendStatus
+from core.broker import PERM_WRITE, SendStatus
 from gateway.mapping import MappingError, broker_topic_for, now_ms, publish_to_message, queue_for, P_TIMER_DELAY
 from gateway.meta import record
 from gateway.mqtt import (
@@ -62,6 +70,8 @@ R = ReasonCode
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _CLIENT_ACKS = (PubAck, PubRec, PubComp)
 LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
+# store refusals that sending the message again cannot change (see the module docstring)
+_PERMANENT = frozenset({SendStatus.MESSAGE_ILLEGAL, SendStatus.NO_PERMISSION, SendStatus.TOPIC_NOT_EXIST})
 
 
 class Connection:
@@ -532,6 +542,7 @@ class Connection:
         acks = []
         retained = []
         fail_in2 = False
+        resend = False  # 3.1.1 after a temporary failure: no ack for it or what follows, then close
         for pub, idx, code, reason in plan:
             if idx is not None:
                 r = results[idx]
@@ -540,15 +551,21 @@ class Connection:
                     if pub.topic.startswith("$delayed/"):
                         code = R.IMPLEMENTATION_SPECIFIC_ERROR  # e.g. the timer service refused the delay
                     gw.stats.store_errors += 1
-                    log.warning("client %s: publish on %r not stored: %s", self.client_id, pub.topic, reason)
-                    if self.version < 5 and pub.qos:
+                    if self.version < 5 and pub.qos and not self._permanent(r.status):
                         # 3.1.1 cannot say "failed": no ack, so the client sends it again.
-                        self.closing = True
-                        return
+                        log.warning("client %s: publish on %r %s; closing the connection so that it is sent again",
+                                    self.client_id, pub.topic, reason)
+                        resend = True
+                        continue
+                    if self.version < 5 or not pub.qos:
+                        gw.stats.dropped += 1  # the publisher is not told
+                        log.warning("client %s: publish on %r %s; dropped", self.client_id, pub.topic, reason)
+                    else:
+                        log.warning("client %s: publish on %r %s", self.client_id, pub.topic, reason)
                     fail_in2 = fail_in2 or pub.qos == 2
                 elif pub.retain:
                     retained.append((pub.topic, pub.payload, r.physical_offset))
-            if not pub.qos:
+            if not pub.qos or resend:
                 continue
             props = {"reason_string": reason} if (code and reason and self.version == 5) else {}
             if pub.qos == 1:
@@ -561,6 +578,15 @@ class Connection:
             await gw.write_records([self._in2_record()])
         for ack in acks:
             self.send_event(ack)
+        if resend:
+            self.closing = True
+
+    def _permanent(self, status: SendStatus) -> bool:
+        """Whether sending the message again gets the same refusal. The broker as
+        a whole not taking writes (an operator's wipeWritePerm) is temporary."""
+        if status is SendStatus.NO_PERMISSION and not self.gw.broker.config.broker_permission & PERM_WRITE:
+            return False
+        return status in _PERMANENT
 
     def _check(self, pub: Publish) -> tuple[str, str, int | None]:
         """(MQTT topic, broker topic, delay or None) for ``pub``; MappingError if refused."""
@@ -569,14 +595,7 @@ class Connection:
         delay = None
         if topic.startswith("$"):
             if topic.startswith("$delayed/"):
-                parts = topic.split("/", 2)
-                if len(parts) < 3 or not parts[1].isdigit() or not parts[2]:
-                    raise MappingError("$delayed topics are $delayed/<seconds>/<topic>", R.TOPIC_NAME_INVALID)
-                delay, topic = int(parts[1]), parts[2]
-                try:
-                    validate_topic_name(topic)
-                except TopicError as e:
-                    raise MappingError(str(e), R.TOPIC_NAME_INVALID) from None
+                delay, topic = split_delayed(topic)
                 if not gw.timers_supported():
                     log.warning("client %s: $delayed publish on %r refused: the broker has no timer support",
                                 self.client_id, topic)
@@ -649,3 +668,17 @@ class Connection:
         if ev.session_expiry_interval is not None and self.session is not None:
             self.session.expiry = self.gw.settings.limits.effective_session_expiry(ev.session_expiry_interval)
         self.closing = True
+
+
+def split_delayed(topic: str) -> tuple[int, str]:
+    """(delay in seconds, real topic) of ``$delayed/<seconds>/<topic>``; MappingError if malformed."""
+    parts = topic.split("/", 2)
+    # ASCII digits only ("²".isdigit() is true), and few enough for int() and the timer properties
+    if len(parts) < 3 or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 10) or not parts[2]:
+        raise MappingError("$delayed topics are $delayed/<seconds>/<topic>, seconds at most 10 digits",
+                           R.TOPIC_NAME_INVALID)
+    try:
+        validate_topic_name(parts[2])
+    except TopicError as e:
+        raise MappingError(str(e), R.TOPIC_NAME_INVALID) from None
+    return int(parts[1]), parts[2]

@@ -19,7 +19,10 @@ $SYS/broker/clients/connects                accepted CONNECTs since start
 $SYS/broker/messages/received               PUBLISH packets received
 $SYS/broker/messages/sent                   PUBLISH packets sent
 $SYS/broker/messages/dropped                messages dropped: queue overflow,
-                                            slow client (QoS 0), too large
+                                            slow client (QoS 0), too large,
+                                            refused by the store when the
+                                            publisher cannot be told (QoS 0;
+                                            3.1.1 permanent refusals)
 $SYS/broker/messages/expired                messages dropped as expired
 $SYS/broker/messages/retained/count         retained messages
 $SYS/broker/subscriptions/count             subscriptions
