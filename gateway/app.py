@@ -33,6 +33,12 @@ Rules kept here:
 * A session ends when its expiry interval passes while disconnected (or at
   disconnect for expiry 0): its subscriptions leave the trie, its records
   are deleted and its queue is dropped.
+* The retained index changes in store order. A publish's change and its
+  ``"ret"`` record are made together (``set_retained``); a fired
+  ``$delayed`` message's change is made in the broker's stored hook
+  (``retain_fired``) and its record written soon after by one task, with
+  the index's value at that time, so a record never undoes a later change.
+  A will on ``$delayed/<s>/<topic>`` is delayed like a publish.
 """
 
 from __future__ import annotations
@@ -46,13 +52,15 @@ from typing import Any
 import trio
 
 from core.broker import Broker, SendStatus
+from core.store.message import PROPERTY_TIMER_OUT_MS
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
-from gateway.mapping import (Outbound, broker_topic_for, MappingError, now_ms, publish_to_message, queue_for)
+from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingError, now_ms, publish_to_message,
+                             queue_for)
 from gateway.meta import record, replay
-from gateway.mqtt import InboundFlows, Publish, Will
+from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
 from gateway.retained import RetainedIndex
 from gateway.router import Router
-from gateway.server import Connection
+from gateway.server import Connection, split_delayed
 from gateway.sessions import Delivery, Session, SubOptions, inbound_window
 from gateway.settings import GatewaySettings
 from gateway.sys_topics import GatewayStats, sys_values
@@ -90,6 +98,8 @@ class MQTTGateway:
         self.started_at = 0.0
         self.shutting_down = False
         self._will_keys: set[str] = set()
+        self._retained_dirty: set[str] = set()  # topics whose "ret" record is behind the index
+        self._retained_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
 
     # ---- running ----------------------------------------------------------------------
@@ -105,6 +115,7 @@ class MQTTGateway:
 
     async def _run(self, nursery, listeners, task_status) -> None:
         await self._restore()
+        nursery.start_soon(self._retained_records)
         self.broker.add_put_hook(self.router.put_hook)
         self.broker.add_stored_hook(self.router.stored_hook)
         self.broker.add_dispatch_listener(self.router.on_dispatch)
@@ -162,16 +173,49 @@ class MQTTGateway:
                 items.append(record("ret", topic, None))
         await self.write_records(items)
 
+    def retain_fired(self, topic: str, payload: bytes, phys: int) -> None:
+        """A fired ``$delayed`` message with RETAIN, just stored at ``phys`` (called
+        from the router's stored hook, so in store order): the index now, the
+        record by ``_retained_records``."""
+        if payload:
+            self.retained.set(topic, phys, 0)
+        elif not self.retained.clear(topic):
+            return
+        self._retained_dirty.add(topic)
+        self._retained_wake.set()
+
+    async def _retained_records(self) -> None:
+        try:
+            while True:
+                await self._retained_wake.wait()
+                self._retained_wake = trio.Event()
+                await self._write_retained_dirty()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
+                await self._write_retained_dirty()
+
+    async def _write_retained_dirty(self) -> None:
+        if not self._retained_dirty:
+            return
+        topics, self._retained_dirty = self._retained_dirty, set()
+        stored = self.retained.stored
+        # no await between reading the index and the append (send_many appends first)
+        await self.write_records([record("ret", t, stored.get(t)) for t in sorted(topics)])
+
     async def retained_for(self, flt, opts: SubOptions) -> list[Delivery]:
         """The retained messages a new subscription gets (read before its SUBACK
-        is sent, so they reach the client before any later publish)."""
+        is sent, so they reach the client before any later publish). One whose
+        entry is gone or whose Message Expiry Interval has passed leaves the index."""
         stored, local = self.retained.matching(flt)
         out_list: list[Delivery] = []
         ids = () if opts.sub_id is None else (opts.sub_id,)
+        now = now_ms()
         for topic, (phys, size) in stored:
             out = await self.router.load(["r", phys, size], None)
-            if out is None or out.topic != topic:
+            expired = out is not None and out.expiry is not None and out.remaining_expiry(now) <= 0
+            if out is None or out.topic != topic or expired:
                 if self.retained.clear(topic):
+                    self.stats.expired += expired
                     await self.write_records([record("ret", topic, None)])
                 continue
             out_list.append(Delivery(out, min(opts.qos, out.qos), True, ids))
@@ -364,21 +408,36 @@ class MQTTGateway:
                       response_topic=will.response_topic, correlation_data=will.correlation_data,
                       user_properties=will.user_properties)
         items = []
+        topic = pub.topic
         try:
-            name = broker_topic_for(pub.topic)
+            delay = None
+            if topic.startswith("$delayed/"):
+                delay, topic = split_delayed(topic)
+                if not self.timers_supported():
+                    raise MappingError("the broker has no timer support for $delayed",
+                                       ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR)
+            name = broker_topic_for(topic)
             cfg = await self.topic_config(name)
             if cfg is not None:
-                msg = publish_to_message(pub, name, cid, now_ms())
-                items.append((msg, queue_for(pub.topic, cfg.write_queue_nums)))
+                msg = publish_to_message(pub, name, cid, now_ms(), topic=topic)
+                if delay is not None:
+                    msg.properties[P_TIMER_DELAY] = str(delay)
+                items.append((msg, queue_for(topic, cfg.write_queue_nums)))
         except MappingError as e:
             log.warning("will of %s on %r not published: %s", cid, will.topic, e)
         if cid in self._will_keys:
             self._will_keys.discard(cid)
         items.append(record("will", cid, None))
         results = await self.broker.send_many(items)
+        if len(results) < 2:
+            return
+        if results[0].status is not SendStatus.SEND_OK:
+            log.warning("will of %s on %r not stored: %s %s", cid, will.topic, results[0].status.name,
+                        results[0].remark)
+            return
         log.info("will of %s published on %r", cid, will.topic)
-        if will.retain and len(results) == 2 and results[0].status is SendStatus.SEND_OK:
-            await self.set_retained([(will.topic, will.payload, results[0].physical_offset)])
+        if will.retain and PROPERTY_TIMER_OUT_MS not in items[0][0].properties:  # a parked one: when it fires
+            await self.set_retained([(topic, will.payload, results[0].physical_offset)])
 
     # ---- restart ---------------------------------------------------------------------------
 

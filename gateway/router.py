@@ -17,6 +17,14 @@ Rules kept here:
   subscriptions. Each ``$share`` group gets the message once: one member,
   round robin over the members, connected members first.
 * A dispatch to a session queue wakes that session's delivery task.
+* A fired timer (``$delayed``; the timer service stores it on its real
+  topic with ``TIMER_OUT_MS`` kept) is routed like any message, and also:
+  an MQTT 5 message whose expiry passed while it was parked goes to no
+  session and counts once in ``expired``; one with ``mqttRetain`` set
+  updates the retained index of its topic once it is stored (the record is
+  written by the gateway, ``MQTTGateway.retain_fired``).
+* ``expired`` counts messages, not deliveries: a message several sessions
+  drop as expired is counted once (``count_expired``).
 """
 
 from __future__ import annotations
@@ -27,10 +35,10 @@ import struct
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from core.store.message import PROPERTY_INNER_MULTI_DISPATCH, Message, decode_message
+from core.store.message import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Message, decode_message
 from core.broker import LMQ_TOPIC_PREFIX
-from gateway.mapping import (P_CLIENT, P_TIMER_DELAY, Outbound, is_deliverable, mqtt_topic_of,
-                             outbound_from_message)
+from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIME, P_TIMER_DELAY, Outbound, is_deliverable,
+                             mqtt_topic_of, now_ms, outbound_from_message)
 from gateway.sessions import Delivery, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
 
@@ -51,6 +59,8 @@ class Router:
         self._rr: dict[tuple[str, str], itertools.count] = {}
         self._pending: dict[int, tuple] = {}  # id(message) -> (MQTT topic, in-memory targets, message), until stored
         self._decoded: OrderedDict[int, Outbound | None] = OrderedDict()
+        self._fired_retained: dict[int, tuple] = {}  # id(message) -> (MQTT topic, message), until stored
+        self._expired: OrderedDict[int, Outbound] = OrderedDict()  # counted already (kept: ids stay unique)
 
     # ---- sessions ---------------------------------------------------------------
 
@@ -126,12 +136,14 @@ class Router:
 
     def put_hook(self, msg: Message) -> None:
         props = msg.properties
-        if P_TIMER_DELAY in props and "TIMER_OUT_MS" not in props:
+        if P_TIMER_DELAY in props and PROPERTY_TIMER_OUT_MS not in props:
             return  # parked in the timer wheel; routed when it fires
         if not is_deliverable(msg):
             return
         topic = mqtt_topic_of(msg)
         if topic is None:
+            return
+        if PROPERTY_TIMER_OUT_MS in props and self._fired(msg, topic):
             return
         targets = self.targets(topic, props.get(P_CLIENT))
         if not targets:
@@ -151,8 +163,31 @@ class Router:
         if memory:
             self._pending[id(msg)] = (topic, memory, msg)  # the message itself too: its id cannot be reused meanwhile
 
+    def _fired(self, msg: Message, topic: str) -> bool:
+        """A timer just fired (stored on its real topic): True if it expired while
+        parked (it goes nowhere); if it is retained, its index update waits for
+        the stored hook."""
+        props = msg.properties
+        expiry = props.get(P_EXPIRY)
+        if expiry is not None:
+            now = now_ms()
+            try:  # the same reading as outbound_from_message and Outbound.remaining_expiry
+                expired = (now - int(props.get(P_TIME) or msg.born_timestamp or now)) // 1000 >= int(expiry)
+            except ValueError:
+                expired = False  # not our property after all: outbound_from_message decides
+            if expired:
+                self.gw.stats.expired += 1
+                return True
+        if props.get(P_RETAIN) == "true":
+            self._fired_retained[id(msg)] = (topic, msg)
+        return False
+
     def stored_hook(self, msg: Message, result) -> None:
         """In-memory deliveries of a message, once the broker has stored it."""
+        if self._fired_retained:
+            f = self._fired_retained.pop(id(msg), None)
+            if f is not None and result.ok:
+                self.gw.retain_fired(f[0], msg.body, result.physical_offset)
         if not self._pending:
             return
         p = self._pending.pop(id(msg), None)
@@ -164,6 +199,17 @@ class Router:
         for sess, qos, rap, ids, group in p[1]:
             if sess.conn is not None:
                 sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
+
+    def count_expired(self, out: Outbound) -> None:
+        """``out`` was dropped as expired by a session: count the message once,
+        whichever sessions drop it (they share the decoded Outbound)."""
+        seen = self._expired
+        if id(out) in seen:
+            return
+        seen[id(out)] = out
+        if len(seen) > _CACHE:
+            seen.popitem(last=False)
+        self.gw.stats.expired += 1
 
     def on_dispatch(self, topic: str, queue_id: int, next_offset: int) -> None:
         if topic.startswith(LMQ_TOPIC_PREFIX):

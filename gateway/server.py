@@ -40,6 +40,10 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   ``TOPIC_NOT_EXIST``) would come back forever from a persistent session,
   so it is acknowledged and dropped (counted in ``dropped``), as Mosquitto
   does with messages it will not take.
+* ``$delayed/<s>/<topic>``: the message is parked by the broker's timer
+  service and stored on ``<topic>`` when it fires. Its RETAIN flag travels
+  in the message (``mqttRetain``) and acts on ``<topic>`` then (the
+  router's stored hook), never on ``$delayed/...`` and never before.
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ from typing import TYPE_CHECKING
 import trio
 
 from core.broker import PERM_WRITE, SendStatus
-from gateway.mapping import MappingError, broker_topic_for, now_ms, publish_to_message, queue_for, P_TIMER_DELAY
+from core.store.message import PROPERTY_TIMER_OUT_MS
+from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_to_message,
+                             queue_for)
 from gateway.meta import record
 from gateway.mqtt import (
     Auth, ConnAck, Connect, ConnectionClosed, Disconnect, InboundAction, InboundStage, MQTTConnection,
@@ -156,7 +162,7 @@ class Connection:
         if not self.can_send:
             return  # callers check can_send first; a message reaching here stays unsent
         if out.expiry is not None and out.remaining_expiry(now_ms()) <= 0:
-            gw.stats.expired += 1
+            gw.router.count_expired(out)
             return
         if not d.qos and self.out_bytes > gw.settings.session.max_outbound_bytes:
             gw.stats.dropped += 1
@@ -531,11 +537,11 @@ class Connection:
         # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
         with trio.CancelScope(shield=True):
             results = await gw.broker.send_many(items) if items else []
-            await self._after_store(plan, results)
+            await self._after_store(plan, items, results)
         if error is not None:
             raise error
 
-    async def _after_store(self, plan, results) -> None:
+    async def _after_store(self, plan, items, results) -> None:
         gw = self.gw
         sess = self.session
         inbound = sess.inbound
@@ -564,7 +570,9 @@ class Connection:
                         log.warning("client %s: publish on %r %s", self.client_id, pub.topic, reason)
                     fail_in2 = fail_in2 or pub.qos == 2
                 elif pub.retain:
-                    retained.append((pub.topic, pub.payload, r.physical_offset))
+                    msg = items[idx][0]
+                    if PROPERTY_TIMER_OUT_MS not in msg.properties:  # parked ones are retained when they fire
+                        retained.append((msg.properties[P_TOPIC], pub.payload, r.physical_offset))
             if not pub.qos or resend:
                 continue
             props = {"reason_string": reason} if (code and reason and self.version == 5) else {}

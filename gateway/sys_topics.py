@@ -23,7 +23,10 @@ $SYS/broker/messages/dropped                messages dropped: queue overflow,
                                             refused by the store when the
                                             publisher cannot be told (QoS 0;
                                             3.1.1 permanent refusals)
-$SYS/broker/messages/expired                messages dropped as expired
+$SYS/broker/messages/expired                messages dropped as expired, each
+                                            once however many sessions drop
+                                            it (a $delayed one that expired
+                                            while parked too)
 $SYS/broker/messages/retained/count         retained messages
 $SYS/broker/subscriptions/count             subscriptions
 $SYS/broker/errors/protocol                 connections closed for a protocol
