@@ -256,3 +256,26 @@ async def test_expired_while_parked_dropped_and_counted_once(tmp_path):
             assert (await live(s)).topic == "t/mark3"  # t/e went to nobody
         assert gw.stats.expired == base + 2  # two subscribers: counted once
         assert timers.fired == 4
+
+
+async def test_expired_counts_messages_not_deliveries(gateway_factory, client_cls):
+    # not delayed: one message two offline sessions drop as expired, and a retained one that expired
+    async with gateway_factory() as (broker, gw, port):
+        for cid in ("q1", "q2"):
+            s, _ = await client_cls.connect(port, cid, clean_start=False, session_expiry_interval=60)
+            await s.subscribe(Subscription(topic_filter="x/+", qos=1))
+            await s.disconnect()
+        p, _ = await client_cls.connect(port, "p")
+        await p.publish("x/old", b"stale", qos=1, retain=True, message_expiry_interval=1)
+        await p.expect(PubAck)
+        await trio.sleep(1.1)  # let the expiry interval pass
+        subs = [(await client_cls.connect(port, cid, clean_start=False, session_expiry_interval=60))[0]
+                for cid in ("q1", "q2")]
+        await p.publish("x/mark", b"mark", qos=1)  # queued after the expired one
+        await p.expect(PubAck)
+        for s in subs:
+            assert (await live(s)).topic == "x/mark"  # the expired one was dropped, not sent
+        assert gw.stats.expired == 1
+        late, _ = await client_cls.connect(port, "late")
+        await no_retained(late, "x/old")
+        assert gw.retained.stored == {} and gw.stats.expired == 2  # the retained copy leaves the index
