@@ -199,7 +199,9 @@ class TimerMessageService:
         precision = self.wheel.precision_ms
         self._queue_offset = cp.last_timer_queue_offset
         now = self.now_ms()
-        self._read_time = cp.last_read_time_ms or (now // precision * precision)
+        if self.wheel.layout_note:
+            log.warning("%s", self.wheel.layout_note)
+        self._read_time = (cp.last_read_time_ms or now) // precision * precision  # on the grid, if precision changed
         self._taken = self._read_time
         self._stored_through = (cp.fired_through_ms, cp.fired_through_pos)
         await self.broker.ensure_topic(TIMER_TOPIC, 1)

@@ -26,7 +26,8 @@ A timer message is first stored in the commit log (topic
   counter (int64 each; RocketMQ's fields), then two of ours that RocketMQ
   leaves zero: firedThroughMs and firedThroughLogPos (every unit written
   before that log position whose firing time is at or before that time has
-  been stored, so a restart does not fire it again).
+  been stored, so a restart does not fire it again), then precisionMs and
+  slotsTotal, the wheel's layout (0: not recorded).
 
 Rules kept here:
 - A unit's slot time is its target rounded *up* to the precision, so a
@@ -60,7 +61,7 @@ UNIT_SIZE = 52
 _UNIT = struct.Struct(">iqiqiqiiq")
 _SLOT = struct.Struct(">qqqii")
 _BLANK = struct.Struct(">iqi")
-_CHECKPOINT = struct.Struct(">qqqqqqqqq")
+_CHECKPOINT = struct.Struct(">qqqqqqqqqqq")
 BLANK_SIZE = _BLANK.size  # 16
 _INT32 = 1 << 31
 assert _UNIT.size == UNIT_SIZE and _SLOT.size == 32
@@ -137,6 +138,11 @@ class TimerWheel:
 
     def put(self, time_ms: int, first_pos: int, last_pos: int, num: int, magic: int = 0) -> None:
         _SLOT.pack_into(self._map, self._pos(time_ms), time_ms // self.precision_ms, first_pos, last_pos, num, magic)
+
+    def units_after(self, time_ms: int) -> int:
+        """How many units the slots after ``time_ms`` hold (a scan of the whole file)."""
+        after = time_ms // self.precision_ms
+        return sum(num for stamp, _, _, num, _ in _SLOT.iter_unpack(self._map) if num > 0 and stamp > after)
 
     def clear(self, time_ms: int) -> None:
         _SLOT.pack_into(self._map, self._pos(time_ms), 0, -1, -1, 0, 0)
@@ -288,6 +294,8 @@ class TimerCheckpoint:
     counter: int = 0
     fired_through_ms: int = 0
     fired_through_pos: int = 0
+    precision_ms: int = 0
+    slots_total: int = 0
 
     @classmethod
     def load(cls, path: Path) -> "TimerCheckpoint":
@@ -296,7 +304,7 @@ class TimerCheckpoint:
         if path.exists() and path.stat().st_size >= _CHECKPOINT.size:
             (cp.last_read_time_ms, cp.last_timerlog_flush_pos, cp.last_timer_queue_offset,
              cp.master_timer_queue_offset, cp.state_version, cp.timestamp, cp.counter, cp.fired_through_ms,
-             cp.fired_through_pos) = _CHECKPOINT.unpack_from(path.read_bytes())
+             cp.fired_through_pos, cp.precision_ms, cp.slots_total) = _CHECKPOINT.unpack_from(path.read_bytes())
         return cp
 
     def save(self) -> None:
@@ -304,7 +312,7 @@ class TimerCheckpoint:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = _CHECKPOINT.pack(self.last_read_time_ms, self.last_timerlog_flush_pos, self.last_timer_queue_offset,
                                 self.master_timer_queue_offset, self.state_version, self.timestamp, self.counter,
-                                self.fired_through_ms, self.fired_through_pos)
+                                self.fired_through_ms, self.fired_through_pos, self.precision_ms, self.slots_total)
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
             f.write(data.ljust(4096, b"\0"))
@@ -326,13 +334,38 @@ class TimerWheelStore:
     def __init__(self, root: Path, *, precision_ms: int = 1000, slots_total: int = 7 * 86400,
                  roll_window_slots: int | None = None, timerlog_file_size: int = 100 * 1024 * 1024):
         self.root = Path(root)
+        self.checkpoint = cp = TimerCheckpoint.load(self.root / "config" / "timercheck")
         self.precision_ms = normalise_precision(precision_ms)
         self.slots_total = slots_total
+        self.layout_note = ""  # why the wheel keeps another layout than asked, if it does
+        self.wheel = self._open_wheel(cp)
+        cp.precision_ms, cp.slots_total = self.precision_ms, self.slots_total
+        slots_total = self.slots_total
         window = 2 * 86400 if roll_window_slots is None else roll_window_slots
         self.roll_window_slots = max(1, min(window, slots_total - 60 if slots_total > 120 else slots_total // 2))
-        self.wheel = TimerWheel(self.root / "timerwheel", slots_total, self.precision_ms)
         self.log = TimerLog(self.root / "timerlog", timerlog_file_size)
-        self.checkpoint = TimerCheckpoint.load(self.root / "config" / "timercheck")
+
+    def _open_wheel(self, cp: TimerCheckpoint) -> TimerWheel:
+        """The wheel file in the layout asked for, or, while it still holds
+        timers that have not fired, in the layout they were filed in (a slot's
+        place depends on precision and slot count: read in another layout,
+        they would never be found). The new layout applies at the first start
+        with none left; ``layout_note`` says which it is."""
+        path = self.root / "timerwheel"
+        old = (cp.precision_ms, cp.slots_total)
+        if 0 in old or old == (self.precision_ms, self.slots_total) or not path.exists():
+            return TimerWheel(path, self.slots_total, self.precision_ms)
+        wheel = TimerWheel(path, cp.slots_total, cp.precision_ms)
+        left = wheel.units_after(cp.last_read_time_ms)
+        if left:
+            self.layout_note = (f"the timer wheel keeps precision {cp.precision_ms} ms and {cp.slots_total} slots "
+                                f"(asked: {self.precision_ms} ms, {self.slots_total} slots) while {left} timer(s) "
+                                f"filed in it have not fired; the new layout applies at the first start after that")
+            self.precision_ms, self.slots_total = cp.precision_ms, cp.slots_total
+            return wheel
+        wheel.close()
+        path.unlink()  # nothing left to fire in it: a fresh file in the new layout
+        return TimerWheel(path, self.slots_total, self.precision_ms)
 
     @property
     def roll_window_ms(self) -> int:

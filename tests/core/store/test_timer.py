@@ -106,10 +106,34 @@ def test_reopen_keeps_slots_and_truncates_a_torn_unit(tmp_path):
 
 
 def test_checkpoint_round_trip(tmp_path):
-    cp = TimerCheckpoint(tmp_path / "config" / "timercheck", 1, 2, 3, 4, 5, 6, 7)
+    cp = TimerCheckpoint(tmp_path / "config" / "timercheck", 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 600)
     cp.save()
     assert (tmp_path / "config" / "timercheck").stat().st_size == 4096
     assert TimerCheckpoint.load(tmp_path / "config" / "timercheck") == cp
+
+
+def test_a_changed_layout_waits_until_the_timers_filed_in_the_old_one_have_fired(tmp_path):
+    """Precision and slot count place a slot in the wheel file: read in another
+    layout, timers filed in the old one would never be found. The old layout
+    stays while any of them is unfired; then the asked one takes over."""
+    now = 1_700_000_000_000
+    old = TimerWheelStore(tmp_path, precision_ms=1000, slots_total=600, timerlog_file_size=4096)
+    for i in range(3):
+        old.schedule(target_ms=now + 5100 + i, now_ms=now, offset_py=i, size_py=1)
+    old.checkpoint.last_read_time_ms = now
+    old.close()
+    kept = TimerWheelStore(tmp_path, precision_ms=100, slots_total=900, timerlog_file_size=4096)
+    assert (kept.precision_ms, kept.slots_total) == (1000, 600) and "3 timer(s)" in kept.layout_note
+    assert [u.offset_py for u in kept.due(now + 6000)] == [0, 1, 2]
+    kept.checkpoint.last_read_time_ms = now + 6000  # they have fired
+    kept.close()
+    switched = TimerWheelStore(tmp_path, precision_ms=100, slots_total=900, timerlog_file_size=4096)
+    assert (switched.precision_ms, switched.slots_total, switched.layout_note) == (100, 900, "")
+    assert (tmp_path / "timerwheel").stat().st_size == 2 * 900 * 32 and switched.due(now + 6000) == []
+    switched.schedule(target_ms=now + 7050, now_ms=now + 6000, offset_py=9, size_py=1)
+    assert [u.offset_py for u in switched.due(now + 7100)] == [9]
+    switched.close()
+    assert TimerCheckpoint.load(tmp_path / "config" / "timercheck").precision_ms == 100
 
 
 @pytest.mark.parametrize("asked, got", [(1000, 1000), (100, 100), (300, 200), (999, 500), (50, 100), (5000, 1000)])
