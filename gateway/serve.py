@@ -149,8 +149,7 @@ async def _start_broker(nursery: trio.Nursery, cfg: ServeConfig, role: str, name
     broker = await nursery.start(Broker(broker_cfg, store_cfg).run)
     log.info("store at %s opened (%s)", cfg.data_dir, broker.recovery_report)
     timers = TimerMessageService(broker, timer_cfg)
-    broker.add_put_hook(timers.put_hook)
-    await nursery.start(timers.run)
+    broker.add_put_hook(timers.put_hook)  # timers are accepted (parked) from the first send
     broker.timers = timers
     if cfg.broker_port:
         ports["broker"] = await nursery.start(run_broker_remoting, broker, cfg.host, cfg.broker_port, namesrv_addrs)
@@ -163,6 +162,9 @@ async def _start_broker(nursery: trio.Nursery, cfg: ServeConfig, role: str, name
                                             mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port))
         for name, port in (bound or {}).items():
             ports[f"mqtt-{name}"] = port
+    # firing starts once the gateway has restored its sessions and hooks: a timer due during a
+    # restart must reach persistent sessions and the retained index like one due later
+    await nursery.start(timers.run)
 
 
 async def _main(cfg: ServeConfig, role: str) -> None:

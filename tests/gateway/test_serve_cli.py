@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -138,3 +139,32 @@ def test_bad_timer_key_is_refused_at_start(tmp_path, line, words):
     assert r.returncode == 2, r.stderr
     assert all(w in r.stderr for w in words), r.stderr
     assert "ready:" not in r.stderr and not data.exists()  # refused before the store was opened
+
+
+def test_delayed_messages_due_during_a_restart_reach_sessions_and_the_retained_index(tmp_path):
+    """A `$delayed` publish that comes due while the server is down fires at the
+    next start, after the gateway has restored its sessions and hooks: the
+    persistent session gets it and it is retained under its real topic
+    (Mosquitto clients, a real `mqgate serve`)."""
+    data = tmp_path / "data"
+    mqtt = free_port()
+    args = ("--mqtt-port", str(mqtt), "--ws-port", "0", "--namesrv-port", "0", "--broker-port", "0")
+
+    def client(tool: str, *argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([tool, "-h", "127.0.0.1", "-p", str(mqtt), *argv], capture_output=True, timeout=30)
+
+    srv = ServeProcess(data, *args).start()
+    try:
+        client("mosquitto_sub", "-c", "-i", "keep", "-q", "1", "-t", "r/#", "-W", "1")  # subscribes, leaves
+        assert client("mosquitto_pub", "-q", "1", "-r", "-t", "$delayed/2/r/late", "-m", "x").returncode == 0
+    finally:
+        assert srv.stop(signal.SIGTERM) == 0
+    time.sleep(3)  # due while the server is down
+    srv = ServeProcess(data, *args).start()
+    try:
+        got = client("mosquitto_sub", "-c", "-i", "keep", "-q", "1", "-t", "r/#", "-C", "1", "-W", "10", "-v")
+        assert got.stdout.decode().split() == ["r/late", "x"], got
+        retained = client("mosquitto_sub", "-t", "r/late", "-C", "1", "-W", "10", "-v")
+        assert retained.stdout.decode().split() == ["r/late", "x"], retained
+    finally:
+        srv.stop(signal.SIGTERM)
