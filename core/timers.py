@@ -36,10 +36,14 @@ Rules kept here:
   precision, so the checkpoint also says up to which time (and timer log
   position) its timers are stored (`_fired_through`): after a clean stop
   none fires twice.
-- A delivery the store refuses for now (not writable, shutting down, a
-  file it cannot make) stays pending and is tried again; only
-  MESSAGE_ILLEGAL drops a timer (logged). A stored batch is booked even
-  when the service is being cancelled.
+- A delivery the broker refuses is tried again: every second for as long
+  as it takes when the refusal is about the broker's state (stopping, a
+  slave, no write permission); 16 times, after 0.5 s then twice as long
+  each time (at most a minute), when it is about the topic or the disk (a
+  topic made read-only, shrunk or deleted; a file it cannot make), then
+  dropped and logged; MESSAGE_ILLEGAL drops it at once. Other timers fire on time
+  meanwhile. A stored batch is booked even when the service is being
+  cancelled.
 - Producers cannot send to ``rmq_sys_wheel_timer`` themselves
   (NO_PERMISSION): an entry there names its own real topic and due time.
 - A timer whose slot has already been taken still goes to the wheel (for
@@ -81,7 +85,10 @@ _HALF_TYPES = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 _TRIGGER_SCALES = ((TIMER_DELAY_SEC, 1000), (TIMER_DELAY_MS, 1), (TIMER_DELIVER_MS, 0), (START_DELIVER_TIME, 0))  # 0: absolute
 _ENQUEUE_BATCH = 4096
 _FIRE_BATCH = 1 << 20  # when behind, fire everything due in one go: firing goes before new sends
-_RETRY_S = 0.5  # pause before storing again timers the store refused for now
+_RETRY_STATE_S = 1.0  # a timer refused because of the broker's state is tried again this often
+_RETRY_FIRST_S = 0.5  # one refused because of its topic or the disk: after this, then twice as long each time
+_RETRY_MAX_S = 60.0
+_RETRY_TIMES = 16  # for refusals not about the broker's state (a topic made read-only, shrunk or deleted): ~12 min
 
 
 def wall_clock_ms() -> int:
@@ -138,6 +145,7 @@ class TimerMessageService:
         self._pending: list[tuple[int, int, int, bool, int]] = []  # heap of (due, offset, size, roll, slot)
         self._outstanding: dict[int, int] = {}  # slot time -> timers of it in _pending or being stored
         self._delivering: int | None = None  # the earliest heap key of the batch being stored
+        self._retry: list[tuple[int, int, tuple]] = []  # heap of (try again at, attempts so far, item) (`_fire_due`)
         self._stored_through = (0, 0)  # from the checkpoint: (time, log position), see `_fired_through`
         self._wake = trio.Event()
         self.fired = 0
@@ -215,6 +223,8 @@ class TimerMessageService:
                     next_at = self._taken  # the next slot is taken when its earliest possible due time comes
                     if self._pending and self._pending[0][0] < next_at:
                         next_at = self._pending[0][0]
+                    if self._retry and self._retry[0][0] < next_at:
+                        next_at = self._retry[0][0]
                     wait_s = max(0.0, (next_at - self.now_ms()) / 1000)
                     with trio.move_on_after(wait_s):
                         await self.broker.wait_for_messages(TIMER_TOPIC, 0, self._queue_offset)
@@ -271,6 +281,9 @@ class TimerMessageService:
             through = self._pending[0][0]
         if self._delivering is not None and self._delivering < through:
             through = self._delivering
+        for _, _, item in self._retry:
+            if item[0] < through:
+                through = item[0]
         return through - 1
 
     def _update_read_time(self) -> None:
@@ -307,7 +320,7 @@ class TimerMessageService:
                     for u in units:
                         roll = bool(u.magic & MAGIC_ROLL)
                         key = slot - precision if roll else u.write_time_ms + u.delayed_ms
-                        if key <= stored_ms and u.pos < stored_pos:
+                        if key <= stored_ms and u.pos < stored_pos and slot - precision <= stored_ms:
                             continue  # stored before the last checkpoint (a slot fires over its whole precision)
                         push(pending, (key, u.offset_py, u.size_py, roll, slot))
                         n += 1
@@ -315,20 +328,35 @@ class TimerMessageService:
                         self._outstanding[slot] = self._outstanding.get(slot, 0) + n
                 self._taken = slot
             self._update_read_time()
-            if not pending or pending[0][0] > now:
+            retry = self._retry
+            if (not pending or pending[0][0] > now) and (not retry or retry[0][0] > now):
                 return
             batch = []
+            attempts: dict[tuple, int] = {}
+            while retry and retry[0][0] <= now:
+                _, n, item = heapq.heappop(retry)
+                batch.append(item)
+                attempts[item] = n
+            earliest = min(item[0] for item in batch) if batch else None
+            first_new = len(batch)
             while pending and pending[0][0] <= now and len(batch) < _FIRE_BATCH:
                 batch.append(pop(pending))
-            self._delivering = batch[0][0]
+            if len(batch) > first_new and (earliest is None or batch[first_new][0] < earliest):
+                earliest = batch[first_new][0]  # the heap pops in key order
+            self._delivering = earliest
             with trio.CancelScope(shield=True):  # a stored batch is booked before shutdown (bounded by the flush wait)
-                retry = await self._deliver(batch)
+                refused = await self._deliver(batch)
             self._delivering = None
             out = self._outstanding
             for item in batch:
-                if retry and item in retry:
-                    heapq.heappush(pending, item)  # its slot stays outstanding: not claimed by the checkpoint
-                    continue
+                if refused and item in refused:
+                    n = attempts.get(item, 0) + 1
+                    if refused[item] or n < _RETRY_TIMES:  # its slot stays outstanding: not claimed by the checkpoint
+                        wait_s = _RETRY_STATE_S if refused[item] else min(_RETRY_MAX_S, _RETRY_FIRST_S * 2 ** (n - 1))
+                        heapq.heappush(retry, (now + int(1000 * wait_s), n, item))
+                        continue
+                    log.error("timer entry at commit log offset %d dropped after %d refused deliveries", item[1], n)
+                    self.wheel.checkpoint.counter -= 1
                 slot = item[4]
                 left = out[slot] - 1
                 if left:
@@ -336,15 +364,15 @@ class TimerMessageService:
                 else:
                     del out[slot]
             self._update_read_time()
-            if retry:  # the store refuses for now (shutting down, a file it cannot make): try again soon
-                await trio.sleep(_RETRY_S)
             return  # one batch a turn: the caller files new timers between batches, so none is filed late
 
-    async def _deliver(self, items: list[tuple[int, int, int, bool, int]]) -> set:
+    async def _deliver(self, items: list[tuple[int, int, int, bool, int]]) -> dict[tuple, bool]:
         """Store the real messages of fired timers (or roll them on); one flush wait.
-        Returns the items the store refused for now, to be tried again (like
-        RocketMQ's PUT_NEED_RETRY); a refusal for good (MESSAGE_ILLEGAL) is
-        logged and dropped."""
+        Returns the items the broker refused, to be tried again (like RocketMQ's
+        PUT_NEED_RETRY), each with whether the refusal is about the broker's
+        state (not running, a slave, no write permission: tried until it
+        passes) or about the message's topic or the disk (tried `_RETRY_TIMES`
+        times). MESSAGE_ILLEGAL is for good: logged and dropped."""
         out: list[tuple[Message, int | None]] = []
         sent = []
         now_text = str(self.now_ms())
@@ -369,9 +397,9 @@ class TimerMessageService:
             props[TIMER_DEQUEUE_MS] = now_text
             out.append((msg, qid))
         if not out:
-            return set()
+            return {}
         results = await self.broker.send_many(out, internal=True)
-        retry = set()
+        refused: dict[tuple, bool] = {}
         counter = self.wheel.checkpoint
         for item, (msg, _), r in zip(sent, out, results):
             if r.ok:
@@ -384,11 +412,12 @@ class TimerMessageService:
                 log.error("timer delivery to %s refused for good, dropped: %s", msg.topic, r.remark)
                 counter.counter -= 1
             else:
-                retry.add(item)
-        if retry:
-            log.warning("%d timer deliveries refused for now (%s), tried again in %.1f s", len(retry),
-                        next(r.status.name for r in results if not r.ok), _RETRY_S)
-        return retry
+                if not refused:
+                    log.warning("timer delivery to %s refused (%s %s), tried again later", msg.topic, r.status.name, r.remark)
+                refused[item] = r.status is SendStatus.SERVICE_NOT_AVAILABLE or not self.broker.writable()
+        if len(refused) > 1:
+            log.warning("%d timer deliveries of this batch refused, tried again later", len(refused))
+        return refused
 
     async def _checkpoint(self) -> None:
         """Flush the wheel and log, then record how far enqueue and firing got.

@@ -152,13 +152,13 @@ class SendPath:
         add = prepared.append
         check = self._check_topic
         prepare = self._prepare
-        writable = self._writable()  # broker state, checked again after each await
+        writable = self.writable()  # broker state, checked again after each await
         try:
             for msg, qid in items:
                 checked = check(msg, qid, internal) if writable else self._refuse_state(msg.topic)
                 if checked is None:  # a topic to create first (may persist the topic table)
                     checked = await self._check_send(msg, qid, DEFAULT_TOPIC, None, internal)
-                    writable = self._writable()
+                    writable = self.writable()
                 if checked.__class__ is not SendResult:
                     checked = prepare(msg, checked[0], checked[1])
                     if checked.__class__ is not SendResult:
@@ -293,11 +293,12 @@ class SendPath:
     def _check_known(self, msg: Message, queue_id: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult | None:
         """``msgCheck`` for a topic that exists: broker state, topic permission,
         queue id. None when the topic is not known yet (`_check_send` creates it)."""
-        if not self._writable():
+        if not self.writable():
             return self._refuse_state(msg.topic)
         return self._check_topic(msg, queue_id, internal)
 
-    def _writable(self) -> bool:
+    def writable(self) -> bool:
+        """The broker takes sends now: running, a master, with write permission."""
         config = self.config
         return self._running and config.broker_role is not BrokerRole.SLAVE and bool(config.broker_permission & PERM_WRITE)
 

@@ -190,8 +190,79 @@ async def test_timers_the_store_refuses_for_now_fire_later(autojump_clock, tmp_p
         await trio.sleep(3)
         assert arrivals.count == 0 and service.fired == 0 and service.pending == 20
         broker.config = writable
-        await trio.sleep(1)
+        await trio.sleep(1.2)  # tried again every second
         assert arrivals.count == 20 and service.fired == 20 and service.pending == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_timer_filed_late_into_an_untaken_slot_survives_a_stop_there(autojump_clock, tmp_path):
+    """A timer already due when it is filed (the loop ran late, or the clock
+    stepped forward) goes to the slot of "now", which may not be taken yet
+    although its due time is before the taken ones; a stop right then must
+    not count it as fired. The lag and the stop are injected at that point
+    by wrapping the real wheel's filing call."""
+    timers = dataclasses.replace(TEST_TIMERS, precision_ms=1000, slots_total=120, roll_window_slots=60)
+    skew = [0]
+
+    def skewed_ms() -> int:
+        return clock_ms() + skew[0]
+
+    async with trio.open_nursery() as nursery:
+        broker = await nursery.start(_run_broker, tmp_path)
+        service = TimerMessageService(broker, timers, now_ms=skewed_ms)
+        broker.add_put_hook(service.put_hook)
+        async with trio.open_nursery() as inner:
+            await inner.start(service.run)
+            await trio.sleep(0.3)
+            file_units = service.wheel.schedule_many
+
+            def late_then_stop(units, now_ms):
+                skew[0] = 800  # filed 0.8 s after it was sent: due 0.1 s ago, its slot is "now"'s
+                slots = file_units(units, skewed_ms())
+                assert min(slots) > service._taken
+                inner.cancel_scope.cancel()  # the stop lands before that slot is taken
+                return slots
+
+            service.wheel.schedule_many = late_then_stop
+            r = await broker.send(Message("T", b"x", properties={"TIMER_DELAY_MS": "400"}))
+        arrivals = Arrivals(broker)
+        service = TimerMessageService(broker, timers, now_ms=skewed_ms)
+        async with trio.open_nursery() as inner:
+            await inner.start(service.run)
+            await trio.sleep(3)
+            assert list(arrivals.times) == [r.uniq_key] and service.pending == 0
+            inner.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_timer_whose_queue_is_gone_is_dropped_after_its_tries_and_holds_no_one_back(autojump_clock, tmp_path):
+    """The admin shrinks the topic while a timer for queue 3 is pending: its
+    delivery is refused (queue id illegal), tried again with growing pauses,
+    then dropped; the other timers fire on time meanwhile, and a clean
+    restart afterwards fires none of them again."""
+    timers = dataclasses.replace(TEST_TIMERS, precision_ms=1000, checkpoint_interval_s=60)  # 15 min in few wake-ups
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path, timers)
+        arrivals = Arrivals(broker)
+        await broker.send(Message("T", b"gone", properties={"TIMER_DELAY_MS": "200"}), 3)
+        await broker.update_topic(TopicConfig("T", 2, 2))
+        due = {}
+        for i in range(50):
+            r = await broker.send(Message("T", b"%d" % i, properties={"TIMER_DELAY_MS": str(1000 + 37 * i)}), 0)
+            due[r.uniq_key] = clock_ms() + 1000 + 37 * i
+        await trio.sleep(5)
+        assert sorted(arrivals.times) == sorted(due)
+        assert max(arrivals.times[k] - t for k, t in due.items()) <= 50  # taken a precision ahead, fired at its time
+        assert service.pending == 1  # still being tried
+        await trio.sleep(15 * 60)
+        assert service.pending == 0 and service.fired == 50 and not service._outstanding
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path, timers)
+        await trio.sleep(3)
+        assert service.fired == 0
+        stored = [len((await broker.read_queue("T", q, 0, 1000)).messages()) for q in range(2)]
+        assert sum(stored) == 50
         nursery.cancel_scope.cancel()
 
 
