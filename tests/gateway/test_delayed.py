@@ -31,17 +31,18 @@ MAX_DELAY_S = 60  # timerMaxDelaySec of these tests
 
 @asynccontextmanager
 async def timer_gateway(root, *, precision_ms: int = 100):
-    """(broker, gateway, timer service, MQTT port), the timer service attached as ``gateway.serve`` does."""
+    """(broker, gateway, timer service, MQTT port), the timer service attached as ``gateway.serve`` does
+    (firing starts once the gateway runs)."""
     cfg = BrokerConfig(default_topic_queue_nums=4, listen_port=0)
     async with open_broker(cfg, small_store_config(root)) as broker:
         timers = TimerMessageService(broker, TimerConfig(precision_ms=precision_ms, slots_total=3600,
                                                          timerlog_file_size=1 << 20, max_delay_s=MAX_DELAY_S))
         broker.add_put_hook(timers.put_hook)
+        broker.timers = timers
         async with trio.open_nursery() as nursery:
-            await nursery.start(timers.run)
-            broker.timers = timers
             gw = MQTTGateway(broker, {"sysInterval": 0})
             ports = await nursery.start(gw.run, [ListenerSpec(transport="tcp", ephemeral=True)])
+            await nursery.start(timers.run)
             try:
                 yield broker, gw, timers, ports["tcp"]
             finally:

@@ -221,36 +221,3 @@ async def test_outbound_window_respects_client_receive_maximum(gateway_factory, 
         await s.send(PubAck(packet_id=first[0].packet_id))
         m = await s.expect(Publish)
         assert m.payload == b"2"
-
-
-
-async def test_delayed_publish_with_the_timer_service(tmp_path, client_cls):
-    from core.broker import BrokerConfig, open_broker
-    from core.store import StoreConfig
-    from core.timers import TimerConfig, TimerMessageService
-    from gateway.app import MQTTGateway
-    from gateway.listeners import ListenerSpec
-
-    store = StoreConfig(store_path_root_dir=str(tmp_path / "s"), mapped_file_size_commit_log=4 << 20,
-                        mapped_file_size_consume_queue=20 * 4096, max_hash_slot_num=1024, max_index_num=8192)
-    async with open_broker(BrokerConfig(default_topic_queue_nums=4, listen_port=0), store) as broker:
-        timers = TimerMessageService(broker, TimerConfig(precision_ms=100, slots_total=3600,
-                                                         timerlog_file_size=1 << 20, max_delay_s=60))
-        broker.add_put_hook(timers.put_hook)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(timers.run)
-            broker.timers = timers
-            gw = MQTTGateway(broker, {"sysInterval": 0})
-            ports = await nursery.start(gw.run, [ListenerSpec(transport="tcp", ephemeral=True)])
-            c, _ = await client_cls.connect(ports["tcp"], "d")
-            await c.subscribe("later/#", qos=1)
-            start = trio.current_time()
-            await c.publish("$delayed/1/later/t", b"x", qos=1)
-            assert (await c.expect(PubAck)).reason_code == 0
-            m = await c.expect(Publish, timeout=10)
-            assert (m.topic, m.payload) == ("later/t", b"x")
-            assert trio.current_time() - start >= 0.9
-            await c.publish("$delayed/100000/later/t", b"x", qos=1)
-            ack = await c.expect(PubAck)
-            assert ack.reason_code == ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR and ack.reason_string
-            nursery.cancel_scope.cancel()
