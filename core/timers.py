@@ -195,7 +195,8 @@ class TimerMessageService:
 
     @property
     def pending(self) -> int:
-        """Timers filed and not yet fired (rolls count once)."""
+        """Timers filed and not yet fired (rolls count once): counted from the
+        wheel at start, then up at each filing and down at each firing."""
         return max(0, self.wheel.checkpoint.counter) if self.wheel else 0
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -321,6 +322,7 @@ class TimerMessageService:
                         roll = bool(u.magic & MAGIC_ROLL)
                         key = slot - precision if roll else u.write_time_ms + u.delayed_ms
                         if key <= stored_ms and u.pos < stored_pos and slot - precision <= stored_ms:
+                            wheel.checkpoint.counter -= 1
                             continue  # stored before the last checkpoint (a slot fires over its whole precision)
                         push(pending, (key, u.offset_py, u.size_py, roll, slot))
                         n += 1

@@ -1,12 +1,13 @@
 """A broker with its timer service in a process of its own, for the SIGKILL test.
 
-    python timer_proc.py DATA_DIR OUT_DIR send COUNT   # send COUNT timers, write OUT_DIR/sent, keep firing
+    python timer_proc.py DATA_DIR OUT_DIR send COUNT   # send COUNT timers (keys to OUT_DIR/sent), keep firing
     python timer_proc.py DATA_DIR OUT_DIR drain        # fire what is pending, write OUT_DIR/delivered, exit
 
-``sent`` lists the UNIQ_KEY of every timer the broker acknowledged, written
-once all are acknowledged (the test kills the process after that, while
-timers are firing). ``delivered`` lists the UNIQ_KEY of every message in
-topic T, one line per stored message (duplicates included).
+``sent`` lists the UNIQ_KEY of every timer the broker acknowledged, a batch
+of 100 every 50 ms or so (the test kills the process while it sends and
+the first timers fire). ``delivered`` lists the UNIQ_KEY of every message in
+topic T, one line per stored message (duplicates included); ``pending`` the
+timer service's count of timers filed and not fired, at the end.
 """
 
 from __future__ import annotations
@@ -45,14 +46,17 @@ async def main(data_dir: str, out_dir: str, mode: str, count: int = 0) -> None:
             await nursery.start(service.run)
             if mode == "send":
                 rnd = random.Random(7)
-                keys = []
-                for start in range(0, count, 100):
-                    batch = [(Message("T", b"%d" % i, properties={"TIMER_DELAY_MS": str(rnd.randrange(*DELAY_MS))}), None)
-                             for i in range(start, min(count, start + 100))]
-                    for r in await broker.send_many(batch):
-                        assert r.ok, r
-                        keys.append(r.uniq_key)
-                write(os.path.join(out_dir, "sent"), keys)
+                with open(os.path.join(out_dir, "sent"), "w") as sent:
+                    for start in range(0, count, 100):
+                        batch = [(Message("T", b"%d" % i, properties={"TIMER_DELAY_MS": str(rnd.randrange(*DELAY_MS))}),
+                                  None) for i in range(start, min(count, start + 100))]
+                        keys = []
+                        for r in await broker.send_many(batch):
+                            assert r.ok, r
+                            keys.append(r.uniq_key)
+                        sent.write("".join(k + "\n" for k in keys))
+                        sent.flush()
+                        await trio.sleep(0.05)  # sends go on while the first timers fire
                 await trio.sleep_forever()  # firing, until killed
             with trio.fail_after(60):
                 while service.pending or not service.wheel.checkpoint.last_read_time_ms:
@@ -62,6 +66,7 @@ async def main(data_dir: str, out_dir: str, mode: str, count: int = 0) -> None:
             for q in range(4):
                 got += [m.properties["UNIQ_KEY"] for m in (await broker.read_queue("T", q, 0, 100_000)).messages()]
             write(os.path.join(out_dir, "delivered"), got)
+            write(os.path.join(out_dir, "pending"), [str(service.wheel.checkpoint.counter)])  # filed, not fired
             nursery.cancel_scope.cancel()
 
 
