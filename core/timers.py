@@ -41,9 +41,9 @@ Rules kept here:
   slave, no write permission); 16 times, after 0.5 s then twice as long
   each time (at most a minute), when it is about the topic or the disk (a
   topic made read-only, shrunk or deleted; a file it cannot make), then
-  dropped and logged; MESSAGE_ILLEGAL drops it at once. Other timers fire on time
-  meanwhile. A stored batch is booked even when the service is being
-  cancelled.
+  dropped and logged; MESSAGE_ILLEGAL drops it at once. Other timers fire
+  on time meanwhile. A stored batch is booked even when the service is
+  being cancelled.
 - Producers cannot send to ``rmq_sys_wheel_timer`` themselves
   (NO_PERMISSION): an entry there names its own real topic and due time.
 - A timer whose slot has already been taken still goes to the wheel (for
@@ -88,7 +88,7 @@ _FIRE_BATCH = 1 << 20  # when behind, fire everything due in one go: firing goes
 _RETRY_STATE_S = 1.0  # a timer refused because of the broker's state is tried again this often
 _RETRY_FIRST_S = 0.5  # one refused because of its topic or the disk: after this, then twice as long each time
 _RETRY_MAX_S = 60.0
-_RETRY_TIMES = 16  # for refusals not about the broker's state (a topic made read-only, shrunk or deleted): ~12 min
+_RETRY_TIMES = 16  # for refusals not about the broker's state (a topic made read-only, shrunk or deleted): ~9 min
 
 
 def wall_clock_ms() -> int:
