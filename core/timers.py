@@ -38,12 +38,14 @@ Rules kept here:
   none fires twice.
 - A delivery the broker refuses is tried again: every second for as long
   as it takes when the refusal is about the broker's state (stopping, a
-  slave, no write permission); 16 times, after 0.5 s then twice as long
-  each time (at most a minute), when it is about the topic or the disk (a
-  topic made read-only, shrunk or deleted; a file it cannot make), then
-  dropped and logged; MESSAGE_ILLEGAL drops it at once. Other timers fire
-  on time meanwhile. A stored batch is booked even when the service is
-  being cancelled.
+  slave, no write permission: nothing fires meanwhile, and the checkpoint
+  waits for it); 16 times, after 0.5 s then twice as long each time (at
+  most a minute), when it is about the topic or the disk (a topic made
+  read-only, shrunk or deleted; a file it cannot make), filed again in the
+  wheel for that time like a new timer (so the checkpoint moves on and a
+  restart keeps it), then dropped and logged; MESSAGE_ILLEGAL drops it at
+  once. Other timers fire on time meanwhile. A stored batch is booked even
+  when the service is being cancelled.
 - Producers cannot send to ``rmq_sys_wheel_timer`` themselves
   (NO_PERMISSION): an entry there names its own real topic and due time.
 - A timer whose slot has already been taken still goes to the wheel (for
@@ -145,7 +147,8 @@ class TimerMessageService:
         self._pending: list[tuple[int, int, int, bool, int]] = []  # heap of (due, offset, size, roll, slot)
         self._outstanding: dict[int, int] = {}  # slot time -> timers of it in _pending or being stored
         self._delivering: int | None = None  # the earliest heap key of the batch being stored
-        self._retry: list[tuple[int, int, tuple]] = []  # heap of (try again at, attempts so far, item) (`_fire_due`)
+        self._retry: list[tuple[int, tuple]] = []  # heap of (try again at, item): refused by the broker's state
+        self._attempts: dict[int, int] = {}  # commit log offset -> deliveries refused for its topic (`_fire_due`)
         self._stored_through = (0, 0)  # from the checkpoint: (time, log position), see `_fired_through`
         self._wake = trio.Event()
         self.fired = 0
@@ -213,6 +216,9 @@ class TimerMessageService:
         self._read_time = (cp.last_read_time_ms or now) // precision * precision  # on the grid, if precision changed
         self._taken = self._read_time
         self._stored_through = (cp.fired_through_ms, cp.fired_through_pos)
+        # filed and not fired, counted afresh from the slots this run will read: after a crash the saved
+        # count is stale (timers fired since it was saved fire again, and are counted down again)
+        cp.counter = await trio.to_thread.run_sync(self.wheel.wheel.units_after, self._read_time)
         await self.broker.ensure_topic(TIMER_TOPIC, 1)
         try:
             async with trio.open_nursery() as nursery:
@@ -282,7 +288,7 @@ class TimerMessageService:
             through = self._pending[0][0]
         if self._delivering is not None and self._delivering < through:
             through = self._delivering
-        for _, _, item in self._retry:
+        for _, item in self._retry:
             if item[0] < through:
                 through = item[0]
         return through - 1
@@ -313,6 +319,8 @@ class TimerMessageService:
                     units = wheel.due(slot)
                 except ValueError as e:  # a unit the timer log no longer holds: say so, keep serving the others
                     log.error("timer slot %d cannot be read, its timers are skipped: %s", slot, e)
+                    lost = wheel.wheel.get(slot)
+                    wheel.checkpoint.counter -= lost.num if lost else 0
                     units = []
                 if units:
                     push = heapq.heappush
@@ -334,11 +342,8 @@ class TimerMessageService:
             if (not pending or pending[0][0] > now) and (not retry or retry[0][0] > now):
                 return
             batch = []
-            attempts: dict[tuple, int] = {}
             while retry and retry[0][0] <= now:
-                _, n, item = heapq.heappop(retry)
-                batch.append(item)
-                attempts[item] = n
+                batch.append(heapq.heappop(retry)[1])
             earliest = min(item[0] for item in batch) if batch else None
             first_new = len(batch)
             while pending and pending[0][0] <= now and len(batch) < _FIRE_BATCH:
@@ -352,13 +357,10 @@ class TimerMessageService:
             out = self._outstanding
             for item in batch:
                 if refused and item in refused:
-                    n = attempts.get(item, 0) + 1
-                    if refused[item] or n < _RETRY_TIMES:  # its slot stays outstanding: not claimed by the checkpoint
-                        wait_s = _RETRY_STATE_S if refused[item] else min(_RETRY_MAX_S, _RETRY_FIRST_S * 2 ** (n - 1))
-                        heapq.heappush(retry, (now + int(1000 * wait_s), n, item))
+                    if refused[item] or item[3]:  # the broker's state (the only refusal a roll meets): in memory,
+                        heapq.heappush(retry, (now + int(1000 * _RETRY_STATE_S), item))  # its slot kept outstanding
                         continue
-                    log.error("timer entry at commit log offset %d dropped after %d refused deliveries", item[1], n)
-                    self.wheel.checkpoint.counter -= 1
+                    self._retry_later(item, now)
                 slot = item[4]
                 left = out[slot] - 1
                 if left:
@@ -367,6 +369,21 @@ class TimerMessageService:
                     del out[slot]
             self._update_read_time()
             return  # one batch a turn: the caller files new timers between batches, so none is filed late
+
+    def _retry_later(self, item: tuple[int, int, int, bool, int], now: int) -> None:
+        """A delivery refused for its topic or the disk: file the entry again
+        for a later time (growing pauses), or drop it after `_RETRY_TIMES`."""
+        _key, offset, size, _roll, _slot = item
+        n = self._attempts.pop(offset, 0) + 1
+        if n >= _RETRY_TIMES:
+            log.error("timer entry at commit log offset %d dropped after %d refused deliveries", offset, n)
+            self.wheel.checkpoint.counter -= 1
+            return
+        self._attempts[offset] = n
+        at = now + int(1000 * min(_RETRY_MAX_S, _RETRY_FIRST_S * 2 ** (n - 1)))
+        slot = self.wheel.schedule_many([(offset, size, at)], now)[0]  # a new unit (counted: the old one is done)
+        if slot <= self._taken:
+            self._add_pending(at, offset, size, False, slot)
 
     async def _deliver(self, items: list[tuple[int, int, int, bool, int]]) -> dict[tuple, bool]:
         """Store the real messages of fired timers (or roll them on); one flush wait.
@@ -410,9 +427,12 @@ class TimerMessageService:
                 else:
                     self.fired += 1
                 counter.counter -= 1  # a roll is counted again when re-enqueued
+                if self._attempts:
+                    self._attempts.pop(item[1], None)
             elif r.status is SendStatus.MESSAGE_ILLEGAL:
                 log.error("timer delivery to %s refused for good, dropped: %s", msg.topic, r.remark)
                 counter.counter -= 1
+                self._attempts.pop(item[1], None)
             else:
                 if not refused:
                     log.warning("timer delivery to %s refused (%s %s), tried again later", msg.topic, r.status.name, r.remark)

@@ -340,10 +340,6 @@ class TimerWheelStore:
         self.layout_note = ""  # why the wheel keeps another layout than asked, if it does
         self.wheel = self._open_wheel(cp)
         cp.precision_ms, cp.slots_total = self.precision_ms, self.slots_total
-        # what is filed and not fired, counted afresh: after a crash the saved count is stale (timers
-        # fired since it was saved fire again and are counted down again); the caller counts down what
-        # it skips as fired before the checkpoint (a slot fires over its whole precision)
-        cp.counter = self.wheel.units_after(cp.last_read_time_ms)
         slots_total = self.slots_total
         window = 2 * 86400 if roll_window_slots is None else roll_window_slots
         self.roll_window_slots = max(1, min(window, slots_total - 60 if slots_total > 120 else slots_total // 2))
