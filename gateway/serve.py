@@ -29,7 +29,7 @@ from core.broker import Broker, configs_from_dict
 from core.broker.config import ConfigError as BrokerConfigError
 from core.namesrv import run_namesrv
 from core.processors.runner import run_broker_remoting
-from core.store.timer import PRECISIONS_MS
+from core.store.timer import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARGIN_SLOTS
 from core.timers import TimerConfig, TimerMessageService
 
 from .config import ConfigError, ServeConfig
@@ -43,11 +43,11 @@ _TIMER_KEYS = {
     "timerMaxDelaySec": "max_delay_s",
     "timerRollWindowSlot": "roll_window_slots",
 }
-# The timer log keeps a unit's delay as a signed 32-bit count of ms (core/store/timer.py).
-TIMER_MAX_DELAY_LIMIT_S = (2**31 - 1) // 1000  # 2147483 s, 24.8 days
-# TimerWheelStore caps the roll window at the wheel's slot count less 60 slots;
-# the TOML file cannot change the slot count, so its default bounds the key.
-TIMER_ROLL_WINDOW_LIMIT = TimerConfig().slots_total - 60
+# The timer log keeps a unit's delay as a signed 32-bit count of ms.
+TIMER_MAX_DELAY_LIMIT_S = MAX_DELAY_FIELD_MS // 1000  # 2147483 s, 24.8 days
+# TimerWheelStore keeps some slots out of the roll window; the TOML file
+# cannot change the slot count, so its default bounds the key.
+TIMER_ROLL_WINDOW_LIMIT = TimerConfig().slots_total - ROLL_WINDOW_MARGIN_SLOTS
 
 
 def _timer_int(key: str, value: Any, low: int, high: int | None, allowed: str) -> int:
@@ -76,7 +76,7 @@ def _check_timer_value(key: str, value: Any) -> Any:
     assert key == "timerRollWindowSlot"
     return _timer_int(key, value, 1, TIMER_ROLL_WINDOW_LIMIT,
                       f"in 1..{TIMER_ROLL_WINDOW_LIMIT} (slots; the wheel has {TimerConfig().slots_total} "
-                      f"and keeps 60 of them out of the window)")
+                      f"and keeps {ROLL_WINDOW_MARGIN_SLOTS} of them out of the window)")
 
 
 def split_timer_config(table: dict) -> tuple[dict, TimerConfig]:

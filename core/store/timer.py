@@ -64,6 +64,8 @@ _BLANK = struct.Struct(">iqi")
 _CHECKPOINT = struct.Struct(">qqqqqqqqqqq")
 BLANK_SIZE = _BLANK.size  # 16
 _INT32 = 1 << 31
+MAX_DELAY_FIELD_MS = _INT32 - 1  # a unit's delay field (int32 ms): the longest delay a timer may ask for
+ROLL_WINDOW_MARGIN_SLOTS = 60  # slots of the wheel kept out of the roll window (when it has more than 120)
 assert _UNIT.size == UNIT_SIZE and _SLOT.size == 32
 
 PRECISIONS_MS = (100, 200, 500, 1000)
@@ -342,7 +344,7 @@ class TimerWheelStore:
         cp.precision_ms, cp.slots_total = self.precision_ms, self.slots_total
         slots_total = self.slots_total
         window = 2 * 86400 if roll_window_slots is None else roll_window_slots
-        self.roll_window_slots = max(1, min(window, slots_total - 60 if slots_total > 120 else slots_total // 2))
+        self.roll_window_slots = max(1, min(window, slots_total - ROLL_WINDOW_MARGIN_SLOTS if slots_total > 120 else slots_total // 2))
         self.log = TimerLog(self.root / "timerlog", timerlog_file_size)
 
     def _open_wheel(self, cp: TimerCheckpoint) -> TimerWheel:
@@ -406,7 +408,7 @@ class TimerWheelStore:
                 slot = wheel.get(fire_at)
                 state = slots[fire_at] = [slot.first_pos, slot.last_pos, slot.num] if slot else [-1, -1, 0]
             if not -_INT32 <= delay < _INT32:  # the unit's delay field is an int32 of ms; the slot says when it fires
-                delay = _INT32 - 1 if delay > 0 else -_INT32  # (a far roll, or a garbage target replayed from an old log)
+                delay = MAX_DELAY_FIELD_MS if delay > 0 else -_INT32  # (a far roll, or a garbage target replayed from an old log)
             pos = log.append(state[1], magic, now_ms, delay, offset_py, size_py, 0)
             if state[2] == 0:
                 state[0] = pos
