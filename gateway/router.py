@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from core.store.message import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Message, decode_message
 from core.broker import LMQ_TOPIC_PREFIX
-from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIME, P_TIMER_DELAY, Outbound, is_deliverable,
+from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, Outbound, is_deliverable,
                              mqtt_topic_of, now_ms, outbound_from_message)
 from gateway.sessions import Delivery, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
@@ -168,14 +168,9 @@ class Router:
         parked (it goes nowhere); if it is retained, its index update waits for
         the stored hook."""
         props = msg.properties
-        expiry = props.get(P_EXPIRY)
-        if expiry is not None:
-            now = now_ms()
-            try:  # the same reading as outbound_from_message and Outbound.remaining_expiry
-                expired = (now - int(props.get(P_TIME) or msg.born_timestamp or now)) // 1000 >= int(expiry)
-            except ValueError:
-                expired = False  # not our property after all: outbound_from_message decides
-            if expired:
+        if P_EXPIRY in props:
+            out = outbound_from_message(msg, topic)  # None: not our property after all, delivery decides
+            if out is not None and out.remaining_expiry(now_ms()) <= 0:
                 self.gw.stats.expired += 1
                 return True
         if props.get(P_RETAIN) == "true":

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from core.broker import PERM_WRITE, SendStatus
+from core.broker import SendStatus
 from core.store.message import PROPERTY_TIMER_OUT_MS
 from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_to_message,
                              queue_for)
@@ -592,7 +592,7 @@ class Connection:
     def _permanent(self, status: SendStatus) -> bool:
         """Whether sending the message again gets the same refusal. The broker as
         a whole not taking writes (an operator's wipeWritePerm) is temporary."""
-        if status is SendStatus.NO_PERMISSION and not self.gw.broker.config.broker_permission & PERM_WRITE:
+        if status is SendStatus.NO_PERMISSION and not self.gw.broker.writable():
             return False
         return status in _PERMANENT
 
