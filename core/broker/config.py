@@ -92,12 +92,27 @@ class BrokerConfig:
     transaction_timeout: int = _key("transactionTimeOut", "ms a half message waits for END_TRANSACTION before its first check", 6000)
     transaction_check_interval: int = _key("transactionCheckInterval", "ms between checks of a half message still unresolved", 60000)
     transaction_check_max: int = _key("transactionCheckMax", "checks of a half message before it is rolled back", 15)
+    # replication (core/ha): RocketMQ 4.x HAService keys, and the failover keys of ours
+    ha_listen_port: int = _key("haListenPort", "port a master streams its commit log to slaves on; -1 = listenPort + 1 (0 with listenPort 0: any free port)", -1)
+    ha_master_address: str = _key("haMasterAddress", "a slave's master HA address host:port; empty = learned from the name server's REGISTER_BROKER answer", "")
+    ha_slave_fallbehind_max: int = _key("haSlaveFallbehindMax", "bytes a slave may lag before a SYNC_MASTER answers SLAVE_NOT_AVAILABLE", 256 * 1024 * 1024)
+    slave_timeout: int = _key("slaveTimeout", "ms a SYNC_MASTER send waits for a slave before FLUSH_SLAVE_TIMEOUT", 3000)
+    ha_send_heartbeat_interval: int = _key("haSendHeartbeatInterval", "ms between a slave's offset reports and a master's empty frames when idle", 5000)
+    ha_housekeeping_interval: int = _key("haHousekeepingInterval", "ms of silence after which either side of a replication link closes it", 20000)
+    ha_transfer_batch_size: int = _key("haTransferBatchSize", "largest commit-log chunk in one replication frame, bytes", 32 * 1024)
+    access_message_in_memory_max_ratio: int = _key("accessMessageInMemoryMaxRatio", "percent of RAM: a pull further behind than this is pointed at a slave (suggestWhichBrokerId)", 40)
+    slave_read_enable: bool = _key("slaveReadEnable", "a master may point slow consumers at a slave, and a slave keeps serving them", False)
+    etcd_endpoints: str = _key("etcdEndpoints", "etcd client URLs 'http://h:p;http://h:p' for automatic failover; empty = failover by `mqgate admin ha promote`", "")
+    ha_lease_ttl_ms: int = _key("haLeaseTtlMs", "ms a master's etcd lease lives without renewal; a slave is promoted after it lapses", 3000)
+    ha_promote_role: BrokerRole = _key("haPromoteRole", "the role a promoted slave takes: SYNC_MASTER or ASYNC_MASTER", BrokerRole.SYNC_MASTER)
+    etcd_key_prefix: str = _key("etcdKeyPrefix", "prefix of every key this broker group keeps in etcd", "/mqgate")
 
     def __post_init__(self) -> None:
         positive = ("flush_interval_commit_log", "sync_flush_timeout", "default_topic_queue_nums", "short_polling_time_mills",
                     "max_message_size", "clean_resource_interval", "flush_consumer_offset_interval", "default_query_max_num",
                     "register_name_server_period", "transaction_timeout", "transaction_check_interval",
-                    "transaction_check_max")
+                    "transaction_check_max", "ha_slave_fallbehind_max", "slave_timeout", "ha_send_heartbeat_interval",
+                    "ha_housekeeping_interval", "ha_transfer_batch_size", "ha_lease_ttl_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_KEY_OF[name]} must be > 0, got {getattr(self, name)!r}")
@@ -107,6 +122,12 @@ class BrokerConfig:
             raise ConfigError(f"listenPort must be 0..65535, got {self.listen_port!r}")
         if self.broker_id < 0:
             raise ConfigError(f"brokerId must be >= 0, got {self.broker_id!r}")
+        if not -1 <= self.ha_listen_port <= 65535:
+            raise ConfigError(f"haListenPort must be -1..65535, got {self.ha_listen_port!r}")
+        if not 1 <= self.access_message_in_memory_max_ratio <= 100:
+            raise ConfigError(f"accessMessageInMemoryMaxRatio must be 1..100, got {self.access_message_in_memory_max_ratio!r}")
+        if self.ha_promote_role is BrokerRole.SLAVE:
+            raise ConfigError("haPromoteRole must be SYNC_MASTER or ASYNC_MASTER, not SLAVE")
         self.delete_hours()  # validates deleteWhen
         try:
             socket.inet_pton(socket.AF_INET6 if ":" in self.broker_ip1 else socket.AF_INET, self.broker_ip1)
@@ -145,6 +166,15 @@ class BrokerConfig:
     @property
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    def ha_port_for(self, bound_listen_port: int) -> int:
+        """The HA port to bind, given the remoting port actually bound (0 = any free port)."""
+        if self.ha_listen_port >= 0:
+            return self.ha_listen_port
+        return bound_listen_port + 1 if self.listen_port else 0
+
+    def etcd_endpoint_list(self) -> list[str]:
+        return [e.strip() for e in self.etcd_endpoints.split(";") if e.strip()]
 
     def delete_hours(self) -> frozenset[int] | None:
         """Hours of ``deleteWhen``; None means any hour."""
