@@ -41,6 +41,11 @@ The facade, `MessageStore(config: StoreConfig)`:
   ``read_by_msg_id(offset_msg_id)``, ``query_by_key(topic, key, max_num=32,
   begin_ts=0, end_ts=max) -> QueryResult``, ``topics()``, ``queue_ids(topic)``,
   ``min_phy_offset``, ``max_phy_offset``, ``flushed_offset``.
+- Replication (`core.store.replica`): ``read_log(offset, max_bytes)`` (a
+  master's raw bytes, inside one segment), ``append_replica(offset, data)``
+  (a slave writes them at its log's end and dispatches complete entries;
+  `ReplicaError` otherwise), ``dispatched_offset``; ``truncate_log(root,
+  segment_size, offset)`` cuts a stopped store (a deposed master rejoining).
 - ``delete_queue(topic, queue_id)`` (an ended session's queue);
   ``delete_expired(now_ms=None) -> [deleted segment paths]``.
 
@@ -64,6 +69,7 @@ from .errors import (
     CorruptSegmentError,
     GetMessageStatus,
     PutStatus,
+    ReplicaError,
     StoreClosedError,
     StoreConfigError,
     StoreError,
@@ -85,6 +91,7 @@ from .message import (
     tags_code,
 )
 from .names import dir_name
+from .replica import truncate_log
 from .results import GetResult, PutResult, QueryResult, RecoveryReport
 from .store import DELETE_QUEUE_TOPIC, MessageStore
 
@@ -104,6 +111,7 @@ __all__ = [
     "PutStatus",
     "QueryResult",
     "RecoveryReport",
+    "ReplicaError",
     "StoreClosedError",
     "StoreConfig",
     "StoreConfigError",
@@ -119,4 +127,5 @@ __all__ = [
     "pack_host",
     "parse_offset_msg_id",
     "tags_code",
+    "truncate_log",
 ]

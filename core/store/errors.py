@@ -22,6 +22,10 @@ The closed list:
                            size differs from the files) or an invalid value.
 `StoreLockedError`         another process holds ``<root>/lock``.
 `StoreClosedError`         a call before `start()` or after `shutdown()`.
+`ReplicaError`             replicated bytes that cannot be taken: a chunk not at
+                           the log's end, crossing a segment, or holding an
+                           invalid entry (``offset`` says where; nothing past
+                           it is kept).
 =========================  =====================================================
 """
 
@@ -55,6 +59,15 @@ class StoreLockedError(StoreError):
 
 class StoreClosedError(StoreError):
     """The store is not started, or already shut down."""
+
+
+class ReplicaError(StoreError):
+    """Replicated bytes the replica's log cannot take (see `MessageStore.append_replica`)."""
+
+    def __init__(self, offset: int, reason: str):
+        super().__init__(f"replicated data at offset {offset} refused: {reason}")
+        self.offset = offset
+        self.reason = reason
 
 
 class PutStatus(enum.Enum):

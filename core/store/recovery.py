@@ -257,7 +257,6 @@ def _load_queues(store) -> None:
 def _replay(store, pos: int, end: int, delete_topic: str, skip_tx, report) -> int:
     """Re-dispatch every entry in [pos, end) to queues and index."""
     cl = store.commitlog
-    idx = store._index
     size_cfg = cl.segment_size
     check_crc = store.config.check_crc_on_recover
     n = 0
@@ -285,36 +284,64 @@ def _replay(store, pos: int, end: int, delete_topic: str, skip_tx, report) -> in
         n += 1
         pos += size
         prev_ts = m.store_timestamp
-        if m.topic == delete_topic:
-            qid, _, name = m.body.decode("utf-8", "surrogatepass").partition("\n")
-            store._drop_queue(name, int(qid))
-            continue
-        if m.sysflag & TRANSACTION_MASK in skip_tx:
-            continue
-        if m.topic == DISPATCH_REF_TOPIC:  # units of a long multi-dispatch list, pointing at its entry
-            ref = parse_dispatch_ref(m.properties)
-            if ref is not None:
-                ref_phys, ref_size, ref_tags = ref
-                for name in multi_dispatch_queues(m.properties):
-                    lcq = store._queue(name, 0)
-                    if ref_phys > lcq.last_phys:
-                        lcq.append(ref_phys, ref_size, ref_tags)
-            continue
-        tc = queue_tags_code(m.topic, m.properties)
-        store._queue(m.topic, m.queue_id).put(m.queue_offset, m.physical_offset, size, tc)
-        for name in multi_dispatch_queues(m.properties):
-            lcq = store._queue(name, 0)
-            if m.physical_offset > lcq.last_phys:
-                lcq.append(m.physical_offset, size, tc)
-        if idx is not None and m.physical_offset >= idx.end_phys:
-            texts = [f"{m.topic}#{k}" for k in m.properties.get(PROPERTY_KEYS, "").split()]
-            uniq = m.properties.get(PROPERTY_UNIQ_KEY)
-            if uniq:
-                texts.append(f"{m.topic}#{uniq}")
-            if texts:
-                idx.build(texts, m.physical_offset, size, m.store_timestamp)
-            else:
-                idx.files[-1].finish_entry(m.physical_offset + size, m.store_timestamp)
+        dispatch_entry(store, m, size, None, delete_topic, skip_tx)
     for cq in store._queues.values():
         store._dirty.add(cq)
     return n
+
+
+def dispatch_entry(store, m, size: int, notes: dict | None, delete_topic: str, skip_tx) -> None:
+    """Make consume queues, multi-dispatch units and index agree with one
+    decoded entry (replay and replication share it).  Idempotent: a unit
+    already there is left, a multi-dispatch unit is only appended past the
+    queue's last one.  ``notes`` None = replay (index keys hashed here);
+    a dict = a live replica (queues' new max offsets for listeners, index
+    keys queued for the next flush like an append's)."""
+    if m.topic == delete_topic:
+        qid, _, name = m.body.decode("utf-8", "surrogatepass").partition("\n")
+        store._drop_queue(name, int(qid))
+        return
+    if m.sysflag & TRANSACTION_MASK in skip_tx:
+        return
+    if m.topic == DISPATCH_REF_TOPIC:  # units of a long multi-dispatch list, pointing at its entry
+        ref = parse_dispatch_ref(m.properties)
+        if ref is not None:
+            ref_phys, ref_size, ref_tags = ref
+            for name in multi_dispatch_queues(m.properties):
+                lcq = store._queue(name, 0)
+                if ref_phys > lcq.last_phys:
+                    lcq.append(ref_phys, ref_size, ref_tags)
+                    if notes is not None:
+                        notes[(name, 0)] = lcq.max_offset
+                        store._dirty.add(lcq)
+        return
+    tc = queue_tags_code(m.topic, m.properties)
+    cq = store._queue(m.topic, m.queue_id)
+    cq.put(m.queue_offset, m.physical_offset, size, tc)
+    if notes is not None:
+        notes[(m.topic, m.queue_id)] = cq.max_offset
+        store._dirty.add(cq)
+    for name in multi_dispatch_queues(m.properties):
+        lcq = store._queue(name, 0)
+        if m.physical_offset > lcq.last_phys:
+            lcq.append(m.physical_offset, size, tc)
+            if notes is not None:
+                notes[(name, 0)] = lcq.max_offset
+                store._dirty.add(lcq)
+    idx = store._index
+    if idx is None:
+        return
+    keys = m.properties.get(PROPERTY_KEYS, "").split()
+    uniq = m.properties.get(PROPERTY_UNIQ_KEY)
+    if notes is not None:
+        if keys or uniq:
+            store._pending_index.append((m.topic, uniq, keys, m.physical_offset, size, m.store_timestamp))
+        return
+    if m.physical_offset >= idx.end_phys:
+        texts = [f"{m.topic}#{k}" for k in keys]
+        if uniq:
+            texts.append(f"{m.topic}#{uniq}")
+        if texts:
+            idx.build(texts, m.physical_offset, size, m.store_timestamp)
+        else:
+            idx.files[-1].finish_entry(m.physical_offset + size, m.store_timestamp)

@@ -37,6 +37,7 @@ import shutil
 import threading
 import time
 
+from . import replica
 from .checkpoint import Checkpoint, remove_abort
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
@@ -86,6 +87,7 @@ class MessageStore:
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout_s = config.sync_flush_timeout / 1000
         self.report: RecoveryReport | None = None
+        self._replica_from = 0  # end of the last entry dispatched (a replica's log may hold a partial one after it)
 
     # ---------------------------------------------------------------- lifetime
 
@@ -109,6 +111,7 @@ class MessageStore:
         except BaseException:
             self._close_files()
             raise
+        self._replica_from = self.commitlog.write_pos
         self._running = True
         return self.report
 
@@ -210,6 +213,25 @@ class MessageStore:
         if (enc.uniq_key or enc.keys) and self._index is not None:
             self._pending_index.append((topic, enc.uniq_key, enc.keys, phys, size, ts))
         return phys, qoff, ts
+
+    def read_log(self, offset: int, max_bytes: int) -> bytes:
+        """A master's side of replication: raw log bytes from ``offset``, at
+        most ``max_bytes``, inside one segment (see `core.store.replica`)."""
+        return replica.read_log(self, offset, max_bytes)
+
+    def append_replica(self, offset: int, data: bytes) -> int:
+        """A slave's side: write the master's bytes at ``offset`` (the log's
+        end), dispatch the complete entries; return the new log end.
+        `ReplicaError` when they cannot be taken (see `core.store.replica`)."""
+        notes = replica.append_replica(self, offset, data)
+        if notes and self._listeners:
+            self._notify(notes)
+        return self.commitlog.write_pos
+
+    @property
+    def dispatched_offset(self) -> int:
+        """End of the last complete entry (a replica may have a partial one after it)."""
+        return self._replica_from
 
     def _notify(self, notes: dict) -> None:
         for cb in self._listeners:
