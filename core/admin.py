@@ -48,6 +48,7 @@ from core.client.api import ClientApi, MQBrokerError, MQClientError, open_client
 from core.client.model import Message, MessageExt
 from core.client.producer import open_producer
 from core.client.route import TopicRoute
+from core.ha import admin as ha_admin
 from core.remoting import RequestCode, ResponseCode, decode_json
 from core.remoting.client import RemotingConnectionError, RemotingTimeoutError
 from core.store.message import decode_messages, parse_offset_msg_id, unpack_host
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("group")
     d.add_argument("--max", type=int, default=None, help="at most this many messages")
 
+    ha_admin.add_parser(sub)
     broker = sub.add_parser("broker").add_subparsers(dest="action", required=True)
     b = broker.add_parser("runtime", help="GET_BROKER_RUNTIME_INFO of each master broker")
     b.add_argument("--broker", help="only this broker address")
@@ -340,6 +342,8 @@ def _render(area: str, action: str, result: dict, out: TextIO) -> None:
         for s in result["skipped"]:
             print(f"skipped {s['msgId']} at {s['dlqOffset']}: {s['reason']}", file=out)
         print(f"re-sent {len(result['resent'])} message(s) from {result['dlq']}", file=out)
+    elif area == "ha":
+        ha_admin.render(action, result, _table, out)
     elif key == "broker runtime":
         for name, table in result["brokers"].items():
             print(f"[{name}]", file=out)
@@ -364,10 +368,12 @@ async def run_admin(argv: list[str], out: TextIO | None = None, err: TextIO | No
                 ("message", "key"): admin.message_key, ("message", "id"): admin.message_id,
                 ("broker", "runtime"): admin.broker_runtime,
                 ("dlq", "resend"): lambda args: admin.dlq_resend(args, ";".join(namesrvs)),
+                ("ha", "status"): lambda args: ha_admin.ha_status(admin, args),
+                ("ha", "promote"): lambda args: ha_admin.ha_promote(admin, args),
             }
             try:
                 result = await handlers[(a.area, a.action)](a)
-            except (AdminError, MQClientError, RemotingConnectionError, RemotingTimeoutError, OSError) as exc:
+            except (AdminError, ha_admin.HAAdminError, MQClientError, RemotingConnectionError, RemotingTimeoutError, OSError) as exc:
                 failure: Exception | None = exc
             else:
                 failure = None

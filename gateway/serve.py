@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import logging
 import signal
-from functools import partial
 from typing import Any
 
 import trio
 
-from core.broker import Broker, configs_from_dict
+from core.broker import configs_from_dict
 from core.broker.config import ConfigError as BrokerConfigError
 from core.namesrv import run_namesrv
-from core.processors.runner import run_broker_remoting
 from core.store.timer import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARGIN_SLOTS
-from core.timers import TimerConfig, TimerMessageService
+from core.timers import TimerConfig
 
 from .config import ConfigError, ServeConfig
 
@@ -142,29 +140,13 @@ async def serve(cfg: ServeConfig, role: str = "serve", *, stop: trio.Event | Non
 
 async def _start_broker(nursery: trio.Nursery, cfg: ServeConfig, role: str, namesrv_addrs: list[str],
                         ports: dict[str, int]) -> None:
-    broker_cfg, store_cfg, timer_cfg = broker_configs(cfg)
+    from .broker_node import run_broker_node
+
+    broker_cfg, _store_cfg, _timer_cfg = broker_configs(cfg)
     for addr in broker_cfg.namesrv_addr.split(";"):  # [broker] namesrvAddr counts too
         if addr and addr not in namesrv_addrs:
             namesrv_addrs.append(addr)
-    broker = await nursery.start(Broker(broker_cfg, store_cfg).run)
-    log.info("store at %s opened (%s)", cfg.data_dir, broker.recovery_report)
-    timers = TimerMessageService(broker, timer_cfg)
-    broker.add_put_hook(timers.put_hook)  # timers are accepted (parked) from the first send
-    broker.timers = timers
-    if cfg.broker_port:
-        ports["broker"] = await nursery.start(run_broker_remoting, broker, cfg.host, cfg.broker_port, namesrv_addrs)
-        log.info("broker remoting listening on %s:%d (name servers %s)", cfg.host, ports["broker"],
-                 ";".join(namesrv_addrs) or "none")
-    if role == "serve" and (cfg.mqtt_port or cfg.ws_port):
-        from .app import run_mqtt_gateway  # logs each MQTT endpoint it listens on
-
-        bound = await nursery.start(partial(run_mqtt_gateway, broker, cfg.mqtt, host=cfg.host,
-                                            mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port))
-        for name, port in (bound or {}).items():
-            ports[f"mqtt-{name}"] = port
-    # firing starts once the gateway has restored its sessions and hooks: a timer due during a
-    # restart must reach persistent sessions and the retained index like one due later
-    await nursery.start(timers.run)
+    await nursery.start(run_broker_node, cfg, role, namesrv_addrs, ports, broker_configs)
 
 
 async def _main(cfg: ServeConfig, role: str) -> None:

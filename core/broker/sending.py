@@ -10,8 +10,8 @@ Rules kept here:
 - The append runs inline in the trio thread (a page-cache write). Only a
   message that must be durable before its ack (SYNC_FLUSH, or SYNC_MASTER
   replication; and ``WAIT`` not ``false``) waits, on the shared flusher
-  (group commit) and then the replicator, both bounded by
-  ``syncFlushTimeout``; a timeout downgrades SEND_OK to FLUSH_DISK_TIMEOUT,
+  (group commit, bounded by ``syncFlushTimeout``) and then the replicator
+  (bounded by ``slaveTimeout``); a timeout downgrades SEND_OK to FLUSH_DISK_TIMEOUT,
   FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (the message is stored).
 - `send_many` checks, stamps, hooks and encodes every message first
   (`_prepare`, synchronous unless a topic must be created), appends them
@@ -405,7 +405,9 @@ class SendPath:
         if self._sync_flush and not await self._flusher.wait_flushed(end, deadline):
             status, remark = SendStatus.FLUSH_DISK_TIMEOUT, "flush to disk timed out"
         if self._sync_master and status is SendStatus.SEND_OK:
-            replicated = None if self.replicator is None else await self.replicator.wait_replicated(end, deadline)
+            # 4.9.3+: the slave wait is bounded by slaveTimeout, after the flush
+            slave_deadline = trio.current_time() + self.config.slave_timeout / 1000
+            replicated = None if self.replicator is None else await self.replicator.wait_replicated(end, slave_deadline)
             if replicated is None:
                 status, remark = SendStatus.SLAVE_NOT_AVAILABLE, "no slave is available"
             elif not replicated:

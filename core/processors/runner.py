@@ -11,7 +11,8 @@ Rules kept here:
   inline, so one connection's sends are stored in arrival order; a run of
   sends from one read is stored through one `Broker.send_many` call.
 - Started means: the transaction service has loaded its pending set,
-  listening, delay-level service running, and one registration round done
+  listening, delay-level service running (neither runs on a slave: it
+  writes nothing), and one registration round done
   with every name server (each bounded by its timeout, so a dead name
   server delays start by at most that).
 - Put hooks: the delay-level hook, then the transaction hook (a half keeps
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import trio
 
-from core.broker import Broker
+from core.broker import Broker, BrokerRole
 from core.namesrv import BrokerIdentity, BrokerRegistrar
 from core.processors import admin, client_manage, end_transaction, offsets, pull, send
 from core.processors.acl import PlainAcl
@@ -103,6 +104,8 @@ class BrokerRemoting:
         register_timeout: float = 3.0,
         client_scan_interval: float = 10.0,
         acl: "PlainAcl | str | None" = None,
+        ha_server_addr: str | None = None,
+        extra_routes: dict[int, Route] | None = None,
     ) -> None:
         if isinstance(namesrv_addrs, str):
             namesrv_addrs = [a for a in namesrv_addrs.split(";") if a]
@@ -117,7 +120,10 @@ class BrokerRemoting:
         if isinstance(acl, (str, Path)):
             acl = PlainAcl.from_file(acl)
         self.acl = acl
-        self.server = RemotingServer(broker_routes(self.ctx, self.schedule, self.transactions), name=f"broker {broker.config.broker_name}",
+        routes = broker_routes(self.ctx, self.schedule, self.transactions)
+        routes.update(extra_routes or {})
+        self.ha_server_addr = ha_server_addr
+        self.server = RemotingServer(routes, name=f"broker {broker.config.broker_name}",
                                      request_hook=acl.hook if acl is not None else None)
         self.server.on_close(self.ctx.channel_closed)
         self.register_period = register_period or broker.config.register_name_server_period / 1000
@@ -132,20 +138,24 @@ class BrokerRemoting:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.broker.config
+        master = cfg.broker_role is not BrokerRole.SLAVE  # a slave writes nothing: no delivery or check-back
         self.schedule.install()
         self.transactions.install()
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.transactions.run)
+            if master:
+                await nursery.start(self.transactions.run)
             self.bound_port = bound = await nursery.start(self.server.serve, self.host, self.port)
             if cfg.listen_port == 0:
                 self.broker.store_host = pack_host(cfg.broker_ip1, bound)
-            await nursery.start(self.schedule.run)
+            if master:
+                await nursery.start(self.schedule.run)
             nursery.start_soon(self.ctx.expire_clients_loop, self.client_scan_interval)
             client = RemotingClient(nursery)
             self.registrar = BrokerRegistrar(
                 client,
                 self.namesrv_addrs,
-                BrokerIdentity(cfg.broker_cluster_name, cfg.broker_name, self.addr, cfg.broker_id, f"{cfg.broker_ip1}:{bound + 1}"),
+                BrokerIdentity(cfg.broker_cluster_name, cfg.broker_name, self.addr, cfg.broker_id,
+                               self.ha_server_addr if self.ha_server_addr is not None else f"{cfg.broker_ip1}:{bound + 1}"),
                 self.broker.topics.to_json,
                 period=self.register_period,
                 timeout=self.register_timeout,

@@ -1,0 +1,106 @@
+"""One broker process's parts, run for its current replication role.
+
+`run_broker_node` is what ``serve`` and ``broker`` start for the broker side:
+store, timers, remoting (with the HA requests), the HA link, and, on a
+master under ``serve``, the MQTT gateway.  A role change (an operator's
+``mqgate admin ha promote``, or the etcd controller) stops every part and
+starts them again in the new role over the same data directory: a slave
+promoted to master opens its store, records its epoch, serves the HA port,
+and its MQTT gateway restores sessions, retained messages and wills from the
+replicated records; a master deposed becomes a slave of the new one, its log
+cut first where the new master's history differs.
+
+Rules kept:
+- The ports stay the same across runs (the first run's bound ports are
+  reused), so clients and the name server see one address per broker.
+- A slave runs no MQTT listener (devices connect to the master), no timer,
+  delay-level or transaction check-back delivery: it writes nothing.
+- A role change is answered before the parts stop (a short grace), and the
+  store is always shut down cleanly between runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import trio
+
+from core.broker import Broker
+from core.ha.node import HANode, ha_routes
+from core.processors.runner import BrokerRemoting
+from core.remoting.client import RemotingClient
+from core.remoting.server import Route
+from core.store import truncate_log
+from core.timers import TimerMessageService
+
+log = logging.getLogger("mqgate")
+
+ANSWER_GRACE_S = 0.2
+
+
+async def run_broker_node(cfg, role: str, namesrv_addrs: list[str], ports: dict[str, int], broker_configs,
+                          *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    broker_cfg, store_cfg, timer_cfg = broker_configs(cfg)
+    node = HANode(broker_cfg, store_cfg.store_path_root_dir)
+    broker_port = cfg.broker_port
+    started = False
+    async with trio.open_nursery() as outer:
+        node.rc = RemotingClient(outer)
+        if broker_cfg.etcd_endpoints:
+            from core.ha.controller import Controller
+
+            node.controller = Controller(node, broker_cfg)
+            await outer.start(node.controller.run)
+        else:
+            await node.find_newer_master(namesrv_addrs)
+        while True:
+            if node.cut_to is not None:
+                cut = await trio.to_thread.run_sync(truncate_log, store_cfg.store_path_root_dir,
+                                                    store_cfg.mapped_file_size_commit_log, node.cut_to)
+                log.warning("commit log cut at offset %d (%d bytes the new master never had)", node.cut_to, cut)
+                node.cut_to = None
+            async with trio.open_nursery() as nursery:
+                broker_port = await _start_parts(nursery, node, cfg, role, namesrv_addrs, ports, broker_port,
+                                                 store_cfg, timer_cfg)
+                if not started:
+                    started = True
+                    task_status.started()
+                change = await node.wait_change()
+                await trio.sleep(ANSWER_GRACE_S)
+                nursery.cancel_scope.cancel()
+            node.stopped()
+            node.apply(change)
+
+
+async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, namesrv_addrs: list[str],
+                       ports: dict[str, int], broker_port: int, store_cfg, timer_cfg) -> int:
+    run_cfg = node.run_config()
+    broker = await nursery.start(Broker(run_cfg, store_cfg).run)
+    log.info("store at %s opened (%s)", cfg.data_dir, broker.recovery_report)
+    timers = TimerMessageService(broker, timer_cfg)
+    broker.add_put_hook(timers.put_hook)  # timers are accepted (parked) from the first send
+    broker.timers = timers
+    ha_addr = await node.start_master(nursery, broker, cfg.host) if node.is_master else ""
+    if broker_port:
+        remoting = BrokerRemoting(broker, cfg.host, broker_port, namesrv_addrs, ha_server_addr=ha_addr,
+                                  extra_routes=ha_routes(node, Route))
+        broker_port = ports["broker"] = await nursery.start(remoting.run)
+        node.registrar = remoting.registrar
+        node.own_addr = remoting.addr
+        log.info("broker remoting listening on %s:%d (name servers %s)", cfg.host, broker_port,
+                 ";".join(namesrv_addrs) or "none")
+    if not node.is_master:
+        await node.start_slave(nursery, broker)
+        return broker_port
+    if role == "serve" and (cfg.mqtt_port or cfg.ws_port):
+        from .app import run_mqtt_gateway  # logs each MQTT endpoint it listens on
+
+        bound = await nursery.start(partial(run_mqtt_gateway, broker, cfg.mqtt, host=cfg.host,
+                                            mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port))
+        for name, port in (bound or {}).items():
+            ports[f"mqtt-{name}"] = port
+    # firing starts once the gateway has restored its sessions and hooks: a timer due during a
+    # restart must reach persistent sessions and the retained index like one due later
+    await nursery.start(timers.run)
+    return broker_port
