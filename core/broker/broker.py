@@ -99,6 +99,8 @@ class Broker(SendPath, PullPath):
         self._must_wait = self._sync_flush or self._sync_master
         # core/ha sets this on a SYNC_MASTER; without it SYNC_MASTER sends answer SLAVE_NOT_AVAILABLE.
         self.replicator: Replicator | None = None
+        # core/ha's controller sets this when the master lease is lost: sends are refused from then on
+        self.fenced = False
         self._sync_flush_timeout_s = config.sync_flush_timeout / 1000
 
     def _system_topics(self) -> dict[str, TopicConfig]:

@@ -300,7 +300,8 @@ class SendPath:
     def writable(self) -> bool:
         """The broker takes sends now: running, a master, with write permission."""
         config = self.config
-        return self._running and config.broker_role is not BrokerRole.SLAVE and bool(config.broker_permission & PERM_WRITE)
+        return (self._running and config.broker_role is not BrokerRole.SLAVE and bool(config.broker_permission & PERM_WRITE)
+                and not self.fenced)
 
     def _check_topic(self, msg: Message, queue_id: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult | None:
         """`_check_known` once the broker takes writes: topic permission and queue id."""
@@ -317,6 +318,9 @@ class SendPath:
             return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=topic, remark="the broker is not running")
         if self.config.broker_role is BrokerRole.SLAVE:
             return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=topic, remark="the broker is a slave, it takes no sends")
+        if self.fenced:
+            return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=topic,
+                              remark="the broker lost its master lease (fenced): it is becoming a slave")
         return SendResult(SendStatus.NO_PERMISSION, topic=topic,
                           remark=f"the broker[{self.config.broker_name}] sending message is forbidden")
 
@@ -412,6 +416,8 @@ class SendPath:
                 status, remark = SendStatus.SLAVE_NOT_AVAILABLE, "no slave is available"
             elif not replicated:
                 status, remark = SendStatus.FLUSH_SLAVE_TIMEOUT, "replication to the slave timed out"
+            elif self.fenced:  # replicated, but maybe not to the group's next master
+                status, remark = SendStatus.FLUSH_SLAVE_TIMEOUT, "the broker lost its master lease while replicating"
         if status is not SendStatus.SEND_OK:
             for r in results:
                 if r.status is SendStatus.SEND_OK:

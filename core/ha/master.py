@@ -66,6 +66,7 @@ class HAService:
         self._written = trio.Event()
         self._acked = trio.Event()
         self.port: int | None = None
+        self.confirmed = 0  # highest end offset a SYNC wait saw replicated (the controller publishes it)
 
     @classmethod
     def from_config(cls, store: MessageStore, config) -> "HAService":
@@ -104,6 +105,7 @@ class HAService:
             while self.acked_offset < end_offset:
                 event = self._acked
                 await event.wait()
+            self.confirmed = max(self.confirmed, end_offset)
             return True
         return False
 

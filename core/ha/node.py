@@ -167,7 +167,8 @@ class HANode:
                 continue
             other = json.loads(st.body)
             if other.get("role") != "SLAVE" and other.get("epoch", 0) >= self.epochs.epoch and addr != self.own_addr:
-                self.apply(RoleChange(BrokerRole.SLAVE, other["epoch"], addr, "", int(other.get("configuredBrokerId") or 1),
+                self.apply(RoleChange(BrokerRole.SLAVE, other["epoch"], addr, other.get("haAddr", ""),
+                                      int(other.get("configuredBrokerId") or 1),
                                       f"{addr} is master of {self.config.broker_name} at epoch {other['epoch']}"))
                 return
 
@@ -207,6 +208,7 @@ class HANode:
             "configuredBrokerId": self.config.broker_id,
             "brokerId": 0 if self.is_master else self.slave_id,
             "role": self.role.name,
+            "haAddr": f"{self.config.broker_ip1}:{self.service.port}" if self.service and self.service.port else "",
             "epoch": self.epochs.epoch,
             "epochs": [list(e) for e in self.epochs.entries],
             "minOffset": store.min_phy_offset if store else -1,
@@ -238,7 +240,7 @@ def ha_routes(node: HANode, route: Callable) -> dict[int, object]:
         if role_text == "MASTER" and epoch <= node.epochs.epoch:
             return req.make_response(ResponseCode.SYSTEM_ERROR,
                                      f"epoch {epoch} is not after this broker's epoch {node.epochs.epoch}")
-        if node.controller is not None and req.get_str("source", "") != "controller":
+        if node.controller is not None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, "failover is automatic here (etcdEndpoints is set): "
                                      "stop the master to fail over, or clear etcdEndpoints")
         role = node.config.ha_promote_role if role_text == "MASTER" else BrokerRole.SLAVE
