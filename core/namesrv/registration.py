@@ -13,6 +13,12 @@ Modelled on RocketMQ 4.9.x ``BrokerController.registerBrokerAll`` /
   so a name server that restarted learns everything at the next round.
 - On shutdown the broker unregisters from every name server (best effort,
   bounded in time).
+- What name servers answer a slave is kept: `master_addr` and
+  `ha_server_addr` are the latest non-empty ``masterAddr`` / ``haServerAddr``
+  of a successful REGISTER_BROKER response, from whichever name server
+  answered last; an empty answer never erases them. When either changes,
+  the event of `master_changed` is set and ``on_master(master_addr,
+  ha_server_addr)`` is called (it must not block).
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ class BrokerRegistrar:
         period: float = 30.0,
         timeout: float = 6.0,
         compressed: bool = False,
+        on_master: Callable[[str | None, str | None], None] | None = None,
     ) -> None:
         self.client = client
         self.namesrv_addrs = list(namesrv_addrs)
@@ -68,6 +75,26 @@ class BrokerRegistrar:
         self._wake = trio.Event()
         self.rounds = 0
         self.last_results: dict[str, RemotingCommand | Exception] = {}
+        self.master_addr: str | None = None  # the master's remoting address, as a name server told this slave
+        self.ha_server_addr: str | None = None  # the master's HA address, likewise
+        self.on_master = on_master
+        self._master_changed = trio.Event()
+
+    def master_changed(self) -> trio.Event:
+        """An event set the next time `master_addr` or `ha_server_addr` changes."""
+        return self._master_changed
+
+    def _learn_master(self, resp: RemotingCommand) -> None:
+        master = resp.get_str("masterAddr", "") or self.master_addr
+        ha = resp.get_str("haServerAddr", "") or self.ha_server_addr
+        if (master, ha) == (self.master_addr, self.ha_server_addr):
+            return
+        self.master_addr, self.ha_server_addr = master, ha
+        log.info("name server says the master is %s (HA %s)", master, ha)
+        event, self._master_changed = self._master_changed, trio.Event()
+        event.set()
+        if self.on_master is not None:
+            self.on_master(master, ha)
 
     def trigger(self) -> None:
         """Register again soon (debounced with other triggers)."""
@@ -109,6 +136,8 @@ class BrokerRegistrar:
                 return
             if resp.code != ResponseCode.SUCCESS:
                 log.warning("name server %s refused registration: %s %s", addr, resp.code, resp.remark)
+            else:
+                self._learn_master(resp)
             results[addr] = resp
 
         async with trio.open_nursery() as nursery:
