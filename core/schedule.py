@@ -27,6 +27,9 @@ Rules kept here:
   (fastjson form: bare numeric keys), written atomically (temp file, fsync,
   rename) at most once a second and at shutdown. Delivery is at least
   once: a crash between a delivery and the next write re-delivers.
+- On a slave the service does not run; `replace_offsets` takes the master's
+  table (4.x ``SlaveSynchronize.syncDelayOffset``) and writes the file, so a
+  promoted slave resumes each level where its master was.
 - A message whose real topic can no longer be written (deleted topic, no
   permission, illegal) is logged and skipped, so one bad message never
   stalls its level; a transient refusal (broker stopping or busy, system
@@ -152,6 +155,12 @@ class ScheduleService:
     async def persist(self) -> None:
         self._dirty = False
         await trio.to_thread.run_sync(self._write, dict(self.offsets))
+
+    async def replace_offsets(self, table: dict[int, int]) -> None:
+        """A slave's copy of its master's progress: replace the table and write
+        it now. Not for a running service (its level tasks keep their own place)."""
+        self.offsets = {int(level): int(offset) for level, offset in table.items()}
+        await self.persist()
 
     # ---- delivery ----
 

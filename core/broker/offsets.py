@@ -9,6 +9,12 @@ Rules kept here:
   {group: SubscriptionGroupConfig}}``. Keys are written quoted (standard
   JSON); the reader also takes fastjson's bare numeric keys.
 - ``dirty`` tells the periodic persister whether there is anything to write.
+- A slave takes its master's tables whole (4.x ``SlaveSynchronize``):
+  `ConsumerOffsetTable.put_all` replaces each ``topic@group`` the master
+  has and keeps the others (``putAll``); `SubscriptionGroupTable.replace_all`
+  replaces the table and its data version when the versions differ. Both
+  read the whole body before changing anything: a bad one (ValueError)
+  leaves the table as it was.
 - No I/O here; the broker writes `to_json` output from a worker thread.
 """
 
@@ -71,11 +77,36 @@ class ConsumerOffsetTable:
         }}
 
     def load_json(self, obj: dict[str, Any]) -> None:
-        for key, queues in (obj.get("offsetTable") or {}).items():
-            topic, sep, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
-            if not sep:
-                continue
-            self._table[(topic, group)] = {int(q): int(o) for q, o in queues.items()}
+        self._table.update(_parse_offsets(obj.get("offsetTable") or {}))
+
+    def put_all(self, obj: dict[str, Any]) -> int:
+        """Take a master's ``consumerOffset.json`` form: each of its ``topic@group``
+        keys replaces ours, other keys stay. Returns how many keys it held;
+        ValueError (nothing changed) if ``obj`` is not that form."""
+        table = obj.get("offsetTable") if isinstance(obj, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError("the body has no offsetTable object")
+        parsed = _parse_offsets(table)
+        for key, queues in parsed.items():
+            if self._table.get(key) != queues:
+                self._table[key] = queues
+                self.dirty = True
+        return len(parsed)
+
+
+def _parse_offsets(table: dict[Any, Any]) -> dict[tuple[str, str], dict[int, int]]:
+    out: dict[tuple[str, str], dict[int, int]] = {}
+    for key, queues in table.items():
+        topic, sep, group = str(key).rpartition(TOPIC_GROUP_SEPARATOR)
+        if not sep:
+            continue
+        if not isinstance(queues, dict):
+            raise ValueError(f"offsets of {key!r} are not an object")
+        try:
+            out[(topic, group)] = {int(q): int(o) for q, o in queues.items()}
+        except TypeError as e:
+            raise ValueError(f"offsets of {key!r}: {e}") from None
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +184,28 @@ class SubscriptionGroupTable:
             "dataVersion": self.data_version.to_json(),
             "subscriptionGroupTable": {g: c.to_json() for g, c in sorted(self._table.items())},
         }
+
+    def replace_all(self, obj: dict[str, Any]) -> bool:
+        """Take a master's ``subscriptionGroup.json`` form, table and data version,
+        unless its version is ours already (False). ValueError (nothing changed)
+        if ``obj`` is not that form."""
+        table = obj.get("subscriptionGroupTable") if isinstance(obj, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError("the body has no subscriptionGroupTable object")
+        try:
+            version = DataVersion.from_json(obj.get("dataVersion"))
+            configs = {}
+            for name, item in table.items():
+                cfg = SubscriptionGroupConfig.from_json({"groupName": str(name), **item})
+                configs[cfg.group_name] = cfg
+        except (TypeError, AttributeError) as e:
+            raise ValueError(f"bad subscription group table: {e}") from None
+        if version == self.data_version:
+            return False
+        self._table = configs
+        self.data_version = version
+        self.dirty = True
+        return True
 
     def load_json(self, obj: dict[str, Any]) -> None:
         for name, item in (obj.get("subscriptionGroupTable") or {}).items():
