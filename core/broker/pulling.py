@@ -10,13 +10,27 @@ Rules kept here:
   read stopped; at the deadline it answers its last result.
 - Topics named ``%LMQ%...`` (light message queues) need no topic config and
   have queue 0 only, as in RocketMQ; `read_queue` skips every check.
+- ``suggestWhichBrokerId`` follows 4.x ``PullMessageProcessor``: 0 (the
+  master) unless ``slaveReadEnable``; with it, the group's
+  ``whichBrokerWhenConsumeSlowly`` when the pull is slow (the commit log
+  holds more than RAM * ``accessMessageInMemoryMaxRatio`` / 100 bytes after
+  the last entry read: `pulling_from_slave_suggested`), else the group's
+  ``brokerId``. Same rule on master and slave.
+- On a slave (``offsetCheckInSlave`` off, as 4.x by default) an offset the
+  slave cannot serve is never corrected: ``nextBeginOffset`` stays the
+  requested one, and OFFSET_MOVED becomes PULL_RETRY_IMMEDIATELY pointing
+  at the group's ``brokerId``: the slave may only be behind its master.
+  A slave never stores a pull's COMMIT_OFFSET (4.x ``storeOffsetEnable``).
 """
 
 from __future__ import annotations
 
+import os
+
 import trio
 
 from core.store.errors import GetMessageStatus
+from core.store.message import PHYSICALOFFSET_POS
 
 from .config import PERM_READ, BrokerRole
 from .notify import DispatchListener
@@ -37,11 +51,44 @@ _GET_TO_PULL = {
     GetMessageStatus.NO_MATCHED_LOGIC_QUEUE: None,  # moved unless offset == 0
     GetMessageStatus.NO_MESSAGE_IN_QUEUE: None,
 }
+# Store outcomes whose nextBeginOffset a master corrects and a slave keeps (4.x ``nextOffsetCorrection``).
+_CORRECTED = frozenset(s.name for s in (
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_TOO_SMALL,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY, GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_FOUND_NULL))
+MASTER_ID = 0
+DEFAULT_PHYSICAL_MEMORY = 24 * 1024**3  # what 4.x StoreUtil assumes when the OS will not say
+
+
+def total_physical_memory() -> int:
+    """Bytes of RAM (4.x ``StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE``)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return DEFAULT_PHYSICAL_MEMORY
+    return total if total > 0 else DEFAULT_PHYSICAL_MEMORY
+
+
+def pulling_from_slave_suggested(max_phy_offset: int, pulling_phy_offset: int, physical_memory: int,
+                                 ratio_percent: int) -> bool:
+    """4.x ``suggestPullingFromSlave``: more than ``ratio_percent`` of RAM of commit log
+    lies past the entry being pulled (so it is likely read from disk, not page cache)."""
+    return max_phy_offset - pulling_phy_offset > int(physical_memory * (ratio_percent / 100.0))
+
+
+def suggest_which_broker_id(slave_read_enable: bool, slow: bool, which_broker_when_consume_slowly: int,
+                            group_broker_id: int) -> int:
+    """The broker id a pull response points the consumer at (4.x ``PullMessageProcessor``)."""
+    if not slave_read_enable:
+        return MASTER_ID
+    return which_broker_when_consume_slowly if slow else group_broker_id
 
 
 
 class PullPath:
     """Pull and queue-wait methods of `Broker`; state set up in ``Broker.__init__``."""
+
+    # RAM in bytes for the slow-pull rule; tests may set it on an instance to a small figure.
+    physical_memory: int = total_physical_memory()
 
     # ------------------------------------------------------------------ pull
 
@@ -61,7 +108,7 @@ class PullPath:
         result = self._get(topic, queue_id, offset, max_count, codes)
         if suspend_timeout_ms is None or not self._parkable(result):
             await trio.lowlevel.checkpoint()
-            return result
+            return self._advise(group, offset, result)
         timeout_ms = suspend_timeout_ms if self.config.long_polling_enable else self.config.short_polling_time_mills
         deadline = trio.current_time() + max(0, timeout_ms) / 1000
         while self._parkable(result):
@@ -71,6 +118,30 @@ class PullPath:
             if not self._running:
                 return PullResult(PullStatus.SERVICE_NOT_AVAILABLE, remark="the broker is shutting down")
             result = self._get(topic, queue_id, offset, max_count, codes)
+        return self._advise(group, offset, result)
+
+    def _advise(self, group: str, offset: int, result: PullResult) -> PullResult:
+        """Set ``suggestWhichBrokerId``, and on a slave leave ``offset`` (the one
+        the result was read at) uncorrected (module docstring)."""
+        config = self.config
+        if config.broker_role is BrokerRole.SLAVE:
+            if result.store_status in _CORRECTED:
+                result.next_begin_offset = offset
+            if result.status is PullStatus.PULL_OFFSET_MOVED:
+                gcfg = self.groups.get(group)
+                result.status = PullStatus.PULL_RETRY_IMMEDIATELY
+                result.suggest_which_broker_id = gcfg.broker_id if gcfg is not None else MASTER_ID
+                return result
+        if not config.slave_read_enable:
+            return result  # suggest_which_broker_id stays 0, the master
+        gcfg = self.groups.get(group)
+        if gcfg is None:
+            return result
+        slow = bool(result.entries) and pulling_from_slave_suggested(
+            self.store.max_phy_offset, int.from_bytes(result.entries[-1][PHYSICALOFFSET_POS:PHYSICALOFFSET_POS + 8], "big"),
+            self.physical_memory, config.access_message_in_memory_max_ratio)
+        result.suggest_which_broker_id = suggest_which_broker_id(
+            True, slow, gcfg.which_broker_when_consume_slowly, gcfg.broker_id)
         return result
 
     async def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int = 32,

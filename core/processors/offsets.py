@@ -10,6 +10,9 @@ Rules kept here:
   (so a new group consumes what was sent before it started, as with a Java
   broker while the data is in memory), else 22 QUERY_NOT_FOUND (the client
   then applies its consume-from-where rule).
+- A slave answers both and takes UPDATE_CONSUMER_OFFSET (4.x: a consumer
+  whose master is gone commits to the slave; its metadata sync keeps such
+  keys when it copies the master's table).
 - GET_MAX_OFFSET answers the next offset to be assigned (the entry count).
 - Every value goes out as a string header field; no bodies.
 """

@@ -5,14 +5,15 @@ Reference 2.1, 2.4, 2.5 (``PullMessageProcessor``). Rules kept here:
 - The route is *spawned*: a suspended pull parks in its own task, so the
   connection keeps serving other requests (C++ pulls every queue of a
   consumer over one connection).
-- sysFlag bits: COMMIT_OFFSET (0x1) commits ``commitOffset`` for the group;
+- sysFlag bits: COMMIT_OFFSET (0x1) commits ``commitOffset`` for the group
+  (not on a slave, as 4.x);
   SUSPEND (0x2) allows parking for ``suspendTimeoutMillis`` (the broker
   core waits on the queue's dispatch event and re-reads once at the
   deadline); SUBSCRIPTION (0x4) means use this request's ``subscription``,
   otherwise the subscription the group registered by heartbeat is used
   (SUBSCRIPTION_NOT_EXIST if it has none).
 - Response: code from the broker's `PullResult` (table of 2.5), header
-  ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``,
+  ``suggestWhichBrokerId`` (the broker's 4.x rule, see core.broker.pulling), ``nextBeginOffset``, ``minOffset``,
   ``maxOffset`` as strings, remark = the store's GetMessageStatus name,
   body = the stored entries concatenated (IPv4 hosts: what we store for
   IPv4 peers, which C++ 1.2.x requires).
