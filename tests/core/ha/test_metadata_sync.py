@@ -165,7 +165,10 @@ async def test_run_follows_the_master_and_outlives_its_outage(nursery, tmp_path,
     async with node(tmp_path / "s", ns, role=BrokerRole.SLAVE, broker_id=1) as slave:
         c = RemotingClient(nursery)
         sync = sync_for(slave, c, interval_s=0.05, timeout_s=1.0, wake=slave.remoting.registrar.master_changed)
+        heard = []
+        slave.remoting.registrar.on_master = lambda addr, ha: heard.append((addr, ha))
         await nursery.start(sync.run)  # before any master: rounds are skipped
+        assert slave.remoting.registrar.master_addr is None and sync.rounds == sync.failed_rounds == 0
         async with node(tmp_path / "m", ns) as master:
             port = int(master.addr.rsplit(":", 1)[1])
             slave.remoting.registrar.trigger()  # register now: the name server's answer names the master
@@ -173,6 +176,7 @@ async def test_run_follows_the_master_and_outlives_its_outage(nursery, tmp_path,
             with trio.fail_after(5):
                 while slave.broker.query_offset("GA", "Orders", 2) != 11 or slave.remoting.schedule.offsets != {1: 1}:
                     await trio.sleep(0.02)
+            assert heard == [(master.addr, master.remoting.registrar.identity.ha_server_addr)]
             await master.broker.update_topic(TopicConfig("Later", 1, 1))
             with trio.fail_after(5):
                 while "Later" not in slave.broker.topics:
