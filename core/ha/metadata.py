@@ -13,7 +13,8 @@ Rules kept here:
   Consumer offsets: every ``topic@group`` the master has replaces the
   slave's; others stay (4.x ``putAll``: what a consumer committed to the
   slave while its master was away is not thrown out). Delay offsets: the
-  master's table replaces the `ScheduleService`'s and its file.
+  master's table replaces the `ScheduleService`'s and its file (written at
+  the first round whatever it holds, as 4.x writes it every round).
 - What changed is persisted before `sync_once` returns (``Broker.persist``,
   and the delay-offset file).
 - Every request is bounded by ``timeout_s``. A master that cannot be
@@ -64,6 +65,7 @@ class SlaveMetadataSync:
         self.failed_rounds = 0
         self.last_synced_ms = 0  # wall-clock ms of the last complete round; 0 = never
         self._down: str | None = None  # the master we last failed to reach, while it stays down
+        self._delays_taken = False
 
     def status(self) -> dict[str, Any]:
         return {"masterAddr": self.master_addr() or "", "rounds": self.rounds, "failedRounds": self.failed_rounds,
@@ -185,6 +187,7 @@ class SlaveMetadataSync:
         except (ValueError, TypeError) as e:
             log.error("slave metadata sync: delay offsets from master %s are unusable (%s); kept ours", addr, e)
             return False
-        if parsed != self.schedule.offsets:
-            await self.schedule.replace_offsets(parsed)
+        if not self._delays_taken or parsed != self.schedule.offsets:
+            await self.schedule.replace_offsets(parsed)  # the first time too: the file may be a stale one of ours
+            self._delays_taken = True
         return True

@@ -233,3 +233,14 @@ async def test_bodies_that_do_not_parse_leave_the_tables_and_the_loop_alone(nurs
         assert slave.remoting.schedule.offsets == {}
         assert any("unusable" in r.getMessage() for r in caplog.records)
 
+
+
+async def test_a_stale_delay_offset_file_is_replaced_even_by_an_empty_table(nursery, tmp_path):
+    """The slave's delayOffset.json from an earlier life as a master must not survive the first round."""
+    ns = f"127.0.0.1:{await nursery.start(run_namesrv, '127.0.0.1', 0)}"
+    (tmp_path / "s" / "config").mkdir(parents=True)
+    (tmp_path / "s" / "config" / "delayOffset.json").write_text('{"offsetTable":{3:9}}')
+    async with node(tmp_path / "m", ns), node(tmp_path / "s", ns, role=BrokerRole.SLAVE, broker_id=1) as slave:
+        await wait_master_known(slave)
+        assert await sync_for(slave, RemotingClient(nursery)).sync_once()
+        assert read(slave.broker.config_dir / "delayOffset.json") == {"offsetTable": {}}
