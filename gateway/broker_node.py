@@ -27,6 +27,7 @@ from functools import partial
 import trio
 
 from core.broker import Broker
+from core.ha.metadata import SlaveMetadataSync
 from core.ha.node import HANode, ha_routes
 from core.processors.runner import BrokerRemoting
 from core.remoting.client import RemotingClient
@@ -92,6 +93,10 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
                  ";".join(namesrv_addrs) or "none")
     if not node.is_master:
         await node.start_slave(nursery, broker)
+        if broker_port:  # topics, offsets, groups and delay offsets follow the master's (4.x SlaveSynchronize)
+            node.metadata = SlaveMetadataSync(broker, node.rc, node.master_addr, schedule=remoting.schedule,
+                                              wake=remoting.registrar.master_changed)
+            await nursery.start(node.metadata.run)
         return broker_port
     if role == "serve" and (cfg.mqtt_port or cfg.ws_port):
         from .app import run_mqtt_gateway  # logs each MQTT endpoint it listens on

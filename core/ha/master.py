@@ -126,10 +126,8 @@ class HAService:
         log.info("slave %s connected", link.addr)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_reports, stream, link, nursery.cancel_scope)
-                await self._transfer(stream, link)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, HAProtocolError, ReplicaError) as e:
-            log.warning("slave %s link closed: %s", link.addr, e)
+                nursery.start_soon(self._guard, self._read_reports, stream, link, nursery.cancel_scope)
+                nursery.start_soon(self._guard, self._transfer, stream, link, nursery.cancel_scope)
         finally:
             self.links.discard(link)
             self._wake_waiters()
@@ -137,27 +135,35 @@ class HAService:
                 cs.shield = True
                 await stream.aclose()
 
-    async def _read_reports(self, stream: trio.SocketStream, link: SlaveLink, scope: trio.CancelScope) -> None:
-        decoder = ReportDecoder()
+    async def _guard(self, fn, stream: trio.SocketStream, link: SlaveLink, scope: trio.CancelScope) -> None:
+        """Run one side of a link; any end of it (the peer's or a rule broken) closes the whole link, logged once."""
         try:
-            while True:
-                with trio.move_on_after(self.housekeeping_s) as timeout:
-                    data = await stream.receive_some(4096)
-                if timeout.cancelled_caught:
-                    raise HAProtocolError(f"no report for {self.housekeeping_s:.0f} s")
-                if not data:
-                    raise trio.BrokenResourceError("the slave closed the link")
-                offset = decoder.receive_data(data)
-                if offset is None:
-                    continue
-                link.last_report = time.monotonic()
-                if link.acked < 0:
-                    self._first_report(link, offset)
-                if offset > link.acked:
-                    link.acked = offset
-                    self._wake_waiters()
+            await fn(stream, link)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError, HAProtocolError,
+                ReplicaError) as e:
+            if not scope.cancel_called:
+                log.warning("slave %s link closed: %s", link.addr, e)
         finally:
             scope.cancel()
+
+    async def _read_reports(self, stream: trio.SocketStream, link: SlaveLink) -> None:
+        decoder = ReportDecoder()
+        while True:
+            with trio.move_on_after(self.housekeeping_s) as timeout:
+                data = await stream.receive_some(4096)
+            if timeout.cancelled_caught:
+                raise HAProtocolError(f"no report for {self.housekeeping_s:.0f} s")
+            if not data:
+                raise trio.BrokenResourceError("the slave closed the link")
+            offset = decoder.receive_data(data)
+            if offset is None:
+                continue
+            link.last_report = time.monotonic()
+            if link.acked < 0:
+                self._first_report(link, offset)
+            if offset > link.acked:
+                link.acked = offset
+                self._wake_waiters()
 
     def _first_report(self, link: SlaveLink, offset: int) -> None:
         store = self.store

@@ -68,6 +68,7 @@ class HANode:
         self.registrar = None  # set by the process loop: masterAddr / haServerAddr answers
         self.rc: RemotingClient | None = None
         self.controller = None  # core.ha.controller.Controller when etcd is configured
+        self.metadata = None  # core.ha.metadata.SlaveMetadataSync on a slave
         self._change: RoleChange | None = None
         self._changed = trio.Event()
         self.changes = 0
@@ -173,7 +174,7 @@ class HANode:
                 return
 
     def stopped(self) -> None:
-        self.service = self.client = self.broker = None
+        self.service = self.client = self.broker = self.metadata = None
 
     async def _check_epochs(self) -> None:
         """Before a link opens: cut what the master never had, or adopt its epochs."""
@@ -215,6 +216,7 @@ class HANode:
             "maxOffset": store.max_phy_offset if store else -1,
             "slaves": self.service.status() if self.service else [],
             "master": self.client.status() if self.client else None,
+            "metadata": self.metadata.status() if self.metadata else None,
         }
         if self.controller is not None:
             out["controller"] = self.controller.status()
