@@ -57,23 +57,6 @@ async def test_sync_master_without_a_slave_answers_slave_not_available(broker_co
         assert (await broker.pull("G", "T", r.queue_id, 0)).message_count == 1
 
 
-async def test_sync_master_replication_timeout(autojump_clock, broker_config, store_config):
-    from core.broker import BrokerRole
-
-    class SilentSlave:  # a connected slave that never acknowledges (stands in for core/ha)
-        async def wait_replicated(self, end_offset: int, deadline: float) -> bool | None:
-            await trio.sleep_until(deadline)
-            return False
-
-    config = broker_config.replace(broker_role=BrokerRole.SYNC_MASTER)
-    async with open_broker(config, store_config) as broker:
-        broker.replicator = SilentSlave()
-        start = trio.current_time()
-        r = await broker.send(Message("T", b"x"))
-        assert r.status is SendStatus.FLUSH_SLAVE_TIMEOUT and r.ok
-        assert trio.current_time() - start >= config.sync_flush_timeout / 1000
-
-
 async def test_slave_and_unwritable_broker_refuse_sends(broker_config, store_config):
     from core.broker import BrokerRole
 
