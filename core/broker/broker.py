@@ -45,7 +45,8 @@ from .pulling import LMQ_TOPIC_PREFIX, PullPath
 from .results import QueryResult
 from .sending import PutHook, Replicator, SendPath, StoredHook
 from .topics import (
-    OFFSET_MOVED_EVENT, SCHEDULE_QUEUE_NUMS, SCHEDULE_TOPIC, SELF_TEST_TOPIC, TopicConfig, TopicTable, validate_topic,
+    OFFSET_MOVED_EVENT, SCHEDULE_QUEUE_NUMS, SCHEDULE_TOPIC, SELF_TEST_TOPIC, TopicConfig, TopicTable, is_system_topic,
+    validate_topic,
 )
 from .uniq_key import UniqKeyGenerator
 
@@ -208,6 +209,22 @@ class Broker(SendPath, PullPath):
         if not existed:
             await self._persist_topics()
         return cfg
+
+    async def recover_topics_from_store(self) -> list[str]:
+        """A promoted slave's topics: every topic with consume queues in the
+        (replicated) store but no config gets one, its queue count from the
+        highest queue id seen; light queues (MQTT sessions) and the broker's
+        own system topics are left alone. Returns the topics created."""
+        made = []
+        for topic in self.store.topics():
+            if topic in self.topics or topic.startswith(LMQ_TOPIC_PREFIX) or is_system_topic(topic) or validate_topic(topic):
+                continue
+            qids = self.store.queue_ids(topic)
+            self.topics.create_if_absent(topic, max(max(qids) + 1, 1) if qids else 1)
+            made.append(topic)
+        if made:
+            await self._persist_topics()
+        return made
 
     async def delete_topic(self, name: str) -> bool:
         """DELETE_TOPIC_IN_BROKER: forget the config, its offsets and its consume queues."""

@@ -23,8 +23,13 @@ import base64
 import json
 from dataclasses import dataclass
 
+import logging
+
 import httpx
 import trio
+
+# httpx logs every request at INFO: a lease renewal every second would fill the broker's log
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class EtcdError(Exception):

@@ -129,6 +129,10 @@ class HANode:
         """Record the epoch, serve the HA port; returns the HA address to register."""
         cfg = broker.config
         self.broker = broker
+        recovered = await broker.recover_topics_from_store()
+        if recovered:
+            log.warning("topics %s had queues in the replicated log but no config (created on the old master "
+                        "after the last metadata sync): recreated", ", ".join(recovered))
         epoch = max(self.next_epoch, 1)
         if epoch > self.epochs.epoch:  # a first master opens epoch 1, so rejoins can be compared
             self.epochs.begin(epoch, broker.store.max_phy_offset)

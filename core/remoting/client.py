@@ -123,10 +123,13 @@ class _Connection:
                     nursery.start_soon(self._writer)
                     await self._reader(nursery)
                     nursery.cancel_scope.cancel()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError) as exc:
-                log.info("connection to %s broke: %s", self.addr, type(exc).__name__)
-            except RemotingProtocolError as exc:
-                log.warning("bad frame from %s (%s); closing", self.addr, exc)
+            # trio wraps errors of a nursery's body and tasks in an ExceptionGroup: a reset by the peer
+            # must end this connection only, never the client's nursery
+            except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError,
+                     RemotingConnectionError) as group:
+                log.info("connection to %s broke: %s", self.addr, type(group.exceptions[0]).__name__)
+            except* RemotingProtocolError as group:
+                log.warning("bad frame from %s (%s); closing", self.addr, group.exceptions[0])
         self.close()
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             await self.stream.aclose()
