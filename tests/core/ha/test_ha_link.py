@@ -173,3 +173,15 @@ async def test_a_slave_reporting_past_the_masters_end_is_not_served(configs):
                 await trio.sleep(0.01)
         assert not ha.slave_ok() and ha.status()[0]["inSync"] is False
         nursery.cancel_scope.cancel()
+
+
+async def test_a_promoted_master_recreates_topics_its_log_has_but_its_config_lacks(configs):
+    config, store_config = configs
+    async with open_broker(config.replace(broker_role=BrokerRole.ASYNC_MASTER), store_config) as broker:
+        for qid in range(3):
+            assert (await broker.send(Message("Late", b"x"), qid)).ok
+        await broker.send(Message("Known", b"y"))
+        broker.topics.delete("Late")  # as if created on the old master after the last metadata sync
+        assert await broker.recover_topics_from_store() == ["Late"]
+        assert broker.get_topic("Late").queue_nums >= 3
+        assert await broker.recover_topics_from_store() == []
