@@ -46,7 +46,7 @@ import trio
 from core.client import Message, open_producer
 from core.client.api import open_client_api
 from core.remoting import RequestCode
-from core.store import decode_messages
+from core.store.message import decode_segment
 
 SEGMENT = 64 * 1024 * 1024
 
@@ -388,8 +388,8 @@ def campaign(root: Path, rounds: int) -> dict:
     ns.stop()
     etcd.p.terminate()
     log_dir = root / f"n{final}" / "commitlog"
-    data = b"".join((log_dir / f).read_bytes() for f in sorted(os.listdir(log_dir))).rstrip(b"\0")
-    stored = {m.body.decode(errors="replace") for m in decode_messages(data)}
+    stored = {m.body.decode(errors="replace") for f in sorted(os.listdir(log_dir))
+              for m in decode_segment((log_dir / f).read_bytes())}
     cpp_keys = {k for k, _t in cpp.acked}
     return {"rounds": out_rounds, "acked_cpp": len(cpp_keys), "acked_mqtt": len(mqtt_keys),
             "lost_cpp": len(cpp_keys - stored), "lost_mqtt": len(mqtt_keys - stored),
@@ -414,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.skip_sends:
             (root / "sends").mkdir()
             out["sends"] = bench_sends(root / "sends", a.count)
+            print(json.dumps({"sends": out["sends"]}), file=sys.stderr)
             out["async_lag"] = {k: v for k, v in out["sends"]["async_master_with_slave"].items() if k.startswith("lag")}
         if a.rounds:
             (root / "kill").mkdir()

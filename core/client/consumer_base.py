@@ -37,7 +37,7 @@ from typing import Any
 import trio
 
 from core.client.allocate import allocate_average
-from core.client.api import MQClientError
+from core.client.api import MQClientError, is_remoting_error
 from core.client.instance import ClientInstance
 from core.client.model import ConsumeFromWhere, MessageExt, MessageModel, MessageQueue
 from core.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
@@ -262,7 +262,7 @@ class ConsumerBase:
     # ---- rebalance ----
 
     async def _members(self, route: TopicRoute) -> list[str]:
-        for addr in sorted(route.broker_addrs().values()):
+        for addr in sorted(route.subscribe_addrs().values()):  # a slave knows the group too (heartbeats go to all)
             try:
                 ids = await self.instance.api.get_consumer_ids(addr, self.group)
             except Exception as exc:
@@ -378,7 +378,7 @@ class ConsumerBase:
         stored = await self.offsets.read_stored(mq)
         if stored is not None and stored >= 0:
             return stored
-        addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+        addr = await self.instance.find_broker_addr_in_subscribe(mq.broker_name, mq.topic)
         api = self.instance.api
         is_retry = mq.topic.startswith(RETRY_PREFIX)
         if self.consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
@@ -392,13 +392,18 @@ class ConsumerBase:
     async def pull_once(self, mq: MessageQueue, offset: int, sub: Subscription, *, suspend: bool = True,
                         max_nums: int | None = None) -> tuple[int, int, list[MessageExt]]:
         """One PULL_MESSAGE: (pull status code, next offset, matching messages)."""
-        addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+        addr = await self.instance.find_broker_addr_in_subscribe(mq.broker_name, mq.topic)
         commit = self.offsets.read(mq) if self.clustering else None
-        resp = await self.instance.api.pull(
-            addr, self.group, mq, offset, max_nums or self.pull_batch_size, subscription=sub.expression,
-            sub_version=sub.version, commit_offset=commit, suspend_ms=self.suspend_ms if suspend else 0,
-            timeout=self.pull_timeout if suspend else self.instance.api.timeout,
-        )
+        try:
+            resp = await self.instance.api.pull(
+                addr, self.group, mq, offset, max_nums or self.pull_batch_size, subscription=sub.expression,
+                sub_version=sub.version, commit_offset=commit, suspend_ms=self.suspend_ms if suspend else 0,
+                timeout=self.pull_timeout if suspend else self.instance.api.timeout,
+            )
+        except Exception as exc:
+            if is_remoting_error(exc):  # the broker is gone: a slave, or a new master, may be in the route now
+                await self.instance.broker_failed(mq.topic)
+            raise
         msgs: list[MessageExt] = []
         if resp.code == PULL_FOUND and resp.body:
             rtopic = self.retry_topic

@@ -128,6 +128,8 @@ class ClientInstance:
         self.api = ClientApi(self.remoting, timeout)
         self.routes: dict[str, TopicRoute] = {}
         self.broker_addrs: dict[str, str] = {}  # broker name -> master address
+        self.subscribe_addrs: dict[str, str] = {}  # broker name -> master, else a slave (reads and offsets)
+        self._refreshed_at: dict[str, float] = {}  # topic -> trio time of the last refresh after a broker failed
         self.heartbeated: set[str] = set()
         self.owner: ClientOwner | None = None
         self._route_lock = trio.Lock()
@@ -192,7 +194,13 @@ class ClientInstance:
         async with self._route_lock:
             old = self.routes.get(topic)
             self.routes[topic] = route
-            self.broker_addrs.update(route.broker_addrs())
+            masters = route.broker_addrs()
+            for b in route.broker_datas:  # a master that left the route (dead, or failed over) is forgotten
+                if b.broker_name in masters:
+                    self.broker_addrs[b.broker_name] = masters[b.broker_name]
+                else:
+                    self.broker_addrs.pop(b.broker_name, None)
+            self.subscribe_addrs.update(route.subscribe_addrs())
         if old != route and self.owner is not None:
             self.owner.on_route_changed(topic, route)
         return route
@@ -224,6 +232,29 @@ class ClientInstance:
         if addr is None:
             raise MQClientError(f"broker {broker_name} is not in the route of {topic}")
         return addr
+
+    async def find_broker_addr_in_subscribe(self, broker_name: str, topic: str) -> str:
+        """Where to pull from and commit offsets to: the master, else a slave of that broker name."""
+        addr = self.subscribe_addrs.get(broker_name)
+        if addr is None:
+            await self.update_route(topic)
+            addr = self.subscribe_addrs.get(broker_name)
+        if addr is None:
+            raise MQClientError(f"broker {broker_name} is not in the route of {topic}")
+        return addr
+
+    async def broker_failed(self, topic: str) -> None:
+        """A broker of ``topic`` did not answer: ask the name servers again now
+        (at most once a second per topic) instead of at the next 30 s poll, so
+        reads move to a slave, or to a new master, within seconds."""
+        now = trio.current_time()
+        if now - self._refreshed_at.get(topic, -1e9) < 1.0:
+            return
+        self._refreshed_at[topic] = now
+        try:
+            await self.update_route(topic)
+        except Exception as exc:
+            log.info("route refresh for %s after a broker failure failed: %s", topic, exc)
 
     # ---- heartbeats ----
 

@@ -73,14 +73,14 @@ class RemoteOffsetStore(OffsetStore):
         self.group = group
 
     async def read_stored(self, mq: MessageQueue) -> int | None:
-        addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+        addr = await self.instance.find_broker_addr_in_subscribe(mq.broker_name, mq.topic)
         return await self.instance.api.query_consumer_offset(addr, self.group, mq)
 
     async def persist(self, mq: MessageQueue) -> None:
         offset = self.table.get(mq)
         if offset is None or self._committed.get(mq) == offset:
             return
-        addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+        addr = await self.instance.find_broker_addr_in_subscribe(mq.broker_name, mq.topic)
         await self.instance.api.update_consumer_offset(addr, self.group, mq, offset)
         self._committed[mq] = offset
 

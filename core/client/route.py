@@ -80,6 +80,12 @@ class TopicRoute:
         """broker name -> master address (brokers without a master are left out)."""
         return {b.broker_name: b.master_addr for b in self.broker_datas if b.master_addr}
 
+    def subscribe_addrs(self) -> dict[str, str]:
+        """broker name -> where to read: the master, else its lowest-id slave
+        (4.x ``findBrokerAddressInSubscribe``: consumers go on reading, and
+        committing offsets, from a slave while the master is gone)."""
+        return {b.broker_name: b.master_addr or b.addrs[min(b.addrs)] for b in self.broker_datas if b.addrs}
+
     def all_addrs(self) -> set[str]:
         return {addr for b in self.broker_datas for addr in b.addrs.values()}
 

@@ -22,6 +22,8 @@ Rules kept:
 
 from __future__ import annotations
 
+import errno
+
 import json
 import logging
 from dataclasses import dataclass
@@ -137,7 +139,17 @@ class HANode:
         if epoch > self.epochs.epoch:  # a first master opens epoch 1, so rejoins can be compared
             self.epochs.begin(epoch, broker.store.max_phy_offset)
         self.service = HAService.from_config(broker.store, cfg)
-        port = await nursery.start(self.service.serve, host, cfg.ha_port_for(cfg.listen_port))
+        wanted = cfg.ha_port_for(cfg.listen_port)
+        try:
+            port = await nursery.start(self.service.serve, host, wanted)
+        except OSError as exc:
+            if cfg.ha_listen_port >= 0 or exc.errno != errno.EADDRINUSE:
+                raise
+            # haListenPort was not set and listen port + 1 is taken: slaves learn
+            # the real port from the name server (the haServerAddr of the registration)
+            log.warning("HA port %d (listen port + 1) is in use; serving replication on a free port "
+                        "(set haListenPort to fix it)", wanted)
+            port = await nursery.start(self.service.serve, host, 0)
         broker.add_dispatch_listener(self.service.notify_written)
         if cfg.broker_role is BrokerRole.SYNC_MASTER:
             broker.replicator = self.service

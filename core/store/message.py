@@ -622,6 +622,22 @@ def decode_messages(buf: bytes | bytearray | memoryview) -> list[StoredMessage]:
     return out
 
 
+def decode_segment(buf: bytes | bytearray | memoryview) -> list[StoredMessage]:
+    """The entries of one commit-log segment file's bytes: up to its BLANK
+    filler or the first unwritten (zero) header."""
+    out = []
+    pos = 0
+    n = len(buf)
+    while pos + 8 <= n:
+        size, magic = struct.unpack_from(">ii", buf, pos)
+        if size <= 0 or magic == BLANK_MAGIC:
+            break
+        m = decode_message(buf, pos)
+        out.append(m)
+        pos += m.size
+    return out
+
+
 # ---- batch encoding (SEND_BATCH_MESSAGE body, reference section 4.7) ----
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC(0), BODYCRC(0), FLAG, BODY length

@@ -67,6 +67,21 @@ def test_a_killed_server_is_recovered_as_an_abnormal_exit(tmp_path):
         assert again.stop() == 0
 
 
+def test_a_taken_listen_port_plus_one_moves_the_ha_port_with_a_warning(tmp_path):
+    import socket
+
+    br = free_port()
+    with socket.socket() as taken:  # another program holds the default HA port (listen port + 1)
+        taken.bind(("127.0.0.1", br + 1))
+        taken.listen()
+        srv = ServeProcess(tmp_path / "data", *NO_MQTT, "--namesrv-port", "0", "--broker-port", str(br)).start()
+        try:
+            assert srv.ports["broker"] == br
+            assert f"HA port {br + 1} (listen port + 1) is in use" in srv.output()
+        finally:
+            assert srv.stop() == 0
+
+
 def test_namesrv_role_runs_only_the_name_server(tmp_path):
     ns = free_port()
     srv = ServeProcess(tmp_path / "data", "--namesrv-port", str(ns), role="namesrv").start()

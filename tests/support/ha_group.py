@@ -14,6 +14,7 @@ import trio
 
 from core.client.api import open_client_api
 from core.remoting import RequestCode, ResponseCode
+from core.store.message import decode_segment
 from serve_process import ServeProcess, free_port
 
 SEGMENT = 1024 * 1024
@@ -115,3 +116,9 @@ async def wait_in_sync(*addrs: str, timeout: float = 20.0) -> int:
 def commitlog_bytes(data_dir: Path) -> bytes:
     d = Path(data_dir) / "commitlog"
     return b"".join((d / n).read_bytes() for n in sorted(os.listdir(d)))
+
+
+def stored_messages(data_dir: Path) -> list:
+    """Every entry of a stopped broker's commit log, segment by segment."""
+    d = Path(data_dir) / "commitlog"
+    return [m for n in sorted(os.listdir(d)) for m in decode_segment((d / n).read_bytes())]

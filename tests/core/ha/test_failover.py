@@ -16,25 +16,15 @@ import re
 import time
 from datetime import datetime
 
-import pytest
 import trio
 
 from core.client import Message, SendStatus, open_producer
 from core.client.api import open_client_api
 from core.remoting import RequestCode
-from core.store import decode_messages
 from core.store.message import encode_properties
-from ha_group import Group, commitlog_bytes, ha_status, wait_in_sync, wait_until
+from ha_group import Group, commitlog_bytes, ha_status, stored_messages, wait_in_sync, wait_until
 
 LEASE = {"haLeaseTtlMs": 3000}
-
-
-@pytest.fixture
-def group(tmp_path, etcd):
-    g = Group(tmp_path)
-    g.start_namesrv()
-    yield g
-    g.stop_all()
 
 
 def start_three(group: Group, etcd_for=lambda label: None) -> None:
@@ -57,10 +47,11 @@ async def send_keys(group: Group, keys: list[str]) -> dict[str, SendStatus]:
 
 
 def keys_in(data_dir) -> set[str]:
-    return {m.body.decode() for m in decode_messages(commitlog_bytes(data_dir).rstrip(b"\0")) if m.topic == "TopicFO"}
+    return {m.body.decode() for m in stored_messages(data_dir) if m.topic == "TopicFO"}
 
 
-async def test_sigkill_of_the_master_elects_a_slave_and_the_old_master_rejoins(group, etcd):
+async def test_sigkill_of_the_master_elects_a_slave_and_the_old_master_rejoins(etcd_group, etcd):
+    group = etcd_group
     start_three(group, lambda _label: etcd.endpoint)
     labels = ["n0", "n1", "n2"]
     first = await wait_until(lambda: master_of(group, labels), 30, "a master is elected")
@@ -140,7 +131,8 @@ def log_time(text: str, pattern: str) -> float:
     return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-async def test_a_master_cut_off_from_etcd_stops_acknowledging_before_another_is_elected(group, etcd):
+async def test_a_master_cut_off_from_etcd_stops_acknowledging_before_another_is_elected(etcd_group, etcd):
+    group = etcd_group
     port = int(etcd.endpoint.rsplit(":", 1)[1])
     async with trio.open_nursery() as nursery:
         proxy = CutProxy(port)

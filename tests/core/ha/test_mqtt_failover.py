@@ -12,21 +12,12 @@ import threading
 import time
 
 import paho.mqtt.client as paho
-import pytest
 import trio
 
 from ha_group import Group, ha_status, wait_until
 from serve_process import free_port
 
 V2 = paho.CallbackAPIVersion.VERSION2
-
-
-@pytest.fixture
-def group(tmp_path, etcd):
-    g = Group(tmp_path)
-    g.start_namesrv()
-    yield g
-    g.stop_all()
 
 
 def refuses(port: int) -> bool:
@@ -74,7 +65,8 @@ def resume(port: int, want: int) -> list[bytes]:
     return got
 
 
-async def test_a_device_resumes_its_session_on_the_promoted_node(group, etcd):
+async def test_a_device_resumes_its_session_on_the_promoted_node(etcd_group, etcd):
+    group = etcd_group
     mqtt = {"n0": free_port(), "n1": free_port()}
     for label, bid in (("n0", 0), ("n1", 1)):
         proc = group.broker(label, bid, "SYNC_MASTER" if bid == 0 else "SLAVE", serve=True, mqtt_port=mqtt[label],

@@ -20,8 +20,7 @@ import pytest
 import trio
 
 from core.client import Message, SendStatus, open_producer
-from core.store import decode_messages
-from ha_group import Group, commitlog_bytes, ha_status, wait_in_sync, wait_until
+from ha_group import Group, commitlog_bytes, ha_status, stored_messages, wait_in_sync, wait_until
 
 
 @pytest.fixture
@@ -43,7 +42,7 @@ def admin(group: Group, *args: str) -> subprocess.CompletedProcess:
 
 
 def bodies(data_dir) -> list[bytes]:
-    return [m.body for m in decode_messages(commitlog_bytes(data_dir).rstrip(b"\0")) if m.topic == "TopicHA"]
+    return [m.body for m in stored_messages(data_dir) if m.topic == "TopicHA"]
 
 
 async def test_a_sync_master_and_its_slave_hold_the_same_bytes(group):
@@ -145,3 +144,40 @@ async def _role(addr: str, role: str) -> bool:
 async def _in_sync_slave(addr: str) -> bool:
     st = await ha_status(addr)
     return bool(st and any(x["inSync"] for x in st["slaves"]))
+
+
+async def test_a_consumer_goes_on_reading_from_the_slave_while_the_master_is_down(group):
+    from core.client import open_pull_consumer
+
+    master = group.broker("m", 0, "ASYNC_MASTER").start()
+    group.broker("s", 1, "SLAVE").start()
+    await send(group, 100, "r")
+    await wait_in_sync(group.addr("m"), group.addr("s"))
+    first: list[bytes] = []
+    async with open_pull_consumer(group.namesrv, "G_SLAVE", {"TopicHA": "*"}) as c:
+        while len(first) < 40:
+            first += [m.body for m in await c.poll(5)]
+        await c.commit()
+    # the slave copies the group's offsets from its master (every 10 s, 4.x SlaveSynchronize)
+    await wait_until(lambda: _slave_has_offsets(group, "G_SLAVE", len(first)), 30, "offsets reach the slave")
+    master.stop()
+    rest: list[bytes] = []
+    async with open_pull_consumer(group.namesrv, "G_SLAVE", {"TopicHA": "*"}) as c:
+        with trio.move_on_after(20):
+            while len(first) + len(rest) < 100:
+                rest += [m.body for m in await c.poll(2)]
+        await c.commit()  # a slave takes the commits while its master is down
+    assert sorted(first + rest) == sorted(f"r-{i}".encode() for i in range(100))
+    assert await _slave_has_offsets(group, "G_SLAVE", 100)
+
+
+async def _slave_has_offsets(group: Group, consumer_group: str, total: int) -> bool:
+    from core.client.api import open_client_api
+    from core.client.model import MessageQueue
+
+    async with open_client_api(3.0) as api:
+        got = 0
+        for qid in range(8):
+            off = await api.query_consumer_offset(group.addr("s"), consumer_group, MessageQueue("TopicHA", "g1", qid))
+            got += max(off or 0, 0)
+    return got >= total

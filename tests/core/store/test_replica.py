@@ -177,3 +177,14 @@ def test_truncate_log_cuts_a_stopped_store_at_an_entry_boundary(tmp_path):
     finally:
         store.shutdown()
     assert truncate_log(str(root), SEG, 10**12) == 0  # past the end: nothing to cut
+
+
+def test_decode_segment_reads_each_file_up_to_its_filler(tmp_path):
+    from core.store.message import decode_segment
+
+    store = open_store(tmp_path / "m")
+    fill(store, 120)  # three segments, two closed by a BLANK filler
+    store.shutdown()
+    d = tmp_path / "m" / "commitlog"
+    got = [m for n in sorted(os.listdir(d)) for m in decode_segment((d / n).read_bytes())]
+    assert [m.properties["KEYS"] for m in got] == [f"k{i}" for i in range(120)]
