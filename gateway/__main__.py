@@ -22,6 +22,16 @@ import sys
 from .config import ConfigError, build_serve_config, load_file
 
 
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, through the package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mqgate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, broker: bool) -> None:
     p.add_argument("--config", metavar="FILE", help="TOML configuration file")
     p.add_argument("--data-dir", metavar="DIR", help="store root (default ./data)")
@@ -39,6 +49,7 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqgate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"mqgate {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("serve", help="name server + broker + MQTT gateway in one process")
     _add_serve_flags(p, mqtt=True, namesrv=True, broker=True)
