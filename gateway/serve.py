@@ -33,6 +33,7 @@ from core.store.timer import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARG
 from core.timers import TimerConfig, TimerMessageService
 
 from .config import ConfigError, ServeConfig
+from .listeners import listener_specs_from_dict
 
 log = logging.getLogger("mqgate")
 
@@ -155,7 +156,8 @@ async def _start_broker(nursery: trio.Nursery, cfg: ServeConfig, role: str, name
         ports["broker"] = await nursery.start(run_broker_remoting, broker, cfg.host, cfg.broker_port, namesrv_addrs)
         log.info("broker remoting listening on %s:%d (name servers %s)", cfg.host, ports["broker"],
                  ";".join(namesrv_addrs) or "none")
-    if role == "serve" and (cfg.mqtt_port or cfg.ws_port):
+    # any MQTT listener counts (TCP, WebSocket, TLS or WSS): each is on or off by itself
+    if role == "serve" and listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
         from .app import run_mqtt_gateway  # logs each MQTT endpoint it listens on
 
         bound = await nursery.start(partial(run_mqtt_gateway, broker, cfg.mqtt, host=cfg.host,
@@ -175,9 +177,22 @@ async def _main(cfg: ServeConfig, role: str) -> None:
         nursery.cancel_scope.cancel()
 
 
+def check_mqtt_config(cfg: ServeConfig) -> None:
+    """The whole ``[mqtt]`` table, its files (password, ACL, certificates) included:
+    a ConfigError here, before any port is bound, not from inside the running gateway."""
+    from .settings import GatewaySettings
+
+    GatewaySettings.from_dict(cfg.mqtt)
+    for spec in listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
+        if spec.tls is not None:
+            spec.tls.server_context()
+
+
 def run_server(cfg: ServeConfig, role: str = "serve") -> int:
     if role in ("serve", "broker"):
         broker_configs(cfg)  # a bad key is a ConfigError here, before anything starts
+    if role == "serve":
+        check_mqtt_config(cfg)
     try:
         trio.run(_main, cfg, role)
     except KeyboardInterrupt:  # a signal that arrived before the receiver was installed

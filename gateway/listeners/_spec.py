@@ -151,7 +151,8 @@ def listener_specs_from_dict(table: Mapping[str, Any], *, host: str = "127.0.0.1
 
     ``port``/``ws_port`` (already taken out of the table by ``gateway.config``)
     win over the table's ``port``/``wsPort``. TLS and WSS listeners start
-    only when ``certFile`` is set; their ports default to 8883 and 8084.
+    only when ``certFile`` is set; their ports default to 8883 and 8084. A
+    ``tlsPort``/``wssPort`` set in the table without ``certFile`` is an error.
     """
     def get(key: str, default: Any, kind: type | tuple[type, ...]) -> Any:
         value = table.get(key, default)
@@ -167,6 +168,10 @@ def listener_specs_from_dict(table: Mapping[str, Any], *, host: str = "127.0.0.1
         "wss": get("wssPort", DEFAULT_PORTS["wss"], int),
     }
     certfile = get("certFile", "", str)
+    for key in ("tlsPort", "wssPort"):
+        if table.get(key) and not certfile:  # asked for explicitly: never silently off
+            raise ConfigError(f"[mqtt] {key} = {table[key]} needs certFile (the server certificate, PEM); "
+                              f"set certFile, or {key} = 0")
     tls = None
     if certfile:
         tls = TlsConfig(certfile=certfile, keyfile=get("keyFile", "", str) or None,

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from importlib.metadata import version
+from pathlib import Path
+
+from serve_process import ServeProcess, free_port
 
 
 def run_mqgate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -16,3 +20,65 @@ def test_version_is_the_package_metadata_version():
     r = run_mqgate("--version")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"mqgate {version('mqgate')}"
+
+
+# ---- listeners: each one on or off by itself ----------------------------------------------
+
+def make_self_signed(d: Path) -> tuple[Path, Path]:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", "server.key", "-out", "server.crt", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   cwd=d, check=True, capture_output=True)
+    return d / "server.crt", d / "server.key"
+
+
+def paho_round_trip(port: int, *, ca: Path | None = None, transport: str = "tcp") -> bytes:
+    """Subscribe, publish QoS 1 to ourselves, return the payload received."""
+    import queue
+
+    import paho.mqtt.client as mqtt
+
+    got: queue.Queue = queue.Queue()
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="first-hour", transport=transport)
+    if ca is not None:
+        c.tls_set(ca_certs=str(ca))
+    c.on_message = lambda _c, _u, msg: got.put(msg.payload)
+    c.connect("127.0.0.1", port, keepalive=30)
+    c.loop_start()
+    try:
+        c.subscribe("fh/t", qos=1)[1]
+        time.sleep(0.2)  # the SUBACK; a QoS 1 publish after it is delivered
+        c.publish("fh/t", b"hello", qos=1).wait_for_publish(10)
+        return got.get(timeout=10)
+    finally:
+        c.disconnect()
+        c.loop_stop()
+
+
+NO_NATIVE = ("--namesrv-port", "0", "--broker-port", "0")
+
+
+def test_a_tls_only_server_starts_its_tls_listener(tmp_path):
+    cert, key = make_self_signed(tmp_path)
+    tls = free_port()
+    cfg = tmp_path / "tls.toml"
+    cfg.write_text(f'[mqtt]\nport = 0\nwsPort = 0\nwssPort = 0\ntlsPort = {tls}\ncertFile = "{cert}"\nkeyFile = "{key}"\n'
+                   f"sysInterval = 0\n")
+    with ServeProcess(tmp_path / "data", "--config", str(cfg), *NO_NATIVE) as srv:
+        assert srv.ports == {"mqtt-tls": tls}
+        assert paho_round_trip(tls, ca=cert) == b"hello"
+
+
+def test_a_websocket_only_server_starts_its_websocket_listener(tmp_path):
+    ws = free_port()
+    with ServeProcess(tmp_path / "data", "--mqtt-port", "0", "--ws-port", str(ws), *NO_NATIVE) as srv:
+        assert srv.ports == {"mqtt-ws": ws}
+        assert paho_round_trip(ws, transport="websockets") == b"hello"
+
+
+def test_tls_port_without_a_certificate_is_a_configuration_error(tmp_path):
+    cfg = tmp_path / "tls.toml"
+    cfg.write_text("[mqtt]\nport = 0\ntlsPort = 8883\n")
+    r = run_mqgate("serve", "--config", str(cfg), "--data-dir", str(tmp_path / "data"), *NO_NATIVE)
+    assert r.returncode == 2
+    assert "tlsPort" in r.stderr and "certFile" in r.stderr
