@@ -32,7 +32,8 @@ def make_self_signed(d: Path) -> tuple[Path, Path]:
     return d / "server.crt", d / "server.key"
 
 
-def paho_round_trip(port: int, *, ca: Path | None = None, transport: str = "tcp") -> bytes:
+def paho_round_trip(port: int, *, ca: Path | None = None, transport: str = "tcp",
+                    auth: tuple[str, str] | None = None) -> bytes:
     """Subscribe, publish QoS 1 to ourselves, return the payload received."""
     import queue
 
@@ -42,6 +43,8 @@ def paho_round_trip(port: int, *, ca: Path | None = None, transport: str = "tcp"
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="first-hour", transport=transport)
     if ca is not None:
         c.tls_set(ca_certs=str(ca))
+    if auth is not None:
+        c.username_pw_set(*auth)
     c.on_message = lambda _c, _u, msg: got.put(msg.payload)
     c.connect("127.0.0.1", port, keepalive=30)
     c.loop_start()
@@ -82,3 +85,27 @@ def test_tls_port_without_a_certificate_is_a_configuration_error(tmp_path):
     r = run_mqgate("serve", "--config", str(cfg), "--data-dir", str(tmp_path / "data"), *NO_NATIVE)
     assert r.returncode == 2
     assert "tlsPort" in r.stderr and "certFile" in r.stderr
+
+
+# ---- paths in the configuration file ------------------------------------------------------
+
+def test_relative_paths_in_the_file_are_relative_to_its_folder(tmp_path):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    elsewhere = tmp_path / "elsewhere"  # the working directory: nothing of the server's is here
+    elsewhere.mkdir()
+    make_self_signed(conf)
+    assert run_mqgate("passwd", str(conf / "users.txt"), "alice", "-b", "secret").returncode == 0
+    (conf / "acl.txt").write_text("user alice\ntopic readwrite fh/#\n")
+    tls = free_port()
+    (conf / "mqgate.toml").write_text(
+        f'dataDir = "data"\n[mqtt]\nport = 0\nwsPort = 0\nwssPort = 0\ntlsPort = {tls}\nsysInterval = 0\n'
+        f'certFile = "server.crt"\nkeyFile = "server.key"\npasswordFile = "users.txt"\naclFile = "acl.txt"\n'
+        f'allowAnonymous = false\n')
+    srv = ServeProcess(conf / "data", "--config", "../conf/mqgate.toml", *NO_NATIVE, cwd=elsewhere,
+                       data_dir_flag=False)
+    with srv:
+        assert srv.ports == {"mqtt-tls": tls}
+        assert paho_round_trip(tls, ca=conf / "server.crt", auth=("alice", "secret")) == b"hello"
+    assert (conf / "data" / "commitlog").is_dir()
+    assert list(elsewhere.iterdir()) == []
