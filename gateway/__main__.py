@@ -18,6 +18,7 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 
 from .config import ConfigError, build_serve_config, load_file
 
@@ -104,12 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         cfg.mqtt_port = cfg.ws_port = cfg.namesrv_port = 0
 
     from .serve import run_server
+    from .startup import explain
 
     try:
         return run_server(cfg, role=args.command)
-    except ConfigError as e:
-        print(f"mqgate: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:  # one line for a person; the traceback only at DEBUG
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exception(e)
+        line, status = explain(e, cfg)
+        print(f"mqgate: {line}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

@@ -140,6 +140,9 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
     # Ports and flush live inside their tables in the file.
     cfg.broker_port = _port(cfg.broker.pop("listenPort", cfg.broker_port), "[broker] listenPort")
     cfg.namesrv_port = _port(cfg.namesrv.pop("listenPort", cfg.namesrv_port), "[namesrv] listenPort")
+    if cfg.namesrv:
+        key = sorted(cfg.namesrv)[0]
+        raise ConfigError(f"[namesrv] unknown key {key!r}; the only key of [namesrv] is 'listenPort'")
     cfg.mqtt_port = _port(cfg.mqtt.pop("port", cfg.mqtt_port), "[mqtt] port")
     cfg.ws_port = _port(cfg.mqtt.pop("wsPort", cfg.ws_port), "[mqtt] wsPort")
     fdt = cfg.broker.pop("flushDiskType", None)

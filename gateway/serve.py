@@ -182,10 +182,13 @@ def check_mqtt_config(cfg: ServeConfig) -> None:
     a ConfigError here, before any port is bound, not from inside the running gateway."""
     from .settings import GatewaySettings
 
-    GatewaySettings.from_dict(cfg.mqtt)
-    for spec in listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
-        if spec.tls is not None:
-            spec.tls.server_context()
+    try:
+        GatewaySettings.from_dict(cfg.mqtt)
+        for spec in listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
+            if spec.tls is not None:
+                spec.tls.server_context()
+    except ConfigError as e:
+        raise ConfigError(str(e) if str(e).startswith("[mqtt]") else f"[mqtt] {e}") from None
 
 
 def run_server(cfg: ServeConfig, role: str = "serve") -> int:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,12 +44,16 @@ class TlsConfig:
         """A fresh server context; raises ConfigError for unreadable files."""
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        for key, path in (("certFile", self.certfile), ("keyFile", self.keyfile), ("caFile", self.cafile)):
+            if path and not os.path.isfile(path):
+                raise ConfigError(f"{key} {path} cannot be loaded: no such file")
         try:
             ctx.load_cert_chain(self.certfile, self.keyfile)
             if self.cafile:
                 ctx.load_verify_locations(cafile=self.cafile)
         except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"TLS certificate/key/CA cannot be loaded: {e}") from None
+            files = ", ".join(f for f in (self.certfile, self.keyfile, self.cafile) if f)
+            raise ConfigError(f"TLS certificate/key/CA ({files}) cannot be loaded: {e}") from None
         if self.cafile:
             ctx.verify_mode = ssl.CERT_REQUIRED if self.require_certificate else ssl.CERT_OPTIONAL
         else:

@@ -3,11 +3,15 @@ start-up errors, listeners. Real `python -m gateway` processes."""
 
 from __future__ import annotations
 
+import re
+import socket
 import subprocess
 import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
+
+import pytest
 
 from serve_process import ServeProcess, free_port
 
@@ -109,3 +113,69 @@ def test_relative_paths_in_the_file_are_relative_to_its_folder(tmp_path):
         assert paho_round_trip(tls, ca=conf / "server.crt", auth=("alice", "secret")) == b"hello"
     assert (conf / "data" / "commitlog").is_dir()
     assert list(elsewhere.iterdir()) == []
+
+
+# ---- start-up errors: one line, exit 2 for configuration, 1 for the running server ---------
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (INFO|WARNING) ")
+
+
+def error_lines(stderr: str) -> list[str]:
+    """stderr without the INFO/WARNING log lines of a normal start."""
+    return [line for line in stderr.splitlines() if line.strip() and not LOG_LINE.match(line)]
+
+
+@pytest.mark.parametrize("toml, words", [
+    ("[mqtt]\nmaxConection = 5\n", ["[mqtt]", "maxConection", "did you mean 'maxConnections'"]),
+    ("[namesrv]\nlistenPrt = 9\n", ["[namesrv]", "listenPrt"]),
+    ('[mqtt]\ncertFile = "/nonexistent/server.crt"\n', ["[mqtt]", "/nonexistent/server.crt"]),
+    ('[mqtt]\naclFile = "/nonexistent/acl.txt"\n', ["aclFile", "/nonexistent/acl.txt"]),
+    ('[mqtt]\npasswordFile = "/nonexistent/pw"\n', ["passwordFile", "/nonexistent/pw"]),
+    ("[mqtt]\nmaxKeepalive = 'x'\n", ["[mqtt]", "maxKeepalive"]),
+    ("[broker]\nbrokerNmae = 'x'\n", ["brokerNmae", "brokerName"]),
+    ("[mqtt\n", ["c.toml"]),
+])
+def test_configuration_errors_are_one_line_before_any_port_is_bound(tmp_path, toml, words):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    ns = free_port()  # the name server would be the first thing bound
+    r = run_mqgate("serve", "--config", str(cfg), "--data-dir", str(tmp_path / "data"), "--namesrv-port", str(ns),
+                   "--broker-port", "0", "--mqtt-port", "0", "--ws-port", "0")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr  # no log line either: nothing started
+    assert lines[0].startswith("mqgate: ")
+    for w in words:
+        assert w in lines[0]
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_port_in_use_is_one_line_naming_the_port_and_exit_1(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = run_mqgate("serve", "--data-dir", str(tmp_path / "data"), "--mqtt-port", str(port), "--ws-port", "0",
+                       *NO_NATIVE)
+        assert r.returncode == 1, r.stderr
+        (line,) = error_lines(r.stderr)
+        assert line.startswith("mqgate: ") and f"port {port}" in line and "in use" in line
+        assert "--mqtt-port" in line
+        r = run_mqgate("serve", "--data-dir", str(tmp_path / "data2"), "--namesrv-port", str(port),
+                       "--broker-port", "0", "--mqtt-port", "0", "--ws-port", "0")
+        assert r.returncode == 1, r.stderr
+        (line,) = error_lines(r.stderr)
+        assert f"port {port}" in line and "name server" in line
+
+
+def test_a_locked_data_directory_is_one_line_and_exit_1(tmp_path):
+    data = tmp_path / "data"
+    no_mqtt = ("--mqtt-port", "0", "--ws-port", "0")
+    with ServeProcess(data, *no_mqtt, "--namesrv-port", str(free_port()), "--broker-port", "0"):
+        r = run_mqgate("serve", "--data-dir", str(data), *no_mqtt, *NO_NATIVE)
+        assert r.returncode == 1, r.stderr
+        (line,) = error_lines(r.stderr)
+        assert str(data) in line and "another" in line
+        r = run_mqgate("serve", "--data-dir", str(data), *no_mqtt, *NO_NATIVE, "--log-level", "DEBUG")
+        assert r.returncode == 1
+        assert "Traceback" in r.stderr and r.stderr.splitlines()[-1] == line
