@@ -179,3 +179,53 @@ def test_a_locked_data_directory_is_one_line_and_exit_1(tmp_path):
         r = run_mqgate("serve", "--data-dir", str(data), *no_mqtt, *NO_NATIVE, "--log-level", "DEBUG")
         assert r.returncode == 1
         assert "Traceback" in r.stderr and r.stderr.splitlines()[-1] == line
+
+
+# ---- anonymous access: Mosquitto 2's default -----------------------------------------------
+
+def paho_connack(port: int, *, protocol: int | None = None) -> tuple[bool, str]:
+    """(accepted, reason) of an anonymous CONNECT."""
+    import queue
+
+    import paho.mqtt.client as mqtt
+
+    got: queue.Queue = queue.Queue()
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="anon",
+                    protocol=protocol if protocol is not None else mqtt.MQTTv311)
+    c.on_connect = lambda _c, _u, _f, rc, _p: got.put((not rc.is_failure, str(rc)))
+    c.connect("127.0.0.1", port, keepalive=30)
+    c.loop_start()
+    try:
+        return got.get(timeout=10)
+    finally:
+        c.disconnect()
+        c.loop_stop()
+
+
+def test_anonymous_clients_are_refused_on_a_non_loopback_listener_by_default(tmp_path):
+    port = free_port()
+    with ServeProcess(tmp_path / "data", "--host", "0.0.0.0", "--mqtt-port", str(port), "--ws-port", "0",
+                      *NO_NATIVE) as srv:
+        ok, reason = paho_connack(port)
+        assert not ok and "authorized" in reason.lower(), reason
+        out = srv.output()
+    assert "anonymous MQTT clients are refused on 0.0.0.0" in out and "allowAnonymous = true" in out
+    assert "no MQTT client can connect" in out
+
+
+def test_allow_anonymous_true_accepts_them_on_any_listener_with_a_warning(tmp_path):
+    port = free_port()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[mqtt]\nallowAnonymous = true\n")
+    with ServeProcess(tmp_path / "data", "--config", str(cfg), "--host", "0.0.0.0", "--mqtt-port", str(port),
+                      "--ws-port", "0", *NO_NATIVE) as srv:
+        assert paho_connack(port) == (True, "Success")
+        out = srv.output()
+    assert "WARNING" in out and "anonymous MQTT clients are accepted on 0.0.0.0" in out
+
+
+def test_anonymous_clients_are_accepted_on_loopback_by_default(tmp_path):
+    port = free_port()
+    with ServeProcess(tmp_path / "data", "--mqtt-port", str(port), "--ws-port", "0", *NO_NATIVE) as srv:
+        assert paho_connack(port) == (True, "Success")
+        assert "anonymous MQTT" not in srv.output()
