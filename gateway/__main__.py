@@ -18,8 +18,19 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 
 from .config import ConfigError, build_serve_config, load_file
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, through the package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mqgate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, broker: bool) -> None:
@@ -39,6 +50,7 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqgate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"mqgate {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("serve", help="name server + broker + MQTT gateway in one process")
     _add_serve_flags(p, mqtt=True, namesrv=True, broker=True)
@@ -93,12 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         cfg.mqtt_port = cfg.ws_port = cfg.namesrv_port = 0
 
     from .serve import run_server
+    from .startup import explain
 
     try:
         return run_server(cfg, role=args.command)
-    except ConfigError as e:
-        print(f"mqgate: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:  # one line for a person; the traceback only at DEBUG
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exception(e)
+        line, status = explain(e, cfg)
+        print(f"mqgate: {line}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

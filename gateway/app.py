@@ -53,6 +53,7 @@ import trio
 
 from core.broker import Broker, SendStatus
 from core.store.message import PROPERTY_TIMER_OUT_MS
+from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
 from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingError, now_ms, publish_to_message,
                              queue_for)
@@ -496,6 +497,21 @@ def _specs(settings: Mapping[str, Any], host: str, mqtt_port: int, ws_port: int)
     return listener_specs_from_dict(settings, host=host, port=mqtt_port, ws_port=ws_port)
 
 
+def _log_anonymous_access(settings: Mapping[str, Any], hosts: Sequence[str], gs: GatewaySettings) -> None:
+    outside = [h for h in hosts if not is_loopback(h)]
+    if not outside:
+        return
+    auth = gs.authenticator
+    if auth.allow_anonymous:
+        log.warning("anonymous MQTT clients are accepted on %s, reachable from other machines "
+                    "([mqtt] allowAnonymous = true)", ", ".join(outside) or "all addresses")
+    elif "allowAnonymous" not in settings:
+        log.info("anonymous MQTT clients are refused on %s (not a loopback address); "
+                 "set [mqtt] allowAnonymous = true to accept them", ", ".join(outside) or "all addresses")
+    if not auth.allow_anonymous and auth.password_file is None and not auth.use_identity_as_username:
+        log.warning("no MQTT client can connect: anonymous access is off and there is no [mqtt] passwordFile")
+
+
 async def run_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host: str = "127.0.0.1",
                            mqtt_port: int = 1883, ws_port: int = 8083,
                            listeners: Sequence[ListenerSpec] | None = None,
@@ -507,7 +523,9 @@ async def run_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host:
     for OS-chosen ports); when given, ``host``/``mqtt_port``/``ws_port`` and the
     table's listener keys are not used.
     """
-    gs = GatewaySettings.from_dict(settings)
     specs = list(listeners) if listeners is not None else _specs(settings, host, mqtt_port, ws_port)
+    hosts = sorted({s.host for s in specs if s.enabled})
+    gs = GatewaySettings.from_dict(settings, hosts=hosts)
+    _log_anonymous_access(settings, hosts, gs)
     gw = MQTTGateway(broker, gs)
     await gw.run(specs, task_status=task_status)

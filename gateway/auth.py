@@ -13,7 +13,10 @@ Rules kept here (``Authenticator.authenticate``, first match wins):
 1. ``use_identity_as_username`` and a verified TLS client certificate with a
    common name: accepted, the username is the certificate's CN (the MQTT
    username and password, if any, are ignored, like Mosquitto).
-2. No username: accepted iff ``allow_anonymous``.
+2. No username: accepted iff ``allow_anonymous``. Its default is Mosquitto
+   2's: on when every listener binds a loopback address (127.0.0.1, ::1,
+   localhost), off otherwise (0.0.0.0 included); ``allowAnonymous = true``
+   turns it on anywhere (logged as a warning at start).
 3. A password file is configured: the user must be in it and the password
    must verify; an unknown user or a wrong or missing password is refused.
 4. No password file: accepted iff ``allow_anonymous`` (the username is then
@@ -38,12 +41,13 @@ import argparse
 import getpass
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
 import secrets
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,6 +127,16 @@ def write_password_file(path: str | Path, users: Mapping[str, str]) -> None:
         os.close(dir_fd)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether a listener bound to ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # "", "0.0.0.0" parse or not: anything else is reachable from outside
+        return False
+
+
 class Authenticator:
     def __init__(self, password_file: str | Path | None = None, *, allow_anonymous: bool = True,
                  use_identity_as_username: bool = False, verify_threads: int = 2) -> None:
@@ -140,11 +154,12 @@ class Authenticator:
             self._stat = self._file_stat()
 
     @classmethod
-    def from_dict(cls, table: Mapping[str, Any]) -> Authenticator:
-        """From the ``[mqtt]`` table: ``allowAnonymous`` (default true),
+    def from_dict(cls, table: Mapping[str, Any], *, hosts: Iterable[str] = ("127.0.0.1",)) -> Authenticator:
+        """From the ``[mqtt]`` table: ``allowAnonymous`` (default: true when every
+        listener address in ``hosts`` is a loopback one, else false),
         ``passwordFile`` (default none), ``useIdentityAsUsername`` (false).
         Other keys are ignored here (``Limits.from_dict`` rejects strangers)."""
-        allow = table.get("allowAnonymous", True)
+        allow = table.get("allowAnonymous", all(is_loopback(h) for h in hosts))
         ident = table.get("useIdentityAsUsername", False)
         pw = table.get("passwordFile", "")
         for key, value, kind in (("allowAnonymous", allow, bool),

@@ -35,6 +35,8 @@ from core.remoting.server import Route
 from core.store import truncate_log
 from core.timers import TimerMessageService
 
+from .listeners import listener_specs_from_dict
+
 log = logging.getLogger("mqgate")
 
 ANSWER_GRACE_S = 0.2
@@ -98,7 +100,8 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
                                               wake=remoting.registrar.master_changed)
             await nursery.start(node.metadata.run)
         return broker_port
-    if role == "serve" and (cfg.mqtt_port or cfg.ws_port):
+    # any MQTT listener counts (TCP, WebSocket, TLS or WSS): each is on or off by itself
+    if role == "serve" and listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
         from .app import run_mqtt_gateway  # logs each MQTT endpoint it listens on
 
         bound = await nursery.start(partial(run_mqtt_gateway, broker, cfg.mqtt, host=cfg.host,

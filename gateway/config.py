@@ -21,6 +21,8 @@ Rules kept here:
   never silently ignored (a typo must not leave a default in force).
 - Command-line flags override the file; the file overrides defaults.
 - Port 0 means "this listener is off".
+- Relative paths in the file (``PATH_KEYS``) are relative to the file's
+  folder; relative paths given as flags are relative to the working directory.
 """
 
 from __future__ import annotations
@@ -81,6 +83,37 @@ def load_file(path: str | Path) -> dict[str, Any]:
     for table in ("broker", "namesrv", "mqtt"):
         if table in data and not isinstance(data[table], dict):
             raise ConfigError(f"configuration file {path}: [{table}] must be a table")
+    return resolve_paths(data, Path(path).resolve().parent)
+
+
+# Keys whose value is a file or folder: relative values are taken from the
+# configuration file's folder (like nginx and Mosquitto's include_dir), so
+# the file means the same whatever the working directory of the process.
+PATH_KEYS = {None: ("dataDir",), "broker": ("storePathRootDir",),
+             "mqtt": ("certFile", "keyFile", "caFile", "passwordFile", "aclFile")}
+
+
+def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``data`` with every relative path of ``PATH_KEYS`` made absolute under ``base``.
+
+    Empty strings ("none") and values that are not strings are left alone;
+    the owners of the keys refuse the latter with their own message."""
+    data = dict(data)
+    for table, keys in PATH_KEYS.items():
+        section = data if table is None else data.get(table)
+        if not isinstance(section, dict):
+            continue
+        section = dict(section)
+        for key in keys:
+            value = section.get(key)
+            if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+                section[key] = str(base / value)
+            elif isinstance(value, str) and value.startswith("~"):
+                section[key] = str(Path(value).expanduser())
+        if table is None:
+            data = section
+        else:
+            data[table] = section
     return data
 
 
@@ -107,6 +140,9 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
     # Ports and flush live inside their tables in the file.
     cfg.broker_port = _port(cfg.broker.pop("listenPort", cfg.broker_port), "[broker] listenPort")
     cfg.namesrv_port = _port(cfg.namesrv.pop("listenPort", cfg.namesrv_port), "[namesrv] listenPort")
+    if cfg.namesrv:
+        key = sorted(cfg.namesrv)[0]
+        raise ConfigError(f"[namesrv] unknown key {key!r}; the only key of [namesrv] is 'listenPort'")
     cfg.mqtt_port = _port(cfg.mqtt.pop("port", cfg.mqtt_port), "[mqtt] port")
     cfg.ws_port = _port(cfg.mqtt.pop("wsPort", cfg.ws_port), "[mqtt] wsPort")
     fdt = cfg.broker.pop("flushDiskType", None)

@@ -31,6 +31,7 @@ from core.store.timer import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARG
 from core.timers import TimerConfig
 
 from .config import ConfigError, ServeConfig
+from .listeners import listener_specs_from_dict
 
 log = logging.getLogger("mqgate")
 
@@ -157,9 +158,25 @@ async def _main(cfg: ServeConfig, role: str) -> None:
         nursery.cancel_scope.cancel()
 
 
+def check_mqtt_config(cfg: ServeConfig) -> None:
+    """The whole ``[mqtt]`` table, its files (password, ACL, certificates) included:
+    a ConfigError here, before any port is bound, not from inside the running gateway."""
+    from .settings import GatewaySettings
+
+    try:
+        GatewaySettings.from_dict(cfg.mqtt)
+        for spec in listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
+            if spec.tls is not None:
+                spec.tls.server_context()
+    except ConfigError as e:
+        raise ConfigError(str(e) if str(e).startswith("[mqtt]") else f"[mqtt] {e}") from None
+
+
 def run_server(cfg: ServeConfig, role: str = "serve") -> int:
     if role in ("serve", "broker"):
         broker_configs(cfg)  # a bad key is a ConfigError here, before anything starts
+    if role == "serve":
+        check_mqtt_config(cfg)
     try:
         trio.run(_main, cfg, role)
     except KeyboardInterrupt:  # a signal that arrived before the receiver was installed

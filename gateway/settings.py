@@ -6,7 +6,8 @@ Keys are camelCase; a key nobody knows is a ``ConfigError`` naming it
 * listeners (``gateway.listeners.LISTENER_KEYS``): port, wsPort, tlsPort,
   wssPort, wsPath, certFile, keyFile, caFile, requireCertificate,
   handshakeTimeout;
-* security (``gateway.auth.SECURITY_KEYS``): allowAnonymous (true),
+* security (``gateway.auth.SECURITY_KEYS``): allowAnonymous (true on
+  loopback listeners, false on others),
   passwordFile (""), aclFile (""), useIdentityAsUsername (false);
 * limits (``gateway.limits``): maxConnections (100000), maxPacketSize
   (1048576), maxInflightMessages (32), maxQueuedMessages (1000),
@@ -32,7 +33,7 @@ maxOutboundBytes         8388608    bytes waiting to be written to one client;
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,9 @@ class GatewaySettings:
     acl: Acl
 
     @classmethod
-    def from_dict(cls, table: Mapping[str, Any]) -> GatewaySettings:
+    def from_dict(cls, table: Mapping[str, Any], *, hosts: Iterable[str] = ("127.0.0.1",)) -> GatewaySettings:
+        """``hosts``: the listeners' addresses (anonymous access is off by default
+        unless all are loopback ones, see ``gateway.auth``)."""
         limits = Limits.from_dict(table, other_keys=LISTENER_KEYS | SECURITY_KEYS | SESSION_KEYS)
         retain = table.get("retainAvailable", True)
         if not isinstance(retain, bool):
@@ -79,4 +82,4 @@ class GatewaySettings:
             write_timeout=float(_number(table, "writeTimeout", 30.0, 0.1, 3600)),
             max_outbound_bytes=int(_number(table, "maxOutboundBytes", 8 * 1024 * 1024, 1024, 1 << 34)),
         )
-        return cls(limits, session, Authenticator.from_dict(table), acl_from_dict(table))
+        return cls(limits, session, Authenticator.from_dict(table, hosts=hosts), acl_from_dict(table))

@@ -242,7 +242,10 @@ class RemotingServer:
 
     async def serve(self, host: str | None, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen on ``host:port`` (0 = any free port); ``task_status.started(bound_port)``."""
-        listeners = await trio.open_tcp_listeners(port, host=host or None)
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host or None)
+        except OSError as e:  # the port is what a person needs to read
+            raise OSError(e.errno, f"{self.name} cannot listen on {host or '*'}:{port}: {e.strerror}") from None
         self.port = listeners[0].socket.getsockname()[1]
         log.info("%s listening on %s:%d", self.name, host or "*", self.port)
         async with trio.open_nursery() as nursery:

@@ -44,6 +44,7 @@ key                 default     meaning
 port                1883        MQTT over TCP (0 = off)
 wsPort              8083        MQTT over WebSocket (0 = off)
 tlsPort             8883        MQTT over TLS; started only if certFile is set
+                                (set without certFile: an error)
 wssPort             8084        MQTT over WebSocket over TLS; only with certFile
 wsPath              "/mqtt"     the WebSocket endpoint
 certFile            ""          server certificate chain (PEM)

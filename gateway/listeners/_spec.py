@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,12 +44,16 @@ class TlsConfig:
         """A fresh server context; raises ConfigError for unreadable files."""
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        for key, path in (("certFile", self.certfile), ("keyFile", self.keyfile), ("caFile", self.cafile)):
+            if path and not os.path.isfile(path):
+                raise ConfigError(f"{key} {path} cannot be loaded: no such file")
         try:
             ctx.load_cert_chain(self.certfile, self.keyfile)
             if self.cafile:
                 ctx.load_verify_locations(cafile=self.cafile)
         except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"TLS certificate/key/CA cannot be loaded: {e}") from None
+            files = ", ".join(f for f in (self.certfile, self.keyfile, self.cafile) if f)
+            raise ConfigError(f"TLS certificate/key/CA ({files}) cannot be loaded: {e}") from None
         if self.cafile:
             ctx.verify_mode = ssl.CERT_REQUIRED if self.require_certificate else ssl.CERT_OPTIONAL
         else:
@@ -151,7 +156,8 @@ def listener_specs_from_dict(table: Mapping[str, Any], *, host: str = "127.0.0.1
 
     ``port``/``ws_port`` (already taken out of the table by ``gateway.config``)
     win over the table's ``port``/``wsPort``. TLS and WSS listeners start
-    only when ``certFile`` is set; their ports default to 8883 and 8084.
+    only when ``certFile`` is set; their ports default to 8883 and 8084. A
+    ``tlsPort``/``wssPort`` set in the table without ``certFile`` is an error.
     """
     def get(key: str, default: Any, kind: type | tuple[type, ...]) -> Any:
         value = table.get(key, default)
@@ -167,6 +173,10 @@ def listener_specs_from_dict(table: Mapping[str, Any], *, host: str = "127.0.0.1
         "wss": get("wssPort", DEFAULT_PORTS["wss"], int),
     }
     certfile = get("certFile", "", str)
+    for key in ("tlsPort", "wssPort"):
+        if table.get(key) and not certfile:  # asked for explicitly: never silently off
+            raise ConfigError(f"[mqtt] {key} = {table[key]} needs certFile (the server certificate, PEM); "
+                              f"set certFile, or {key} = 0")
     tls = None
     if certfile:
         tls = TlsConfig(certfile=certfile, keyfile=get("keyFile", "", str) or None,

@@ -21,9 +21,14 @@ def free_port() -> int:
 class ServeProcess:
     """``mqgate <role>`` with its ports; `ports` is parsed from the "ready" line."""
 
-    def __init__(self, data_dir: Path, *args: str, role: str = "serve", env: dict | None = None):
+    def __init__(self, data_dir: Path, *args: str, role: str = "serve", env: dict | None = None,
+                 cwd: Path | None = None, data_dir_flag: bool = True):
+        """``data_dir_flag=False``: no ``--data-dir`` (the config file's ``dataDir``
+        or the default is used; ``data_dir`` then only places the log)."""
         self.data_dir = Path(data_dir)
-        self.args = [sys.executable, "-m", "gateway", role, "--data-dir", str(data_dir), *args]
+        self.args = [sys.executable, "-m", "gateway", role, *(("--data-dir", str(data_dir)) if data_dir_flag else ()),
+                     *args]
+        self.cwd = cwd
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-{role}.log"
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
@@ -32,7 +37,7 @@ class ServeProcess:
     def start(self, timeout: float = 30.0) -> "ServeProcess":
         self.log = open(self.log_path, "ab")
         self._start_at = self.log.tell()  # the log is appended to across restarts
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.output()[self._start_at:]
