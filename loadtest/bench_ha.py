@@ -91,7 +91,10 @@ class Proc:
 
 def broker(root: Path, label: str, ns: str, port: int, table: dict, *, mqtt: int = 0) -> Proc:
     toml = root / f"{label}.toml"
-    toml.write_text("[broker]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items()))
+    text = "[broker]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items())
+    if mqtt:  # the persistent session keeps everything it missed (default: the newest 1000)
+        text += "[mqtt]\nmaxQueuedMessages = 0\n"
+    toml.write_text(text)
     args = ["--config", str(toml), "--broker-port", str(port), "--namesrv", ns]
     if mqtt:
         return Proc(root, label, "serve", *args, "--namesrv-port", "0", "--mqtt-port", str(mqtt), "--ws-port", "0")
