@@ -20,6 +20,11 @@ Rules kept here:
   leaves the others alone.
 - Put hooks run in send order before encoding; stored hooks run in send
   order after the append, for exactly the messages whose put hooks ran.
+- A batch (`send_batch`) is checked, appended (one lock, consecutive queue
+  offsets), woken up and waited for once, but each of its items goes through
+  the put and stored hooks like a single send, so MQTT subscribers and
+  session queues get every item. It is stored whole or not at all: an item
+  a hook refuses, or moves off the batch's queue, refuses the batch.
 """
 
 from __future__ import annotations
@@ -100,11 +105,12 @@ class SendPath:
     """Send methods of `Broker`; the state they use is set up in ``Broker.__init__``."""
 
     def add_put_hook(self, hook: PutHook) -> None:
-        """``hook(msg)`` runs on every single (non-batch) send after validation and
-        before encoding, and may rewrite topic, queue id and properties in place
-        (delay levels, timers, transactions). It must not block. A hook that
-        returns a `SendResult` refuses the message: the send answers it and
-        nothing is stored."""
+        """``hook(msg)`` runs on every send, each item of a batch included, after
+        validation and before encoding, and may rewrite topic, queue id and
+        properties in place (delay levels, timers, transactions; never on a
+        batch item: that refuses the batch). It must not block. A hook that
+        returns a `SendResult` refuses the message (a batch item: the whole
+        batch): the send answers it and nothing is stored."""
         self._put_hooks.append(hook)
 
     def add_stored_hook(self, hook: StoredHook) -> None:
@@ -181,7 +187,12 @@ class SendPath:
 
     async def send_batch(self, msgs: list[Message], queue_id: int | None = None, *, default_topic: str = DEFAULT_TOPIC,
                          default_topic_queue_nums: int | None = None) -> SendResult:
-        """A RocketMQ batch: one topic, one queue, consecutive queue offsets; ``msg_id`` comma-joined."""
+        """A RocketMQ batch: one topic, one queue, consecutive queue offsets; ``msg_id`` comma-joined.
+
+        Every item goes through the put hooks and the stored hooks like a
+        single send (`_batch_put_hooks`, `_batch_stored`); the checks, the
+        append (one lock), the wake-ups and the durability wait happen once
+        for the batch."""
         refused = _refuse_batch(msgs)
         if refused is not None:
             await trio.lowlevel.checkpoint()
@@ -192,21 +203,30 @@ class SendPath:
             await trio.lowlevel.checkpoint()
             return checked
         cfg, qid = checked
-        wait = True
-        encoded: list[EncodedMessage] = []
         for m in msgs:
             bad = self._check_body(m)
             if bad:
                 await trio.lowlevel.checkpoint()
                 return bad
+        wait = True
+        for m in msgs:
             wait &= self._stamp(m, cfg, qid)
+        # from here to the stored hooks nothing awaits: the hooks hear of every item whose put hooks ran
+        ran, refused = self._batch_put_hooks(msgs, topic, qid) if self._put_hooks else (len(msgs), None)
+        if refused is None:
             try:
-                encoded.append(EncodedMessage(m))
+                encoded = [EncodedMessage(m) for m in msgs]
             except ValueError as e:
-                await trio.lowlevel.checkpoint()
-                return SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))
+                refused = SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))
+        if refused is not None:
+            if self._stored_hooks:
+                self._batch_stored(msgs[:ran], None, refused)
+            await trio.lowlevel.checkpoint()
+            return refused
         put = self.store.append_batch(encoded)
         result = self._send_result(put, encoded, topic, qid)
+        if self._stored_hooks:
+            self._batch_stored(msgs, put, result, encoded)
         if result.status is SendStatus.SEND_OK:
             self._written = max(self._written, put.end_offset)
         if result.status is SendStatus.SEND_OK and self._must_wait and wait:
@@ -214,6 +234,39 @@ class SendPath:
         else:
             await trio.lowlevel.checkpoint()
         return result
+
+    def _batch_put_hooks(self, msgs: list[Message], topic: str, queue_id: int) -> tuple[int, SendResult | None]:
+        """The put hooks on each item in order: (items they ran on, refusal or None).
+        One item refused refuses the batch; so does an item a hook moved to
+        another topic or queue (a batch is stored in one queue)."""
+        hooks = self._put_hooks
+        for i, m in enumerate(msgs):
+            try:
+                for hook in hooks:
+                    refused = hook(m)
+                    if refused is not None:
+                        return i + 1, refused
+            except Exception:  # a hook's bug: the hooks that ran before it still hear the outcome
+                self._batch_stored(msgs[:i + 1], None, SendResult(SendStatus.SYSTEM_ERROR, topic=topic, queue_id=queue_id,
+                                                                  remark="put hook failed"))
+                raise
+            if m.topic != topic or m.queue_id != queue_id:
+                return i + 1, SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic,
+                                         remark="a put hook moved a batch message off the batch's queue")
+        return len(msgs), None
+
+    def _batch_stored(self, msgs: list[Message], put, result: SendResult,
+                      encoded: list[EncodedMessage] | None = None) -> None:
+        """The stored hooks for each item: its own `SendResult` when the batch
+        was stored (its queue and log offsets), else the batch's refusal."""
+        if put is None or not result.ok:
+            for m in msgs:
+                self._stored(m, result)
+            return
+        status, remark, qoff, ts = result.status, result.remark, put.queue_offset, put.store_timestamp
+        topic, qid = result.topic, result.queue_id
+        for i, (m, enc, phys) in enumerate(zip(msgs, encoded, put.physical_offsets)):
+            self._stored(m, SendResult(status, topic, qid, qoff + i, enc.uniq_key or None, phys, ts, 1, remark, enc))
 
     def _prepare(self, msg: Message, cfg: TopicConfig, queue_id: int) -> "_Prepared | SendResult":
         """Body check, stamps, put hooks, encoding; a `SendResult` if refused
@@ -427,7 +480,7 @@ class SendPath:
 
 def _refuse_batch(msgs: list[Message]) -> SendResult | None:
     """Batches hold one topic and no delayed, timer or transactional message
-    (MESSAGE_ILLEGAL: the put hooks that would park them do not run on batches)."""
+    (MESSAGE_ILLEGAL: parking such an item would take it off the batch's queue)."""
     if not msgs:
         return SendResult(SendStatus.MESSAGE_ILLEGAL, remark="empty batch")
     topic = msgs[0].topic

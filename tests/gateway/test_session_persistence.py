@@ -198,3 +198,28 @@ async def test_native_send_reaches_mqtt_and_mqtt_publish_is_pullable(gateway_fac
         assert mine[0].properties["mqttTopic"] == "a/b/c"
         assert mine[0].properties["contentType"] == "text/plain"
         assert mine[0].properties["mqttQos"] == "1"
+
+
+async def test_native_batch_reaches_mqtt_like_single_sends(gateway_factory, client_cls):
+    """Each item of a batch (request 320's path) is routed on its own: live and
+    offline persistent sessions get every item, a ``$share`` group one copy of
+    each, round robin. tests/interop/test_cpp_batch_mqtt.py sends it with the C++ client."""
+    async with gateway_factory() as (broker, gw, port):
+        off, _ = await client_cls.connect(port, "off", clean_start=False, session_expiry_interval=3600)
+        await off.subscribe("a/#", qos=1)
+        await off.disconnect()
+        live, _ = await client_cls.connect(port, "live")
+        await live.subscribe("a/#", qos=1)
+        shared = [(await client_cls.connect(port, f"s{i}"))[0] for i in range(2)]
+        for c in shared:
+            await c.subscribe("$share/g/a/#", qos=1)
+        batch = [Message(topic="a", body=b"b%d" % i, properties={"mqttTopic": f"a/dev/{i}"}) for i in range(4)]
+        r = await broker.send_batch(batch, 0)
+        assert r.ok and r.msg_count == 4
+        expected = [(f"a/dev/{i}", b"b%d" % i) for i in range(4)]
+        assert [(m.topic, m.payload) for m in await _drain(live, 4)] == expected
+        each = [await _drain(c, 2) for c in shared]
+        assert sorted((m.topic, m.payload) for got in each for m in got) == expected
+        off, ack = await client_cls.connect(port, "off", clean_start=False, session_expiry_interval=3600)
+        assert ack.session_present
+        assert [(m.topic, m.payload) for m in await _drain(off, 4)] == expected

@@ -97,7 +97,7 @@ async def test_batch_and_send_many(broker_config, store_config):
         assert bad.status is SendStatus.MESSAGE_ILLEGAL
         assert (await broker.send_batch([msg("B", DELAY="3")])).status is SendStatus.MESSAGE_ILLEGAL
         for timer in ("TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS", "__STARTDELIVERTIME"):
-            refused = await broker.send_batch([msg("B"), msg("B", **{timer: "5000"})])  # the put hooks skip batches
+            refused = await broker.send_batch([msg("B"), msg("B", **{timer: "5000"})])  # parking would take it off the batch's queue
             assert refused.status is SendStatus.MESSAGE_ILLEGAL and "delayed" in refused.remark
         assert broker.max_offset("B", 2) == 5
 
