@@ -67,13 +67,27 @@ def test_a_killed_server_is_recovered_as_an_abnormal_exit(tmp_path):
         assert again.stop() == 0
 
 
-def test_a_taken_listen_port_plus_one_moves_the_ha_port_with_a_warning(tmp_path):
+def _held_port_after_a_free_one():
+    """A listening socket on port p + 1 where p is free, for the test below."""
     import socket
 
-    br = free_port()
-    with socket.socket() as taken:  # another program holds the default HA port (listen port + 1)
-        taken.bind(("127.0.0.1", br + 1))
-        taken.listen()
+    while True:
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1] - 1
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port))
+        except OSError:
+            held.close()
+            continue
+        held.listen()
+        return held, port
+
+
+def test_a_taken_listen_port_plus_one_moves_the_ha_port_with_a_warning(tmp_path):
+    held, br = _held_port_after_a_free_one()  # another program holds the default HA port (listen port + 1)
+    with held:
         srv = ServeProcess(tmp_path / "data", *NO_MQTT, "--namesrv-port", "0", "--broker-port", str(br)).start()
         try:
             assert srv.ports["broker"] == br
