@@ -225,20 +225,18 @@ class ClientInstance:
         return self.broker_addrs.get(broker_name)
 
     async def find_broker_addr(self, broker_name: str, topic: str) -> str:
-        addr = self.broker_addrs.get(broker_name)
-        if addr is None:
-            await self.update_route(topic)
-            addr = self.broker_addrs.get(broker_name)
-        if addr is None:
-            raise MQClientError(f"broker {broker_name} is not in the route of {topic}")
-        return addr
+        """Where to send: the master of that broker name."""
+        return await self._find_addr(self.broker_addrs, broker_name, topic)
 
     async def find_broker_addr_in_subscribe(self, broker_name: str, topic: str) -> str:
         """Where to pull from and commit offsets to: the master, else a slave of that broker name."""
-        addr = self.subscribe_addrs.get(broker_name)
+        return await self._find_addr(self.subscribe_addrs, broker_name, topic)
+
+    async def _find_addr(self, table: dict[str, str], broker_name: str, topic: str) -> str:
+        addr = table.get(broker_name)
         if addr is None:
             await self.update_route(topic)
-            addr = self.subscribe_addrs.get(broker_name)
+            addr = table.get(broker_name)
         if addr is None:
             raise MQClientError(f"broker {broker_name} is not in the route of {topic}")
         return addr

@@ -57,6 +57,17 @@ def units(store: MessageStore, topic: str, qid: int) -> list:
     return store.read_units(topic, qid, 0, 10_000)[0]
 
 
+@pytest.fixture
+def pair(tmp_path):
+    """A master store with 10 messages and an empty slave store."""
+    master = open_store(tmp_path / "m")
+    slave = open_store(tmp_path / "s")
+    fill(master, 10)
+    yield master, slave
+    master.shutdown()
+    slave.shutdown()
+
+
 @pytest.mark.parametrize("chunk", [32 * 1024, 1000, 97])
 def test_a_slave_holds_the_masters_bytes_and_queues(tmp_path, chunk):
     master = open_store(tmp_path / "m")
@@ -117,41 +128,29 @@ def test_an_empty_slave_starts_where_the_masters_log_starts(tmp_path):
         slave.shutdown()
 
 
-def test_chunks_not_at_the_end_are_refused_and_change_nothing(tmp_path):
-    master = open_store(tmp_path / "m")
-    slave = open_store(tmp_path / "s")
-    try:
-        fill(master, 10)
-        slave.append_replica(0, master.read_log(0, 2000))
-        with pytest.raises(ReplicaError, match="ends at 2000"):
-            slave.append_replica(3000, master.read_log(3000, 100))
-        with pytest.raises(ReplicaError, match="at offset 100"):
-            slave.append_replica(100, b"x")
-        assert slave.max_phy_offset == 2000
-        with pytest.raises(ReplicaError, match="crosses the end"):
-            slave.append_replica(2000, bytes(SEG))
-    finally:
-        master.shutdown()
-        slave.shutdown()
+def test_chunks_not_at_the_end_are_refused_and_change_nothing(pair):
+    master, slave = pair
+    slave.append_replica(0, master.read_log(0, 2000))
+    with pytest.raises(ReplicaError, match="ends at 2000"):
+        slave.append_replica(3000, master.read_log(3000, 100))
+    with pytest.raises(ReplicaError, match="at offset 100"):
+        slave.append_replica(100, b"x")
+    assert slave.max_phy_offset == 2000
+    with pytest.raises(ReplicaError, match="crosses the end"):
+        slave.append_replica(2000, bytes(SEG))
 
 
-def test_a_corrupt_entry_is_cut_off_and_reported(tmp_path):
-    master = open_store(tmp_path / "m")
-    slave = open_store(tmp_path / "s")
-    try:
-        fill(master, 10)
-        data = bytearray(master.read_log(0, 32 * 1024))
-        first = int.from_bytes(data[0:4], "big")
-        data[first + 200] ^= 0xFF  # inside the second entry's body: its CRC fails
-        with pytest.raises(ReplicaError, match=f"offset {first}.*CRC"):
-            slave.append_replica(0, bytes(data))
-        assert slave.max_phy_offset == slave.dispatched_offset == first
-        assert len(units(slave, "T", 0)) == 1
-        replicate(master, slave, 32 * 1024)  # the good bytes again, from where it was cut
-        assert units(slave, "T", 1) == units(master, "T", 1)
-    finally:
-        master.shutdown()
-        slave.shutdown()
+def test_a_corrupt_entry_is_cut_off_and_reported(pair):
+    master, slave = pair
+    data = bytearray(master.read_log(0, 32 * 1024))
+    first = int.from_bytes(data[0:4], "big")
+    data[first + 200] ^= 0xFF  # inside the second entry's body: its CRC fails
+    with pytest.raises(ReplicaError, match=f"offset {first}.*CRC"):
+        slave.append_replica(0, bytes(data))
+    assert slave.max_phy_offset == slave.dispatched_offset == first
+    assert len(units(slave, "T", 0)) == 1
+    replicate(master, slave, 32 * 1024)  # the good bytes again, from where it was cut
+    assert units(slave, "T", 1) == units(master, "T", 1)
 
 
 def test_truncate_log_cuts_a_stopped_store_at_an_entry_boundary(tmp_path):
