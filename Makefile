@@ -27,14 +27,16 @@ install-dev: $(VENV)/.installed-dev system-deps node-deps
 
 # Debian packages the suite uses as real peers: mosquitto (broker to compare
 # against), mosquitto-clients (mosquitto_pub / mosquitto_sub), etcd-server
-# (the failover tests' coordination service).
+# (the failover tests' coordination service), rabbitmq-server (its MQTT
+# plugin is a broker the load tests compare against).
 system-deps:
 	@if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto >/dev/null \
-	     || ! command -v java >/dev/null || ! command -v etcd >/dev/null; then \
+	     || ! command -v java >/dev/null || ! command -v etcd >/dev/null \
+	     || [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      mosquitto mosquitto-clients default-jre-headless etcd-server >/dev/null; \
+	      mosquitto mosquitto-clients default-jre-headless etcd-server rabbitmq-server >/dev/null; \
 	fi
 
 # The Node `ali-ons` RocketMQ client, a real peer of the interop tests.

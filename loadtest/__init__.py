@@ -7,7 +7,7 @@ Command line (stdout is JSON lines, one record per scenario x broker)::
 
     python -m loadtest run fan-in --host 127.0.0.1 --port 1883 \\
         --compare mosquitto,amqtt --count 5000 --qos 1 --out results/
-    python -m loadtest bench [--targets ours,mosquitto,amqtt] [--only S1,S2]
+    python -m loadtest bench [--targets ours,mosquitto,rabbitmq,amqtt] [--only S1,S2]
     python -m loadtest report results/
 
 Scenarios (``scenarios.NAMES``): fan-in, fan-out, p2p, shared, qos, payload,

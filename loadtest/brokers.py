@@ -1,7 +1,10 @@
 """Starts the brokers we compare on free loopback ports, and always stops them.
 
 Known brokers: ``mosquitto`` (Debian package, /usr/sbin/mosquitto), ``amqtt``
-(the PyPI broker, its ``amqtt`` script next to this Python) and ``ours``
+(the PyPI broker, its ``amqtt`` script next to this Python), ``rabbitmq``
+(Debian ``rabbitmq-server`` with its ``rabbitmq_mqtt`` plugin: its own node
+name, config, data directory, Erlang port mapper and distribution port, all
+in the temp dir and on free ports; no AMQP listener) and ``ours``
 (``python -m gateway serve``, started as a separate process: loadtest never
 imports project code).
 
@@ -30,8 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-KNOWN = ("ours", "mosquitto", "amqtt")
+KNOWN = ("ours", "mosquitto", "amqtt", "rabbitmq")
 MOSQUITTO = "/usr/sbin/mosquitto"
+RABBITMQ = "/usr/lib/rabbitmq/bin/rabbitmq-server"  # the sbin wrapper would switch user
 
 
 class BrokerStartError(RuntimeError):
@@ -60,8 +64,12 @@ def amqtt_binary() -> str | None:
     return str(here) if here.exists() else shutil.which("amqtt")
 
 
+def rabbitmq_binary() -> str | None:
+    return RABBITMQ if os.path.exists(RABBITMQ) else None
+
+
 def available(name: str) -> bool:
-    return {"mosquitto": mosquitto_binary, "amqtt": amqtt_binary}.get(
+    return {"mosquitto": mosquitto_binary, "amqtt": amqtt_binary, "rabbitmq": rabbitmq_binary}.get(
         name, lambda: True)() is not None
 
 
@@ -103,6 +111,34 @@ def _amqtt(port: int, tmp: Path, _opts: dict) -> list[str]:
     return [binary, "-c", str(conf)]
 
 
+def _rabbitmq(port: int, tmp: Path, opts: dict) -> list[str]:
+    binary = rabbitmq_binary()
+    if binary is None:
+        raise BrokerStartError("rabbitmq-server is not installed (apt-get install rabbitmq-server)")
+    (tmp / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")
+    (tmp / "rabbitmq.conf").write_text(
+        "listeners.tcp = none\n"
+        f"mqtt.listeners.tcp.1 = 127.0.0.1:{port}\n"
+        "mqtt.allow_anonymous = true\n"
+        "loopback_users = none\n"
+        "log.console = true\n"
+        "log.console.level = warning\n"
+        "log.file = false\n")
+    epmd, dist = free_port(), free_port()
+    opts["env"] = {
+        "HOME": str(tmp),  # the Erlang cookie is written there
+        "RABBITMQ_NODENAME": f"mqgate-bench-{port}@localhost",
+        "RABBITMQ_CONFIG_FILE": str(tmp / "rabbitmq.conf"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(tmp / "enabled_plugins"),
+        "RABBITMQ_MNESIA_BASE": str(tmp / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(tmp / "log"),
+        "RABBITMQ_PID_FILE": str(tmp / "rabbitmq.pid"),
+        "RABBITMQ_DIST_PORT": str(dist),
+        "ERL_EPMD_PORT": str(epmd),
+    }
+    return [binary]
+
+
 def _ours(port: int, tmp: Path, opts: dict) -> list[str]:
     cmd = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp / "data"),
            "--mqtt-port", str(port), "--ws-port", "0", "--namesrv-port", "0",
@@ -112,7 +148,7 @@ def _ours(port: int, tmp: Path, opts: dict) -> list[str]:
     return cmd
 
 
-_COMMANDS = {"mosquitto": _mosquitto, "amqtt": _amqtt, "ours": _ours}
+_COMMANDS = {"mosquitto": _mosquitto, "amqtt": _amqtt, "rabbitmq": _rabbitmq, "ours": _ours}
 
 
 class Broker:
@@ -134,7 +170,15 @@ class Broker:
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+        """The process to measure: RabbitMQ's Erlang VM, which its start script waits on."""
+        if self.proc is None:
+            return None
+        if self.name == "rabbitmq" and self.tmp is not None:
+            try:
+                return int((self.tmp / "rabbitmq.pid").read_text().strip())
+            except (OSError, ValueError):
+                pass
+        return self.proc.pid
 
     def start(self) -> "Broker":
         self.tmp = Path(tempfile.mkdtemp(prefix=f"loadtest-{self.name}-"))
@@ -142,13 +186,15 @@ class Broker:
         self.cmd = _COMMANDS[self.name](self.port, self.tmp, self.opts)
         self._log = open(self.tmp / "broker.log", "wb")
         try:
+            env = {**os.environ, **self.opts.get("env", {})}
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                         stderr=subprocess.STDOUT, cwd=self.cwd,
+                                         stderr=subprocess.STDOUT, cwd=self.cwd, env=env,
                                          start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as exc:
             self.stop()
             raise BrokerStartError(f"{self.name}: cannot run {self.cmd[0]}: {exc}") from None
-        deadline = time.monotonic() + self.startup_timeout
+        # an Erlang VM with RabbitMQ's boot steps takes 5-10 s on an idle 2-core machine
+        deadline = time.monotonic() + (max(self.startup_timeout, 90) if self.name == "rabbitmq" else self.startup_timeout)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 break
@@ -187,6 +233,10 @@ class Broker:
                 except ProcessLookupError:
                     pass
                 proc.wait(timeout=5)
+        epmd = self.opts.get("env", {}).get("ERL_EPMD_PORT")
+        if epmd and shutil.which("epmd"):  # Erlang's port mapper leaves our process group: ours, so stop it
+            subprocess.run(["epmd", "-port", epmd, "-kill"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=10, check=False)
         if getattr(self, "_log", None):
             self._log.close()
         if self.tmp is not None:

@@ -80,12 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--broker-pid", type=int, default=None,
                    help="pid of that broker, for its CPU and RSS")
     r.add_argument("--compare", default="",
-                   help="comma-separated brokers to start and run too: mosquitto,amqtt")
+                   help="comma-separated brokers to start and run too: mosquitto,rabbitmq,amqtt")
     r.add_argument("--out", type=Path, default=None)
     r.add_argument("--no-progress", action="store_true")
     _scenario_args(r)
     b = sub.add_parser("bench", help="standard set S1..S5, L0, L1")
-    b.add_argument("--targets", default="ours,mosquitto,amqtt",
+    b.add_argument("--targets", default="ours,mosquitto,rabbitmq,amqtt",
                    help="comma-separated, first is the reference of the ratios")
     b.add_argument("--only", default="", help="comma-separated ids, e.g. S1,S2")
     b.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
@@ -140,8 +140,8 @@ def _emit(rec: dict, out: Path) -> None:
 def _run(args) -> int:
     compare = [c for c in args.compare.split(",") if c]
     for c in compare:
-        if c not in ("mosquitto", "amqtt", "ours"):
-            raise ValueError(f"--compare knows mosquitto, amqtt, ours; not {c!r}")
+        if c not in brokers.KNOWN:
+            raise ValueError(f"--compare knows {', '.join(brokers.KNOWN)}; not {c!r}")
     if args.port is None and not compare:
         raise ValueError("give --port (the broker under test) and/or --compare")
     runner.require_loopback(args.host)

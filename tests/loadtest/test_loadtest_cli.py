@@ -38,6 +38,21 @@ def test_run_with_compare_writes_jsonl_html_and_pngs(tmp_path, mosquitto):
         assert png in html
 
 
+def test_rabbitmq_is_started_on_free_ports_measured_and_cleaned_up(tmp_path):
+    """RabbitMQ's MQTT plugin as a compared broker: its own node, config and
+    Erlang port mapper in a temp dir; the Erlang VM is what gets measured."""
+    assert brokers.available("rabbitmq"), "rabbitmq-server is not installed: run `make install-dev`"
+    out = tmp_path / "out"
+    proc = _cli("run", "fan-in", "--compare", "rabbitmq", "--publishers", "2", "--count", "200",
+                "--qos", "1", "--timeout", "60", "--out", str(out), "--no-progress", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert rec["broker"] == "rabbitmq" and rec["lost"] == 0 and rec["delivered"] == 400
+    assert rec["broker_cpu_s"] and rec["broker_cpu_s"] > 0  # the VM, not its start script
+    left = subprocess.run(["pgrep", "-f", "mqgate-bench-"], capture_output=True, text=True).stdout
+    assert not left.strip(), f"RabbitMQ processes left behind: {left}"
+
+
 def test_payload_sweep_gives_one_record_per_size(tmp_path, mosquitto):
     proc = _cli("run", "payload", "--port", str(mosquitto.port), "--sizes", "20,2000",
                 "--count", "20", "--qos", "1", "--out", str(tmp_path), "--no-progress")
