@@ -9,6 +9,10 @@ Rules kept here:
   connection error) and are refreshed every ``poll_namesrv_interval``
   (30 s) for every topic in use; a topic whose route changed tells the
   owner (`on_route_changed`), which is how consumers learn about new queues.
+- A topic created a moment ago (by an admin, or by a send that auto-created
+  it) reaches the name servers only when its broker re-registers, a few ms
+  later, longer on a busy machine. `wait_route` asks again (20 ms, doubling
+  up to 0.5 s) for a bounded time instead of reporting "no route" at once.
 - Heartbeats go to every broker of every known route every
   ``heartbeat_interval`` (30 s) and at once when a subscription changes;
   the body is HeartbeatData JSON with enums by name and ``CLIENT_INNER_PRODUCER``
@@ -204,6 +208,20 @@ class ClientInstance:
         if old != route and self.owner is not None:
             self.owner.on_route_changed(topic, route)
         return route
+
+    async def wait_route(self, topic: str, timeout: float) -> TopicRoute | None:
+        """The route of ``topic``, asked again until it appears or ``timeout``
+        seconds pass (then None): a new topic's broker registers it with the
+        name servers asynchronously."""
+        delay = 0.02
+        with trio.move_on_after(timeout):
+            while True:
+                route = await self.update_route(topic)
+                if route is not None:
+                    return route
+                await trio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        return None
 
     async def route(self, topic: str) -> TopicRoute | None:
         route = self.routes.get(topic)
