@@ -18,7 +18,10 @@ Rules kept here:
   the body is HeartbeatData JSON with enums by name and ``CLIENT_INNER_PRODUCER``
   listed like the Java client does.
 - Broker-to-client NOTIFY_CONSUMER_IDS_CHANGED (40) wakes the owner's
-  rebalance (`on_consumer_ids_changed`); other broker requests get
+  rebalance (`on_consumer_ids_changed`); RESET_CONSUMER_CLIENT_OFFSET (220,
+  an operator's ``resetOffsetByTime``) hands the new offsets to the owner
+  (`on_reset_offset`), from either body form (ResetOffsetBody's
+  MessageQueue keys, or the C++ form's list); other broker requests get
   REQUEST_CODE_NOT_SUPPORTED from the remoting client.
 - `shutdown` sends UNREGISTER_CLIENT to every broker heartbeated to, each
   bounded by the call timeout, then closes every connection.
@@ -37,8 +40,9 @@ from typing import Any, AsyncIterator, Callable, Protocol, TypeVar
 import trio
 
 from core.client.api import ClientApi, MQClientError, is_remoting_error
+from core.client.model import MessageQueue
 from core.client.route import TopicRoute
-from core.remoting import CURRENT_VERSION, LanguageCode, RemotingCommand, RequestCode
+from core.remoting import CURRENT_VERSION, LanguageCode, RemotingCommand, RequestCode, decode_json
 from core.remoting.client import RemotingClient, split_addr
 
 __all__ = ["ClientInstance", "ClientOwner", "local_ip", "parse_namesrv"]
@@ -77,6 +81,9 @@ class ClientOwner(Protocol):
     def on_route_changed(self, topic: str, route: TopicRoute) -> None: ...
 
     def on_consumer_ids_changed(self, group: str) -> None: ...
+
+    # consumers only (looked up with getattr): RESET_CONSUMER_CLIENT_OFFSET
+    # def on_reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None: ...
 
 
 def parse_namesrv(namesrv: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -125,7 +132,8 @@ class ClientInstance:
         self.poll_namesrv_interval = poll_namesrv_interval
         self.remoting = RemotingClient(
             nursery,
-            handlers={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed},
+            handlers={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset},
             language=LanguageCode.PYTHON,
             version=CURRENT_VERSION,
         )
@@ -298,3 +306,25 @@ class ClientInstance:
         if self.owner is not None:
             self.owner.on_consumer_ids_changed(group)
         return None
+
+    async def _on_reset_offset(self, addr: str, cmd: RemotingCommand) -> None:
+        group, topic = cmd.get_str("group", ""), cmd.get_str("topic", "")
+        try:
+            offsets = parse_reset_offset_body(cmd.body)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("unreadable RESET_CONSUMER_CLIENT_OFFSET body from %s: %s", addr, exc)
+            return None
+        log.info("reset offsets of %s on %s from %s: %s", group, topic, addr, offsets)
+        reset = getattr(self.owner, "on_reset_offset", None)
+        if reset is not None:
+            reset(group, topic, offsets)
+        return None
+
+
+def parse_reset_offset_body(body: bytes) -> dict[MessageQueue, int]:
+    """ResetOffsetBody (``{"offsetTable": {{mq}: offset}}``) or ResetOffsetBodyForC
+    (``{"offsetTable": [{..mq.., "offset": n}]}``) -> {queue: offset}."""
+    table = decode_json(body).get("offsetTable") or {}
+    if isinstance(table, list):
+        return {MessageQueue.from_json(e): int(e["offset"]) for e in table}
+    return {MessageQueue.from_json(dict(k)): int(v) for k, v in table.items()}

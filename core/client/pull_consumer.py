@@ -125,11 +125,7 @@ class AsyncPullConsumer(ConsumerBase):
         """Consume ``mq`` from ``offset`` on (buffered messages of it are discarded)."""
         if mq not in self.pqs:
             raise MQClientError(f"{mq} is not consumed by this consumer")
-        pq = self.pqs.pop(mq)
-        pq.drop()
-        self._scopes.pop(mq).cancel()
-        self.offsets.update(mq, offset, increase_only=False)
-        await ConsumerBase._add_queue(self, mq, offset)
+        await self._restart_queue(mq, offset)
 
     async def commit(self) -> None:
         """Commit what `poll` returned so far."""
