@@ -160,7 +160,8 @@ def render(action: str, result: dict, out: TextIO) -> None:
         for k in ("consumeType", "messageModel", "consumeFromWhere"):
             print(f"{k}: {result[k]}", file=out)
     elif action == "reset-offset":
-        when = "now (each queue's end)" if result["timestamp"] == -1 else human_time(result["timestamp"])
+        ts = result["timestamp"]
+        when = "now (each queue's end)" if ts == -1 else human_time(ts) if ts > 0 else "0 (each queue's start)"
         print(f"reset consumer group {result['group']} on topic {result['topic']} to {when}"
               f"{'' if result['force'] else ' (only backwards)'}", file=out)
         table(result["queues"], ["brokerName", "queueId", "offset", "appliedBy"], out)
