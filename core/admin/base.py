@@ -56,9 +56,10 @@ class GroupFacts:
     def topics(self) -> set[str]:
         return {t for (_b, t) in self.offsets}
 
+    WHY_UNKNOWN = "no broker has a subscription config, a committed offset or an online client of it"
+
     def unknown_message(self) -> str:
-        return (f"consumer group {self.name} is unknown: no broker has a subscription config, "
-                f"a committed offset or an online client of it")
+        return f"consumer group {self.name} is unknown: {self.WHY_UNKNOWN}"
 
 
 class Admin:

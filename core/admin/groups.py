@@ -113,7 +113,7 @@ async def group_list(admin: Admin, a) -> dict:
 async def group_connections(admin: Admin, a) -> dict:
     facts = await admin.group_facts(a.group)
     if not facts.connections:
-        why = "" if facts.known else " (and no broker knows it: " + facts.unknown_message().split(": ", 1)[1] + ")"
+        why = "" if facts.known else f" (and is unknown: {facts.WHY_UNKNOWN})"
         raise AdminError(f"consumer group {a.group} has no client online{why}")
     clients: dict[str, dict] = {}
     subs: dict[str, str] = {}

@@ -284,7 +284,7 @@ class ClientApi:
         ext = {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": force}
         resp = _check(await self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext), addr,
                       ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE)
-        table = decode_json(resp.body).get("offsetTable") or {} if resp.body else {}
+        table = (decode_json(resp.body).get("offsetTable") or {}) if resp.body else {}
         return resp.code == ResponseCode.SUCCESS, {MessageQueue.from_json(dict(k)): int(v) for k, v in table.items()}
 
 

@@ -82,8 +82,8 @@ class ClientOwner(Protocol):
 
     def on_consumer_ids_changed(self, group: str) -> None: ...
 
-    # consumers only (looked up with getattr): RESET_CONSUMER_CLIENT_OFFSET
-    # def on_reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None: ...
+    # Consumers also have on_reset_offset(group, topic, {MessageQueue: offset}) for
+    # RESET_CONSUMER_CLIENT_OFFSET; producers do not, so it is looked up with getattr.
 
 
 def parse_namesrv(namesrv: str | list[str] | tuple[str, ...]) -> list[str]:
