@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh Debian machine with Python 3.11:
-#   make run   - create .venv, install mqgate, serve on the default ports
+#   make run   - create .venv, install mqgate and what the README's examples use, serve on the default ports
 #   make test  - install everything the suite needs, run the whole suite
 PYTHON ?= python3
 VENV   := .venv
@@ -14,7 +14,7 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 $(VENV)/.installed: $(PY) pyproject.toml
-	$(PIP) install --quiet -e .
+	$(PIP) install --quiet -e '.[dev,spark]'
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
@@ -48,7 +48,7 @@ $(ALI_ONS):
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 	npm install --prefix .deps/ali-ons ali-ons@3.12.0 --no-audit --no-fund --loglevel=error
 
-run: install
+run: install system-deps
 	$(VENV)/bin/mqgate serve $(ARGS)
 
 test: install-dev

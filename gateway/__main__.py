@@ -15,6 +15,7 @@ room above `gateway/` and the gateway never imports it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
@@ -88,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return admin_main(rest)
     if command == "telemetry":
+        missing = [m for m in ("pyspark", "pyarrow") if importlib.util.find_spec(m) is None]
+        if missing:  # one line, not spark.telemetry's ImportError traceback
+            print(f"mqgate telemetry: {' and '.join(missing)} not installed: it needs the Spark extra, "
+                  f"pip install 'mqgate[spark]' (make run installs it)", file=sys.stderr)
+            return 1
         os.execv(sys.executable, [sys.executable, "-m", "spark.telemetry", *rest])
 
     args = build_parser().parse_args(argv)

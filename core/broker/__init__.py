@@ -48,6 +48,7 @@ Queries::
 
     broker.min_offset(topic, qid); broker.max_offset(topic, qid)
     await broker.offset_by_time(topic, qid, ts_ms); await broker.earliest_store_time(topic, qid)
+    await broker.earliest_message_time(); await broker.store_time(topic, qid, offset)   # -1 if none
     await broker.query_message(topic, key, max_num=32, begin_ts=0, end_ts=...) -> QueryResult
     await broker.read_at(physical_offset) -> bytes | None;  await broker.view_message(msg_id) -> StoredMessage | None
     await broker.delete_expired()

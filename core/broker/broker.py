@@ -261,6 +261,15 @@ class Broker(SendPath, PullPath):
         """GET_EARLIEST_MSG_STORETIME: store time of the queue's first message; -1 if none."""
         return await trio.to_thread.run_sync(self.store.earliest_store_time, topic, queue_id)
 
+    async def earliest_message_time(self) -> int:
+        """Store time of the first message the commit log still holds; -1 if none
+        (``getEarliestMessageTime``, runtime info's ``earliestMessageTimeStamp``)."""
+        return await trio.to_thread.run_sync(self.store.earliest_store_time, None)
+
+    async def store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time of the message at a queue offset; -1 if none (topic status)."""
+        return await trio.to_thread.run_sync(self.store.store_time, topic, queue_id, offset)
+
     async def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,
                             end_ts: int = 2**63 - 1) -> QueryResult:
         """QUERY_MESSAGE: entries whose KEYS or UNIQ_KEY is ``key``, stored in [begin_ts, end_ts]."""

@@ -240,6 +240,53 @@ class ClientApi:
     async def all_topic_config(self, addr: str) -> dict:
         return decode_json(_check(await self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG), addr).body)
 
+    async def all_consumer_offsets(self, addr: str) -> dict[tuple[str, str], dict[int, int]]:
+        """GET_ALL_CONSUMER_OFFSET: {(topic, group): {queue id: offset}}."""
+        table = decode_json(_check(await self.call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET), addr).body)
+        out = {}
+        for key, queues in (table.get("offsetTable") or {}).items():
+            topic, sep, group = str(key).rpartition("@")
+            if sep:
+                out[(topic, group)] = {int(q): int(o) for q, o in (queues or {}).items()}
+        return out
+
+    async def all_subscription_groups(self, addr: str) -> dict[str, dict]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: group name -> SubscriptionGroupConfig JSON."""
+        resp = _check(await self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), addr)
+        return dict(decode_json(resp.body).get("subscriptionGroupTable") or {})
+
+    async def topic_stats(self, addr: str, topic: str) -> dict[MessageQueue, dict] | None:
+        """GET_TOPIC_STATS_INFO: queue -> {minOffset, maxOffset, lastUpdateTimestamp}; None if the broker lacks the topic."""
+        resp = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        table = decode_json(_check(resp, addr).body).get("offsetTable") or {}
+        return {MessageQueue.from_json(dict(k)): dict(v) for k, v in table.items()}
+
+    async def consumer_connections(self, addr: str, group: str) -> dict | None:
+        """GET_CONSUMER_CONNECTION_LIST: ConsumerConnection JSON; None if no client of the group is online there."""
+        resp = await self.call(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        if resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
+            return None
+        return decode_json(_check(resp, addr).body)
+
+    async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
+        _check(await self.call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}), addr)
+
+    async def delete_topic_in_namesrv(self, namesrv: str, topic: str, cluster: str | None = None) -> None:
+        ext = {"topic": topic, "clusterName": cluster} if cluster else {"topic": topic}
+        _check(await self.call(namesrv, RequestCode.DELETE_TOPIC_IN_NAMESRV, ext), namesrv)
+
+    async def reset_offset(self, addr: str, topic: str, group: str, timestamp_ms: int,
+                           force: bool) -> tuple[bool, dict[MessageQueue, int]]:
+        """INVOKE_BROKER_TO_RESET_OFFSET: (clients online, queue -> new offset). With no client
+        online (CONSUMER_NOT_ONLINE) our broker still answers the offsets, for the caller to commit."""
+        ext = {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": force}
+        resp = _check(await self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext), addr,
+                      ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE)
+        table = (decode_json(resp.body).get("offsetTable") or {}) if resp.body else {}
+        return resp.code == ResponseCode.SUCCESS, {MessageQueue.from_json(dict(k)): int(v) for k, v in table.items()}
+
 
 @asynccontextmanager
 async def open_client_api(timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[ClientApi]:

@@ -257,9 +257,9 @@ class PullConsumer(_Facade):
             raise RuntimeError("call start() first")
         return self._loop, self._c
 
-    def fetch_queues(self, topic: str) -> list[MessageQueue]:
+    def fetch_queues(self, topic: str, wait: float | None = None) -> list[MessageQueue]:
         loop, c = self._need()
-        return loop.run(c.fetch_queues, topic)
+        return loop.run(c.fetch_queues, topic, wait)
 
     def assign(self, queues: list[MessageQueue]) -> None:
         loop, c = self._need()

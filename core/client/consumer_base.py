@@ -20,6 +20,11 @@ Rules kept here:
   first heartbeat) is asked for again after 20 ms, then at doubling
   intervals up to ``missing_route_retry`` (1 s), until it has one; a route
   change then triggers a rebalance.
+- RESET_CONSUMER_CLIENT_OFFSET (220, an operator's reset by time): each
+  queue of that topic this consumer owns is dropped (buffered messages
+  discarded, its pull cancelled), restarted at the new offset, and the
+  offset committed at once (Java ``MQClientInstance.resetOffset``, without
+  its 10 s pause: nothing here consumes a dropped queue after the drop).
 - `pull_once` sends PULL_MESSAGE with the subscription (flag 0x4), the
   commit offset (flag 0x1, clustering), long polling (flag 0x2,
   ``suspend_ms`` 15 s; call timeout 30 s), filters tags again on the
@@ -197,6 +202,32 @@ class ConsumerBase:
     def on_consumer_ids_changed(self, group: str) -> None:
         if group == self.group:
             self.trigger_rebalance()
+
+    def on_reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        if group == self.group and self._n is not None and not self.stopping:
+            self._n.start_soon(self.reset_offsets, topic, offsets)
+
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Restart the owned queues of ``topic`` named in ``offsets`` there, and commit."""
+        async with self._rebalance_lock:
+            for mq, offset in sorted(offsets.items(), key=lambda kv: kv[0].queue_id):
+                if mq.topic == topic and mq in self.pqs:
+                    await self._restart_queue(mq, offset)
+                    try:
+                        await self.offsets.persist(mq)
+                    except Exception as exc:
+                        log.info("commit of the reset offset of %s failed: %s", mq, exc)
+
+    async def _restart_queue(self, mq: MessageQueue, offset: int) -> None:
+        """Drop ``mq``'s process queue and pull (what was buffered is discarded), go on from ``offset``."""
+        pq = self.pqs.pop(mq)
+        pq.drop()
+        scope = self._scopes.pop(mq, None)
+        if scope is not None:
+            scope.cancel()
+        self.offsets.update(mq, offset, increase_only=False)
+        await self._add_queue(mq, offset)
+        log.info("%s restarts %s at offset %d", self.client_id, mq, offset)
 
     def trigger_rebalance(self) -> None:
         self._rebalance_wanted.set()

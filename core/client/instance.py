@@ -9,12 +9,19 @@ Rules kept here:
   connection error) and are refreshed every ``poll_namesrv_interval``
   (30 s) for every topic in use; a topic whose route changed tells the
   owner (`on_route_changed`), which is how consumers learn about new queues.
+- A topic created a moment ago (by an admin, or by a send that auto-created
+  it) reaches the name servers only when its broker re-registers, a few ms
+  later, longer on a busy machine. `wait_route` asks again (20 ms, doubling
+  up to 0.5 s) for a bounded time instead of reporting "no route" at once.
 - Heartbeats go to every broker of every known route every
   ``heartbeat_interval`` (30 s) and at once when a subscription changes;
   the body is HeartbeatData JSON with enums by name and ``CLIENT_INNER_PRODUCER``
   listed like the Java client does.
 - Broker-to-client NOTIFY_CONSUMER_IDS_CHANGED (40) wakes the owner's
-  rebalance (`on_consumer_ids_changed`); other broker requests get
+  rebalance (`on_consumer_ids_changed`); RESET_CONSUMER_CLIENT_OFFSET (220,
+  an operator's ``resetOffsetByTime``) hands the new offsets to the owner
+  (`on_reset_offset`), from either body form (ResetOffsetBody's
+  MessageQueue keys, or the C++ form's list); other broker requests get
   REQUEST_CODE_NOT_SUPPORTED from the remoting client.
 - `shutdown` sends UNREGISTER_CLIENT to every broker heartbeated to, each
   bounded by the call timeout, then closes every connection.
@@ -33,8 +40,9 @@ from typing import Any, AsyncIterator, Callable, Protocol, TypeVar
 import trio
 
 from core.client.api import ClientApi, MQClientError, is_remoting_error
+from core.client.model import MessageQueue
 from core.client.route import TopicRoute
-from core.remoting import CURRENT_VERSION, LanguageCode, RemotingCommand, RequestCode
+from core.remoting import CURRENT_VERSION, LanguageCode, RemotingCommand, RequestCode, decode_json
 from core.remoting.client import RemotingClient, split_addr
 
 __all__ = ["ClientInstance", "ClientOwner", "local_ip", "parse_namesrv"]
@@ -73,6 +81,9 @@ class ClientOwner(Protocol):
     def on_route_changed(self, topic: str, route: TopicRoute) -> None: ...
 
     def on_consumer_ids_changed(self, group: str) -> None: ...
+
+    # Consumers also have on_reset_offset(group, topic, {MessageQueue: offset}) for
+    # RESET_CONSUMER_CLIENT_OFFSET; producers do not, so it is looked up with getattr.
 
 
 def parse_namesrv(namesrv: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -121,7 +132,8 @@ class ClientInstance:
         self.poll_namesrv_interval = poll_namesrv_interval
         self.remoting = RemotingClient(
             nursery,
-            handlers={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed},
+            handlers={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset},
             language=LanguageCode.PYTHON,
             version=CURRENT_VERSION,
         )
@@ -205,6 +217,20 @@ class ClientInstance:
             self.owner.on_route_changed(topic, route)
         return route
 
+    async def wait_route(self, topic: str, timeout: float) -> TopicRoute | None:
+        """The route of ``topic``, asked again until it appears or ``timeout``
+        seconds pass (then None): a new topic's broker registers it with the
+        name servers asynchronously."""
+        delay = 0.02
+        with trio.move_on_after(timeout):
+            while True:
+                route = await self.update_route(topic)
+                if route is not None:
+                    return route
+                await trio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        return None
+
     async def route(self, topic: str) -> TopicRoute | None:
         route = self.routes.get(topic)
         if route is None:
@@ -278,3 +304,25 @@ class ClientInstance:
         if self.owner is not None:
             self.owner.on_consumer_ids_changed(group)
         return None
+
+    async def _on_reset_offset(self, addr: str, cmd: RemotingCommand) -> None:
+        group, topic = cmd.get_str("group", ""), cmd.get_str("topic", "")
+        try:
+            offsets = parse_reset_offset_body(cmd.body)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("unreadable RESET_CONSUMER_CLIENT_OFFSET body from %s: %s", addr, exc)
+            return None
+        log.info("reset offsets of %s on %s from %s: %s", group, topic, addr, offsets)
+        reset = getattr(self.owner, "on_reset_offset", None)
+        if reset is not None:
+            reset(group, topic, offsets)
+        return None
+
+
+def parse_reset_offset_body(body: bytes) -> dict[MessageQueue, int]:
+    """ResetOffsetBody (``{"offsetTable": {{mq}: offset}}``) or ResetOffsetBodyForC
+    (``{"offsetTable": [{..mq.., "offset": n}]}``) -> {queue: offset}."""
+    table = decode_json(body).get("offsetTable") or {}
+    if isinstance(table, list):
+        return {MessageQueue.from_json(e): int(e["offset"]) for e in table}
+    return {MessageQueue.from_json(dict(k)): int(v) for k, v in table.items()}

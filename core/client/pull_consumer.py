@@ -13,6 +13,9 @@ Rules kept here:
   the offsets are committed every ``persist_interval`` (5 s) and at
   shutdown; `commit` sends them now. `seek` restarts a queue at an offset
   and discards what was buffered for it.
+- `fetch_queues` of a topic the name servers do not know yet waits for it
+  (bounded, `ClientInstance.wait_route`): created a moment ago, its broker
+  is still registering it.
 """
 
 from __future__ import annotations
@@ -66,11 +69,14 @@ class AsyncPullConsumer(ConsumerBase):
         if self._n is not None:
             await self.rebalance()
 
-    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
-        """The topic's readable queues, from the name server."""
-        route = await self.instance.update_route(topic)
+    async def fetch_queues(self, topic: str, wait: float | None = None) -> list[MessageQueue]:
+        """The topic's readable queues, from the name server. A topic without a
+        route yet (created a moment ago) is waited for up to ``wait`` seconds
+        (default: the client's call timeout, 3 s) before `MQClientError`."""
+        wait = self.instance.api.timeout if wait is None else wait
+        route = await self.instance.wait_route(topic, wait)
         if route is None:
-            raise MQClientError(f"no route info for topic {topic}")
+            raise MQClientError(f"no route info for topic {topic} (waited {wait:g} s for the name servers to know it)")
         return route.subscribe_queues()
 
     async def rebalance(self) -> None:
@@ -119,11 +125,7 @@ class AsyncPullConsumer(ConsumerBase):
         """Consume ``mq`` from ``offset`` on (buffered messages of it are discarded)."""
         if mq not in self.pqs:
             raise MQClientError(f"{mq} is not consumed by this consumer")
-        pq = self.pqs.pop(mq)
-        pq.drop()
-        self._scopes.pop(mq).cancel()
-        self.offsets.update(mq, offset, increase_only=False)
-        await ConsumerBase._add_queue(self, mq, offset)
+        await self._restart_queue(mq, offset)
 
     async def commit(self) -> None:
         """Commit what `poll` returned so far."""

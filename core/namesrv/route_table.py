@@ -244,6 +244,18 @@ class RouteTable:
             self.remove_broker_addr(addr)
         return gone
 
+    def delete_topic(self, topic: str, cluster: str | None = None) -> bool:
+        """DELETE_TOPIC_IN_NAMESRV: forget the topic's queue data (only that of
+        ``cluster``'s brokers when given); True if there was any. A broker that
+        still has the topic brings it back when its data version changes."""
+        qmap = self.topic_queues.get(topic)
+        if qmap is None:
+            return False
+        names = set(qmap) if not cluster else set(qmap) & self.clusters.get(cluster, set())
+        for name in names:
+            self._remove_topic_broker(topic, name)
+        return bool(names)
+
     # ---- queries ----
 
     def route(self, topic: str) -> dict[str, Any] | None:

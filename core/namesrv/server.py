@@ -13,6 +13,9 @@ Modelled on RocketMQ 4.9.x ``DefaultRequestProcessor`` and
   every 10 s) or as soon as the connection it registered on closes.
 - Clock: ``trio.current_time()`` (monotonic), so tests may use a mock clock.
 - Name servers never talk to each other; brokers register with each.
+- DELETE_TOPIC_IN_NAMESRV drops the topic's queue data (of one cluster's
+  brokers with ``clusterName``); it answers SUCCESS for an unknown topic and
+  leaves the KV config (``ORDER_TOPIC_CONFIG``) alone, like Java.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class NameServer:
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.topics_by_cluster,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
             RequestCode.PUT_KV_CONFIG: self.put_kv,
             RequestCode.GET_KV_CONFIG: self.get_kv,
@@ -142,6 +146,12 @@ class NameServer:
     async def topics_by_cluster(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         topics = self.table.topics_of_cluster(req.get_str("cluster"))
         return req.make_response(ResponseCode.SUCCESS, body=_json({"topicList": topics}))
+
+    async def delete_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        topic, cluster = req.get_str("topic"), req.get_str("clusterName", "")
+        if self.table.delete_topic(topic, cluster or None):
+            log.info("topic %s deleted%s", topic, f" from cluster {cluster}" if cluster else "")
+        return req.make_response(ResponseCode.SUCCESS)
 
     async def query_data_version(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         addr = req.get_str("brokerAddr")

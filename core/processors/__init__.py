@@ -17,9 +17,11 @@ messages), 11 pull (long polling, spawned), 12 query by key / unique key,
 enums), 35 unregister, 36 send-back to %RETRY% / %DLQ%, 37 END_TRANSACTION
 (oneway or sync), 38 consumer list, 41/42 queue locks (60 s lease), 43 all
 consumer offsets, 45 delay offsets, 46 client config check, 201 subscription
-groups. Broker to client: 40 NOTIFY_CONSUMER_IDS_CHANGED on every membership
-or subscription change; 39 CHECK_TRANSACTION_STATE (oneway) for half
-messages still unresolved after the transaction timeout (core.transactions).
+groups, 202 topic stats, 203 consumer connections, 215 delete topic, 222
+reset a group's offsets by time. Broker to client: 40 NOTIFY_CONSUMER_IDS_CHANGED
+on every membership or subscription change; 39 CHECK_TRANSACTION_STATE (oneway)
+for half messages still unresolved after the transaction timeout
+(core.transactions); 220 RESET_CONSUMER_CLIENT_OFFSET (oneway) on 222.
 """
 
 from core.processors.acl import PlainAcl

@@ -1,6 +1,7 @@
 """Messages by key or id, topics and broker info: QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33),
 UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28),
-GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201).
+GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
+GET_TOPIC_STATS_INFO (202), DELETE_TOPIC_IN_BROKER (215).
 
 Reference 2.1, 3.3 (``QueryMessageProcessor``, ``AdminBrokerProcessor``).
 Rules kept here:
@@ -13,6 +14,17 @@ Rules kept here:
   the name servers at once (the topic table's listener triggers it).
 - JSON bodies are fastjson's default form, compact; KVTable values are
   strings.
+- GET_TOPIC_STATS_INFO answers, per write queue, min and max offset and
+  the store time of the last message (0 for an empty queue), keyed by
+  MessageQueue objects (fastjson's object keys); an unknown topic is 17
+  TOPIC_NOT_EXIST.
+- DELETE_TOPIC_IN_BROKER forgets the topic's config, consumer offsets and
+  consume queues and re-registers at once (the topic table's listener);
+  an unknown topic is SUCCESS (idempotent, like Java). System topics, the
+  cluster's and the broker's own topics are refused (SYSTEM_ERROR), and
+  so is any change on a slave.
+- ``earliestMessageTimeStamp`` is the store time of the first message the
+  commit log holds, -1 when it holds none (Java ``getEarliestMessageTime``).
 - Runtime info adds what the broker's services hold: pending half
   messages, checks sent, commits, rollbacks and discards of the
   transaction service, and the timer service's pending and fired counts
@@ -23,7 +35,7 @@ from __future__ import annotations
 
 import time
 
-from core.broker import TopicConfig, TopicFilterType, validate_topic
+from core.broker import BrokerRole, TopicConfig, TopicFilterType, is_system_topic, validate_topic
 from core.processors.context import BrokerContext
 from core.remoting import RemotingCommand, ResponseCode, encode_json
 from core.remoting.server import Channel
@@ -88,6 +100,36 @@ async def update_and_create_topic(ctx: BrokerContext, channel: Channel, req: Rem
     return req.make_response(ResponseCode.SUCCESS)
 
 
+async def get_topic_stats_info(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    topic = req.get_str("topic")
+    b = ctx.broker
+    cfg = b.get_topic(topic)
+    if cfg is None:
+        return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+    table = {}
+    for qid in range(cfg.write_queue_nums):
+        lo, hi = max(0, b.min_offset(topic, qid)), max(0, b.max_offset(topic, qid))
+        last = await b.store_time(topic, qid, hi - 1) if hi > 0 else 0
+        key = (("brokerName", b.config.broker_name), ("queueId", qid), ("topic", topic))
+        table[key] = {"lastUpdateTimestamp": max(0, last), "maxOffset": hi, "minOffset": lo}
+    return req.make_response(ResponseCode.SUCCESS, body=_body({"offsetTable": table}))
+
+
+async def delete_topic_in_broker(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    topic = req.get_str("topic")
+    cfg = ctx.broker.config
+    if cfg.broker_role is BrokerRole.SLAVE:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, "Can't modify topic or subscription group from slave broker, "
+                                                            "please execute it from master broker.")
+    reason = validate_topic(topic)
+    if reason:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, reason)
+    if is_system_topic(topic) or topic in (cfg.broker_cluster_name, cfg.broker_name):
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+    await ctx.broker.delete_topic(topic)
+    return req.make_response(ResponseCode.SUCCESS)
+
+
 async def get_all_topic_config(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     return req.make_response(ResponseCode.SUCCESS, body=_body(ctx.broker.topics.to_json()))
 
@@ -108,7 +150,7 @@ def delay_offset_route(schedule):
     return get_all_delay_offset
 
 
-def runtime_table(ctx: BrokerContext) -> dict:
+def runtime_table(ctx: BrokerContext, earliest_message_ms: int = -1) -> dict:
     b = ctx.broker
     store = b.store
     now = int(time.time() * 1000)
@@ -127,7 +169,7 @@ def runtime_table(ctx: BrokerContext) -> dict:
         "consumerGroupCount": len(ctx.clients.consumers),
         "producerGroupCount": len(ctx.clients.producers),
         "flushCount": b.flush_count,
-        "earliestMessageTimeStamp": 0,
+        "earliestMessageTimeStamp": earliest_message_ms,
     }
     timers = b.timers
     if timers is not None:
@@ -143,7 +185,7 @@ def runtime_info_route(transactions=None):
     """GET_BROKER_RUNTIME_INFO with the transaction service's counts (``transactions`` may be None)."""
 
     async def get_broker_runtime_info(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        table = runtime_table(ctx)
+        table = runtime_table(ctx, await ctx.broker.earliest_message_time())
         if transactions is not None:
             s = transactions.stats()
             table.update({

@@ -36,7 +36,7 @@ import trio
 
 from core.broker import Broker, BrokerRole
 from core.namesrv import BrokerIdentity, BrokerRegistrar
-from core.processors import admin, client_manage, end_transaction, offsets, pull, send
+from core.processors import admin, client_manage, end_transaction, group_admin, offsets, pull, send
 from core.processors.acl import PlainAcl
 from core.processors.context import BrokerContext
 from core.remoting import RequestCode
@@ -83,6 +83,10 @@ def broker_routes(ctx: BrokerContext, schedule: ScheduleService | None = None,
         C.GET_ALL_CONSUMER_OFFSET: r(admin.get_all_consumer_offset),
         C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: r(admin.get_all_subscription_group),
         C.GET_ALL_DELAY_OFFSET: r(admin.delay_offset_route(schedule)),
+        C.GET_TOPIC_STATS_INFO: r(admin.get_topic_stats_info),
+        C.DELETE_TOPIC_IN_BROKER: r(admin.delete_topic_in_broker),
+        C.GET_CONSUMER_CONNECTION_LIST: r(group_admin.get_consumer_connection_list),
+        C.INVOKE_BROKER_TO_RESET_OFFSET: r(group_admin.invoke_broker_to_reset_offset),
     }
     if transactions is not None:
         routes[C.END_TRANSACTION] = r(end_transaction.end_transaction_route(transactions))

@@ -229,3 +229,13 @@ def test_anonymous_clients_are_accepted_on_loopback_by_default(tmp_path):
     with ServeProcess(tmp_path / "data", "--mqtt-port", str(port), "--ws-port", "0", *NO_NATIVE) as srv:
         assert paho_connack(port) == (True, "Success")
         assert "anonymous MQTT" not in srv.output()
+
+
+def test_telemetry_without_the_spark_extra_is_one_line():
+    """`mqgate telemetry` without pyarrow (the Spark extra) printed an ImportError traceback."""
+    code = ("import sys; sys.modules['pyarrow'] = None\n"  # as if the extra were not installed
+            "from gateway.__main__ import main; sys.exit(main(['telemetry', '--data-dir', 'd', '--out', 'o']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == ["mqgate telemetry: pyarrow not installed: it needs the Spark extra, "
+                                     "pip install 'mqgate[spark]' (make run installs it)"]

@@ -2,6 +2,7 @@
 
 import io
 import json
+import time
 
 import trio
 
@@ -90,3 +91,210 @@ async def test_errors_and_usage(cluster):
     assert await run_admin(["--namesrv", cluster.namesrv, "topic", "route", "NoSuchTopic"], io.StringIO(), err) == 1
     assert "NoSuchTopic" in err.getvalue()
     assert await run_admin(["frobnicate"], io.StringIO(), io.StringIO()) == 2
+
+
+# ---- issue 18: mqadmin parity, errors, runtime ----------------------------------------------
+
+async def admin_fails(cluster, *args, code=1):
+    out, err = io.StringIO(), io.StringIO()
+    assert await run_admin(["--namesrv", cluster.namesrv, *args], out, err) == code, (out.getvalue(), err.getvalue())
+    assert out.getvalue() == "" and err.getvalue().count("\n") == 1, err.getvalue()  # one line, nothing on stdout
+    return err.getvalue()
+
+
+async def send_n(cluster, topic, n, start=0, **kw):
+    async with open_producer(cluster.namesrv, "PG") as producer:
+        return [await producer.send(Message(topic, f"{topic}-{i}", **kw)) for i in range(start, start + n)]
+
+
+async def consume_all(cluster, group, topic, n, **opts):
+    got = []
+    arrived = trio.Semaphore(0)
+
+    def listener(msgs, ctx):
+        got.extend(msgs)
+        arrived.release()
+
+    async with open_push_consumer(cluster.namesrv, group, {topic: "*"}, listener, consume_from=FIRST, **opts):
+        with trio.fail_after(10):
+            while len(got) < n:
+                await arrived.acquire()
+    return got
+
+
+async def test_global_options_anywhere_and_mqadmin_names(cluster):
+    await send_n(cluster, "AnyWhere", 2)
+    # the old parser refused --namesrv and --json after the verb
+    out, err = io.StringIO(), io.StringIO()
+    assert await run_admin(["topic", "list", "--namesrv", cluster.namesrv, "--json"], out, err) == 0, err.getvalue()
+    assert "AnyWhere" in json.loads(out.getvalue())["topics"]
+    out = io.StringIO()
+    assert await run_admin(["topicRoute", "-t", "AnyWhere", "-n", cluster.namesrv], out, io.StringIO()) == 0
+    assert "broker-a" in out.getvalue()
+    status = await admin(cluster, "topicStatus", "-t", "AnyWhere")
+    assert sum(q["maxOffset"] for q in status["queues"]) == 2
+    assert (await admin(cluster, "clusterList"))["brokers"][0]["brokerName"] == "broker-a"
+
+
+async def test_topic_status(cluster):
+    before = int(time.time() * 1000)
+    sent = await send_n(cluster, "StatusTopic", 5)
+    after = int(time.time() * 1000)
+    status = await admin(cluster, "topic", "status", "StatusTopic")
+    rows = {q["queueId"]: q for q in status["queues"]}
+    assert sorted(rows) == [0, 1, 2, 3] and all(q["brokerName"] == "broker-a" for q in rows.values())
+    per_queue = {}
+    for r in sent:
+        per_queue[r.queue.queue_id] = per_queue.get(r.queue.queue_id, 0) + 1
+    for qid, q in rows.items():
+        assert (q["minOffset"], q["maxOffset"]) == (0, per_queue.get(qid, 0))
+        if per_queue.get(qid):
+            assert before <= q["lastUpdateTimestamp"] <= after
+        else:
+            assert q["lastUpdateTimestamp"] == 0
+    text = await admin(cluster, "topic", "status", "StatusTopic", json_out=False)
+    assert text.splitlines()[0].split() == ["brokerName", "queueId", "minOffset", "maxOffset", "lastUpdated"]
+    assert "NoSuchTopic" in await admin_fails(cluster, "topic", "status", "NoSuchTopic")
+
+
+async def test_topic_delete_from_broker_and_name_server(cluster):
+    await admin(cluster, "topic", "create", "DoomedTopic", "--queues", "2", "--order")
+    await send_n(cluster, "DoomedTopic", 4)
+    await consume_all(cluster, "GDoomed", "DoomedTopic", 4)
+    assert cluster.broker.query_offset("GDoomed", "DoomedTopic", 0) is not None
+    deleted = await admin(cluster, "topic", "delete", "DoomedTopic")
+    assert deleted["brokers"] == ["broker-a"] and deleted["namesrvs"] == [cluster.namesrv]
+    assert cluster.broker.get_topic("DoomedTopic") is None
+    assert cluster.broker.query_offset("GDoomed", "DoomedTopic", 0) is None  # offsets go with it
+    assert "DoomedTopic" not in (await admin(cluster, "topic", "list"))["topics"]  # delete waited for the route
+    assert "DoomedTopic does not exist" in await admin_fails(cluster, "topic", "route", "DoomedTopic")
+    assert "DoomedTopic does not exist" in await admin_fails(cluster, "deleteTopic", "-t", "DoomedTopic")
+    # created again, it is not ordered any more: ORDER_TOPIC_CONFIG went with it
+    await admin(cluster, "topic", "create", "DoomedTopic", "--queues", "2")
+    assert (await admin(cluster, "topic", "route", "DoomedTopic"))["orderTopicConf"] is None
+    assert "conflict with system topic" in await admin_fails(cluster, "topic", "delete", "TBW102")
+    assert cluster.broker.get_topic("TBW102") is not None
+
+
+async def test_cluster_list_and_broker_runtime_earliest_message(cluster):
+    empty = await admin(cluster, "broker", "runtime")
+    assert empty["brokers"]["broker-a"]["earliestMessageTimeStamp"] == "-1"  # nothing stored yet
+    before = int(time.time() * 1000)
+    await send_n(cluster, "EarlyTopic", 3)
+    runtime = await admin(cluster, "broker", "runtime")
+    earliest = int(runtime["brokers"]["broker-a"]["earliestMessageTimeStamp"])  # was 0 with messages stored
+    assert before <= earliest <= int(time.time() * 1000)
+    listed = await admin(cluster, "cluster", "list")
+    (row,) = listed["brokers"]
+    assert (row["cluster"], row["brokerName"], row["brokerId"], row["addr"]) == (
+        "DefaultCluster", "broker-a", 0, cluster.broker_addr)
+    assert row["version"] == "V4_9_8" and row["role"] == "ASYNC_MASTER" and 0 <= row["hours"] < 1
+    text = await admin(cluster, "cluster", "list", json_out=False)
+    assert cluster.broker_addr in text.splitlines()[1]
+
+
+async def test_unknown_group_is_an_error(cluster):
+    await send_n(cluster, "GroupTopic", 1)
+    # the old tree printed an empty table, "total lag: 0", and exited 0
+    assert "consumer group nosuchgroup is unknown" in await admin_fails(cluster, "group", "progress", "nosuchgroup")
+    assert "nosuchgroup is unknown" in await admin_fails(cluster, "consumerProgress", "-g", "nosuchgroup")
+    assert "no client online" in await admin_fails(cluster, "group", "connections", "nosuchgroup")
+    assert "nosuchgroup is unknown" in await admin_fails(cluster, "group", "reset-offset", "nosuchgroup", "GroupTopic", "now")
+    assert "NoTopic does not exist" in await admin_fails(cluster, "group", "reset-offset", "G", "NoTopic", "now")
+    assert "cannot read the time" in await admin_fails(cluster, "group", "reset-offset", "G", "GroupTopic", "yesterday",
+                                                       code=2)
+
+
+async def test_group_list_and_connections(cluster):
+    await admin(cluster, "topic", "create", "ConnTopic", "--queues", "4")  # returns once routed
+    await send_n(cluster, "ConnTopic", 4)
+    got, arrived = [], trio.Semaphore(0)
+
+    def listener(msgs, ctx):
+        got.extend(msgs)
+        arrived.release()
+
+    async with open_push_consumer(cluster.namesrv, "GConn", {"ConnTopic": "TagA || TagB"}, listener,
+                                  consume_from=FIRST) as consumer:
+        conns = await admin(cluster, "group", "connections", "GConn")
+        (c,) = conns["connections"]
+        assert c["clientId"] == consumer.client_id and c["language"] == "PYTHON" and c["version"] == 405
+        assert c["clientAddr"].startswith("127.0.0.1:")
+        subs = {s["topic"]: s["subExpression"] for s in conns["subscriptions"]}
+        assert subs == {"ConnTopic": "TagA || TagB", "%RETRY%GConn": "*"}
+        assert (conns["consumeType"], conns["messageModel"]) == ("CONSUME_PASSIVELY", "CLUSTERING")
+        assert conns == await admin(cluster, "consumerConnection", "-g", "GConn")
+        listed = {g["group"]: g for g in (await admin(cluster, "group", "list"))["groups"]}
+        assert listed["GConn"]["clients"] == 1 and listed["GConn"]["messageModel"] == "CLUSTERING"
+    listed = {g["group"]: g for g in (await admin(cluster, "consumerProgress"))["groups"]}
+    assert listed["GConn"]["clients"] == 0 and "ConnTopic" in listed["GConn"]["topics"]
+    assert isinstance(listed["GConn"]["lag"], int)
+    assert "GConn has no client online" in await admin_fails(cluster, "group", "connections", "GConn")
+
+
+async def test_reset_offset_with_no_client_online_sets_the_stored_offsets(cluster):
+    await send_n(cluster, "ResetOff", 3)
+    await trio.sleep(0.05)  # store times are wall-clock ms: leave a gap
+    mark = int(time.time() * 1000)
+    await trio.sleep(0.05)
+    await send_n(cluster, "ResetOff", 3, start=3)
+    await consume_all(cluster, "GResetOff", "ResetOff", 6)
+    assert (await admin(cluster, "group", "progress", "GResetOff", "--topic", "ResetOff"))["totalLag"] == 0
+    back = await admin(cluster, "group", "reset-offset", "GResetOff", "ResetOff", str(mark))
+    assert {r["appliedBy"] for r in back["queues"]} == {"stored"} and not back["clientsOnline"]
+    assert (await admin(cluster, "group", "progress", "GResetOff", "--topic", "ResetOff"))["totalLag"] == 3
+    again = await consume_all(cluster, "GResetOff", "ResetOff", 3)
+    assert sorted(m.body for m in again) == [f"ResetOff-{i}".encode() for i in range(3, 6)]
+    # to the beginning (mqadmin's date form), then --no-force towards now changes nothing
+    await admin(cluster, "resetOffsetByTime", "-g", "GResetOff", "-t", "ResetOff", "-s", "2000-01-01#00:00:00:000")
+    assert (await admin(cluster, "group", "progress", "GResetOff", "--topic", "ResetOff"))["totalLag"] == 6
+    await admin(cluster, "group", "reset-offset", "GResetOff", "ResetOff", "now", "--no-force")
+    assert (await admin(cluster, "group", "progress", "GResetOff", "--topic", "ResetOff"))["totalLag"] == 6
+    await admin(cluster, "group", "reset-offset", "GResetOff", "ResetOff", "now")
+    assert (await admin(cluster, "group", "progress", "GResetOff", "--topic", "ResetOff"))["totalLag"] == 0
+
+
+async def test_reset_offset_reaches_live_clients(cluster):
+    """RESET_CONSUMER_CLIENT_OFFSET (220) to a running push consumer: it goes back and consumes again."""
+    await send_n(cluster, "ResetLive", 4)
+    got, arrived = [], trio.Semaphore(0)
+
+    def listener(msgs, ctx):
+        got.extend(msgs)
+        arrived.release()
+
+    async with open_push_consumer(cluster.namesrv, "GResetLive", {"ResetLive": "*"}, listener, consume_from=FIRST):
+        with trio.fail_after(10):
+            while len(got) < 4:
+                await arrived.acquire()
+        result = await admin(cluster, "group", "reset-offset", "GResetLive", "ResetLive", "0")
+        assert {r["appliedBy"] for r in result["queues"]} == {"clients"} and result["clientsOnline"]
+        with trio.fail_after(10):
+            while len(got) < 8:
+                await arrived.acquire()
+        assert sorted(m.body for m in got[4:]) == sorted(m.body for m in got[:4])
+        with trio.fail_after(10):  # the consumer commits where it went (not only at shutdown)
+            while sum(cluster.broker.query_offset("GResetLive", "ResetLive", q) or 0 for q in range(4)) < 4:
+                await trio.sleep(0.05)
+
+
+async def test_message_id_uniq_key_without_topic_and_malformed_ids(cluster):
+    sent = await send_n(cluster, "IdTopic", 2)
+    # a UNIQ_KEY without --topic: looked up (it was decoded as an address and dialled)
+    found = await admin(cluster, "message", "id", sent[1].msg_id)
+    assert found["kind"] == "uniqKey" and [m["body"] for m in found["messages"]] == ["IdTopic-1"]
+    assert (await admin(cluster, "queryMsgById", "-i", sent[0].offset_msg_id))["messages"][0]["body"] == "IdTopic-0"
+    by_uniq = await admin(cluster, "queryMsgByUniqueKey", "-i", sent[0].msg_id, "-t", "IdTopic")
+    assert by_uniq["messages"][0]["body"] == "IdTopic-0"
+    # the C++ client's layout: its ip backwards (1.0.0.127), then pid and a random number;
+    # as an offset id it names a broker nobody runs
+    cpp_like = "0100007F" + "3A9C0000" + "51D20000" + "0F2A6B1C" + "0001"[:0]
+    cpp_like = (cpp_like + "0" * 32)[:32]
+    started = trio.current_time()
+    err = await admin_fails(cluster, "message", "id", cpp_like)
+    assert "no message with id" in err and "1.0.0.127" in err and trio.current_time() - started < 3
+    async with open_producer(cluster.namesrv, "PG") as producer:
+        await producer.send(Message("IdTopic", "from C++", properties={"UNIQ_KEY": cpp_like}))
+    assert (await admin(cluster, "message", "id", cpp_like))["messages"][0]["body"] == "from C++"
+    for bad in ("xyz", "0100007F", "G" * 32, sent[0].msg_id + "00"):
+        assert "is not a message id" in await admin_fails(cluster, "message", "id", bad, code=2)

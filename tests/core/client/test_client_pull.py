@@ -2,6 +2,7 @@
 
 import time
 
+import pytest
 import trio
 
 from core.client import (
@@ -38,6 +39,28 @@ async def test_assign_poll_seek_commit(cluster):
         await consumer.commit()
         assert cluster.broker.query_offset("GPull", "TopicPull", 0) == 2
         assert await consumer.poll(0.05) == []
+
+
+async def test_fetch_queues_waits_for_a_route_not_registered_yet(cluster):
+    """The flaky `test_assign_poll_seek_commit` under load: a topic the broker has
+    but the name server does not know yet (its registration is in flight) must be
+    waited for, not reported as "no route". Here the topic is created 0.3 s after
+    the consumer asks; a topic that never comes is reported after the bounded wait."""
+    from core.client.api import MQClientError, open_client_api
+
+    async def create_later():
+        await trio.sleep(0.3)
+        async with open_client_api() as api:
+            await api.create_topic(cluster.broker_addr, "TopicLate", 2, 2)
+
+    async with open_pull_consumer(cluster.namesrv, "GLate") as consumer, trio.open_nursery() as n:
+        n.start_soon(create_later)
+        queues = await consumer.fetch_queues("TopicLate")
+        assert [mq.queue_id for mq in queues] == [0, 1]
+        started = trio.current_time()
+        with pytest.raises(MQClientError, match="no route info for topic NeverCreated"):
+            await consumer.fetch_queues("NeverCreated", wait=0.5)
+        assert 0.5 <= trio.current_time() - started < 3
 
 
 async def test_subscribe_mode_splits_with_group(cluster):

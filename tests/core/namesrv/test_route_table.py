@@ -64,6 +64,21 @@ def test_expiry_and_channel_close():
     assert t.route("T") is None and t.brokers == {} and t.clusters == {}
 
 
+def test_delete_topic_of_every_broker_or_of_one_cluster():
+    t = RouteTable()
+    reg(t, addr="10.0.0.1:10911", name="broker-a", topics=("T", "U"))
+    t.register_broker(cluster="Other", broker_addr="10.0.0.2:10911", broker_name="broker-b", broker_id=0,
+                      ha_server_addr="", data_version=DataVersion(1, 1),
+                      topic_configs={"T": TopicConfig("T", 2, 2, 6)}, now_ms=0)
+    assert t.delete_topic("T", "Other") is True
+    assert [q["brokerName"] for q in t.route("T")["queueDatas"]] == ["broker-a"]
+    assert t.delete_topic("T", "NoCluster") is False
+    assert t.delete_topic("T") is True and t.route("T") is None and t.topic_list() == ["U"]
+    assert t.delete_topic("T") is False
+    reg(t, addr="10.0.0.1:10911", name="broker-a", topics=("T", "U"), dv=2)  # a broker that still has it
+    assert t.route("T") is not None
+
+
 def test_unregister():
     t = RouteTable()
     reg(t)

@@ -6,7 +6,7 @@ import trio
 
 from core.processors.clients import ClientTable, parse_heartbeat
 from core.processors.locks import LockTable, MessageQueue
-from core.remoting import RemotingCommand, RequestCode, ResponseCode, decode_json
+from core.remoting import LanguageCode, RemotingCommand, RequestCode, ResponseCode, decode_json
 from core.remoting.client import open_remoting_client
 from core.store.message import decode_messages, encode_properties
 
@@ -211,3 +211,63 @@ async def test_query_view_and_admin(cluster):
     table = decode_json(r.body)["table"]
     assert table["brokerName"] == "broker-a" and all(isinstance(v, str) for v in table.values())
     assert table["commitLogMaxOffset"].isdigit() and int(table["commitLogMaxOffset"]) > 0
+
+
+async def test_topic_stats_connections_reset_and_delete_over_the_wire(cluster):
+    """202, 203, 222 (with 220 to each live client in its language's body form) and 215, as mqadmin sends them."""
+    a = cluster.broker_addr
+    c = cluster.client
+    for i in range(3):
+        assert (await c.invoke(a, send_req("TW", b"m%d" % i, queue_id=0))).code == 0
+    r = await c.invoke(a, RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "TW"}))
+    table = decode_json(r.body)["offsetTable"]  # MessageQueue objects as keys (fastjson)
+    q0 = table[(("brokerName", "broker-a"), ("queueId", 0), ("topic", "TW"))]
+    assert (q0["minOffset"], q0["maxOffset"]) == (0, 3) and q0["lastUpdateTimestamp"] > 0
+    r = await c.invoke(a, RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Nope"}))
+    assert r.code == ResponseCode.TOPIC_NOT_EXIST
+
+    got: dict[str, list] = {"JAVA": [], "CPP": []}
+
+    def on_reset(lang):
+        async def handler(addr, cmd):
+            got[lang].append((cmd.ext_fields, decode_json(cmd.body)))
+        return {int(RequestCode.RESET_CONSUMER_CLIENT_OFFSET): handler}
+
+    reset = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                    {"topic": "TW", "group": "CG", "timestamp": 0, "isForce": True})
+    r = await c.invoke(a, reset)
+    assert r.code == ResponseCode.SYSTEM_ERROR and "<CG> not exist" in r.remark  # nobody knows CG yet
+    async with open_remoting_client(handlers=on_reset("JAVA"), language=LanguageCode.JAVA) as java, \
+            open_remoting_client(handlers=on_reset("CPP"), language=LanguageCode.CPP) as cpp:
+        assert (await java.invoke(a, heartbeat("java-1", topic="TW"))).code == 0
+        assert (await cpp.invoke(a, heartbeat("cpp-1", topic="TW"))).code == 0
+        r = await c.invoke(a, RemotingCommand.request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "CG"}))
+        conn = decode_json(r.body)
+        assert sorted((x["clientId"], x["language"]) for x in conn["connectionSet"]) == [("cpp-1", "CPP"), ("java-1", "JAVA")]
+        assert conn["subscriptionTable"]["TW"]["subString"] == "*" and conn["messageModel"] == "CLUSTERING"
+        await c.invoke(a, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET,
+                                                  {"consumerGroup": "CG", "topic": "TW", "queueId": 0, "commitOffset": 3}))
+        r = await c.invoke(a, reset)
+        assert r.code == 0
+        mq0 = (("brokerName", "broker-a"), ("queueId", 0), ("topic", "TW"))
+        assert decode_json(r.body)["offsetTable"][mq0] == 0
+        with trio.fail_after(5):
+            while not (got["JAVA"] and got["CPP"]):
+                await trio.sleep(0.01)
+        (ext, body), = got["JAVA"]
+        assert ext["group"] == "CG" and ext["topic"] == "TW" and ext["timestamp"] == "0" and ext["isForce"] == "true"
+        assert body["offsetTable"][mq0] == 0
+        (ext, body), = got["CPP"]  # ResetOffsetBodyForC: what the C++ client parses
+        assert {"brokerName": "broker-a", "offset": 0, "queueId": 0, "topic": "TW"} in body["offsetTable"]
+        assert cluster.broker.query_offset("CG", "TW", 0) == 3  # the clients move and commit, not the broker
+    with trio.fail_after(5):
+        while (r := await c.invoke(a, reset)).code != ResponseCode.CONSUMER_NOT_ONLINE:
+            await trio.sleep(0.01)
+    assert decode_json(r.body)["offsetTable"][mq0] == 0  # the offsets the admin tool then commits
+
+    r = await c.invoke(a, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TW"}))
+    assert r.code == 0 and cluster.broker.get_topic("TW") is None and cluster.broker.query_offset("CG", "TW", 0) is None
+    r = await c.invoke(a, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TW"}))
+    assert r.code == 0  # idempotent, like Java
+    r = await c.invoke(a, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "SCHEDULE_TOPIC_XXXX"}))
+    assert r.code == ResponseCode.SYSTEM_ERROR and "system topic" in r.remark

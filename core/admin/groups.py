@@ -1,0 +1,167 @@
+"""``mqgate admin group list|progress|connections|reset-offset`` (mqadmin
+consumerProgress, consumerConnection, resetOffsetByTime).
+
+Rules kept here:
+
+- ``list``: every consumer group a master broker knows (subscription
+  configs and committed offsets), with its online clients (from each
+  master's GET_CONSUMER_CONNECTION_LIST), consume type, message model and
+  total lag over the queues it committed on.
+- ``progress``: the group's topics come from the brokers' offset tables, or
+  ``--topic``; per queue GET_MAX_OFFSET, QUERY_CONSUMER_OFFSET and the lag
+  between them. An unknown group, or an unknown ``--topic``, is an error.
+- ``connections``: the group's clients on every master, merged by client
+  id, and its subscriptions; no client online is an error.
+- ``reset-offset``: INVOKE_BROKER_TO_RESET_OFFSET on each master of the
+  topic's route. Where clients of the group are online the broker sends
+  them RESET_CONSUMER_CLIENT_OFFSET and they restart there and commit;
+  where none is (CONSUMER_NOT_ONLINE) the offsets the broker computed are
+  committed here with UPDATE_CONSUMER_OFFSET, so the group starts there
+  next time. The time is ``now`` (the end of each queue), ms since the
+  epoch, mqadmin's ``yyyy-MM-dd#HH:mm:ss:SSS`` or ISO 8601, local time.
+  ``force`` (the default, as mqadmin) moves either way; ``--no-force``
+  only moves a group back.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TextIO
+
+from core.admin.base import Admin, AdminError, AdminUsageError
+from core.admin.render import human_time, table
+from core.client.model import MessageQueue
+
+
+def add_parsers(sub) -> None:
+    group = sub.add_parser("group", help="consumer groups: list, progress, connections, reset-offset")
+    group = group.add_subparsers(dest="action", required=True)
+    group.add_parser("list", help="every consumer group the brokers know (mqadmin consumerProgress without -g)")
+    g = group.add_parser("progress", help="per queue: broker offset, consumer offset, lag (mqadmin consumerProgress)")
+    g.add_argument("group")
+    g.add_argument("--topic", action="append", help="only this topic (repeatable)")
+    c = group.add_parser("connections", help="the group's online clients and subscriptions (mqadmin consumerConnection)")
+    c.add_argument("group")
+    r = group.add_parser("reset-offset", help="move the group to a time on a topic (mqadmin resetOffsetByTime)")
+    r.add_argument("group")
+    r.add_argument("topic")
+    r.add_argument("time", help="now | ms since the epoch | yyyy-MM-dd#HH:mm:ss:SSS | ISO 8601 (local time)")
+    r.add_argument("--no-force", dest="force", action="store_false",
+                   help="only move back: a queue already before that time keeps its offset")
+
+
+def parse_time(text: str) -> int:
+    """mqadmin's -s: ``now`` is -1 (each queue's end); else ms since the epoch."""
+    text = text.strip()
+    if text == "now":
+        return -1
+    if text.isdigit():
+        return int(text)
+    for parse in (lambda t: datetime.datetime.strptime(t, "%Y-%m-%d#%H:%M:%S:%f"), datetime.datetime.fromisoformat):
+        try:
+            return int(parse(text).timestamp() * 1000)
+        except ValueError:
+            continue
+    raise AdminUsageError(f"cannot read the time {text!r}: give now, ms since the epoch, "
+                          f"yyyy-MM-dd#HH:mm:ss:SSS or ISO 8601 (2026-01-31T08:00:00)")
+
+
+async def group_progress(admin: Admin, a) -> dict:
+    facts = await admin.require_group(a.group)
+    topics = set(a.topic or ()) or facts.topics
+    rows = []
+    for topic in sorted(topics):
+        route = await admin.route(topic)
+        addrs = route.broker_addrs()
+        for mq in route.subscribe_queues():
+            addr = addrs.get(mq.broker_name)
+            if addr is None:
+                continue
+            broker_offset = await admin.api.max_offset(addr, mq)
+            consumer_offset = await admin.api.query_consumer_offset(addr, a.group, mq)
+            lag = broker_offset - consumer_offset if consumer_offset is not None else None
+            rows.append({"topic": topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
+                         "brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lag": lag})
+    return {"group": a.group, "queues": rows, "totalLag": sum(r["lag"] or 0 for r in rows)}
+
+
+async def group_list(admin: Admin, a) -> dict:
+    masters = await admin.masters()
+    names: set[str] = set()
+    for addr in masters.values():
+        names |= set(await admin.broker_groups(addr))
+        names |= {g for (_t, g) in await admin.broker_offsets(addr)}
+    max_offsets: dict[tuple[str, str, int], int] = {}
+    rows = []
+    for group in sorted(names):
+        facts = await admin.group_facts(group)
+        lag = 0
+        for (broker, topic), queues in facts.offsets.items():
+            for qid, committed in queues.items():
+                key = (broker, topic, qid)
+                if key not in max_offsets:
+                    max_offsets[key] = await admin.api.max_offset(masters[broker], MessageQueue(topic, broker, qid))
+                lag += max(0, max_offsets[key] - committed)
+        conns = list(facts.connections.values())
+        clients = {c["clientId"] for conn in conns for c in conn.get("connectionSet") or ()}
+        rows.append({"group": group, "clients": len(clients), "consumeType": conns[0].get("consumeType") if conns else None,
+                     "messageModel": conns[0].get("messageModel") if conns else None,
+                     "topics": sorted(facts.topics), "lag": lag})
+    return {"groups": rows}
+
+
+async def group_connections(admin: Admin, a) -> dict:
+    facts = await admin.group_facts(a.group)
+    if not facts.connections:
+        why = "" if facts.known else f" (and is unknown: {facts.WHY_UNKNOWN})"
+        raise AdminError(f"consumer group {a.group} has no client online{why}")
+    clients: dict[str, dict] = {}
+    subs: dict[str, str] = {}
+    first = next(iter(facts.connections.values()))
+    for broker, conn in sorted(facts.connections.items()):
+        for c in conn.get("connectionSet") or ():
+            clients.setdefault(c["clientId"], {**c, "brokers": []})["brokers"].append(broker)
+        for topic, sd in (conn.get("subscriptionTable") or {}).items():
+            subs[topic] = sd.get("subString", "*")
+    return {"group": a.group, "connections": [clients[k] for k in sorted(clients)],
+            "subscriptions": [{"topic": t, "subExpression": e} for t, e in sorted(subs.items())],
+            "consumeType": first.get("consumeType"), "messageModel": first.get("messageModel"),
+            "consumeFromWhere": first.get("consumeFromWhere")}
+
+
+async def group_reset_offset(admin: Admin, a) -> dict:
+    ts = parse_time(a.time)
+    route = await admin.route(a.topic)
+    facts = await admin.require_group(a.group)
+    rows = []
+    for name, addr in sorted(route.broker_addrs().items()):
+        online, offsets = await admin.api.reset_offset(addr, a.topic, a.group, ts, a.force)
+        for mq, offset in sorted(offsets.items(), key=lambda kv: kv[0].queue_id):
+            if not online:
+                await admin.api.update_consumer_offset(addr, a.group, mq, offset)
+            rows.append({"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": offset,
+                         "appliedBy": "clients" if online else "stored"})
+    return {"group": a.group, "topic": a.topic, "timestamp": ts, "force": a.force, "queues": rows,
+            "clientsOnline": bool(facts.connections)}
+
+
+def render(action: str, result: dict, out: TextIO) -> None:
+    if action == "progress":
+        table(result["queues"], ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "lag"], out)
+        print(f"total lag: {result['totalLag']}", file=out)
+    elif action == "list":
+        rows = [{**r, "topics": ",".join(r["topics"])} for r in result["groups"]]
+        table(rows, ["group", "clients", "consumeType", "messageModel", "lag", "topics"], out)
+    elif action == "connections":
+        table(result["connections"], ["clientId", "clientAddr", "language", "version"], out)
+        print(file=out)
+        table(result["subscriptions"], ["topic", "subExpression"], out)
+        print(file=out)
+        for k in ("consumeType", "messageModel", "consumeFromWhere"):
+            print(f"{k}: {result[k]}", file=out)
+    elif action == "reset-offset":
+        ts = result["timestamp"]
+        when = "now (each queue's end)" if ts == -1 else human_time(ts) if ts > 0 else "0 (each queue's start)"
+        print(f"reset consumer group {result['group']} on topic {result['topic']} to {when}"
+              f"{'' if result['force'] else ' (only backwards)'}", file=out)
+        table(result["queues"], ["brokerName", "queueId", "offset", "appliedBy"], out)

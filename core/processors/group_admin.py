@@ -1,0 +1,121 @@
+"""Consumer groups as an operator sees them: GET_CONSUMER_CONNECTION_LIST (203) and
+INVOKE_BROKER_TO_RESET_OFFSET (222), which sends RESET_CONSUMER_CLIENT_OFFSET (220)
+to the group's live clients.
+
+Reference 2.1 (``AdminBrokerProcessor``, ``Broker2Client.resetOffset``).
+Rules kept here:
+
+- GET_CONSUMER_CONNECTION_LIST answers ConsumerConnection (every channel's
+  client id, address, language and version; the group's consume type,
+  message model, consume-from-where and subscriptions) from the heartbeat
+  table; a group with no live channel is 206 CONSUMER_NOT_ONLINE.
+- INVOKE_BROKER_TO_RESET_OFFSET computes, for each write queue of the topic
+  on this broker, the offset of ``timestamp`` (SEARCH_OFFSET_BY_TIMESTAMP's
+  rule; ``-1`` means the queue's end). With ``isForce`` that offset is
+  taken; without it only when it lies before the committed offset (a
+  rollback, never a skip forward). A queue the group never committed on
+  takes the new offset.
+- The table goes to every live channel of the group as oneway 220 and back
+  to the caller as ResetOffsetBody; the clients move their queues and
+  commit. Nothing is written to the broker's offset table here: with no
+  client online the answer is 206 CONSUMER_NOT_ONLINE, with the same body
+  (Java sends none; its tools ignore it), and the admin tool commits those
+  offsets itself (mqadmin's ``resetOffsetByTimeOld`` path does the same). A
+  group this broker does not know (no client online, no committed offset on
+  the topic, no subscription config) is SYSTEM_ERROR "The consumer group <G>
+  not exist" (Java's wording).
+- Body form per channel: C++ clients (language CPP, or any channel when the
+  request itself came from a CPP client, as Java decides) get
+  ``ResetOffsetBodyForC`` (a list of queues with ``offset``); everyone else
+  gets ``ResetOffsetBody`` (MessageQueue objects as map keys). A channel
+  older than V3_0_7_SNAPSHOT cannot take 220: SYSTEM_ERROR, as in Java.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from core.processors.context import BrokerContext
+from core.remoting import LanguageCode, RemotingCommand, RequestCode, ResponseCode, encode_json
+from core.remoting.server import Channel
+
+log = logging.getLogger("mqgate.processors.group_admin")
+
+V3_0_7_SNAPSHOT = 28  # MQVersion ordinal: the first client version that handles 220
+
+
+def _body(obj) -> bytes:
+    return encode_json(obj, standard=False).encode()
+
+
+def _mq_key(topic: str, broker_name: str, queue_id: int) -> tuple:
+    return (("brokerName", broker_name), ("queueId", queue_id), ("topic", topic))
+
+
+async def get_consumer_connection_list(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    group = req.get_str("consumerGroup")
+    g = ctx.clients.consumers.get(group)
+    if g is None or not g.channels:
+        return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+    connections = [
+        {"clientAddr": c.channel.remote if isinstance(c.channel, Channel) else str(c.channel),
+         "clientId": c.client_id, "language": c.language, "version": c.version}
+        for c in g.channels.values()
+    ]
+    subscriptions = {
+        s.topic: {"classFilterMode": False, "codeSet": list(s.codes), "expressionType": s.expression_type,
+                  "subString": s.sub_string, "subVersion": s.sub_version, "tagsSet": list(s.tags), "topic": s.topic}
+        for s in g.subscriptions.values()
+    }
+    body = {"connectionSet": sorted(connections, key=lambda c: c["clientId"]), "consumeFromWhere": g.consume_from_where,
+            "consumeType": g.consume_type, "messageModel": g.message_model, "subscriptionTable": subscriptions}
+    return req.make_response(ResponseCode.SUCCESS, body=_body(body))
+
+
+async def reset_offset_table(ctx: BrokerContext, topic: str, group: str, timestamp: int, force: bool) -> dict[int, int]:
+    """queue id -> the offset ``group`` restarts from (see the module rules)."""
+    b = ctx.broker
+    cfg = b.get_topic(topic)
+    table = {}
+    for qid in range(cfg.write_queue_nums if cfg else 0):
+        target = b.max_offset(topic, qid) if timestamp == -1 else await b.offset_by_time(topic, qid, timestamp)
+        target = max(0, target)
+        committed = b.query_offset(group, topic, qid)
+        table[qid] = target if committed is None or force or target < committed else committed
+    return table
+
+
+async def invoke_broker_to_reset_offset(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    topic, group = req.get_str("topic"), req.get_str("group")
+    timestamp = req.get_long("timestamp")
+    force = req.get_bool("isForce", False, cpp_compatible=True)
+    if ctx.broker.get_topic(topic) is None:
+        return req.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                 f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+    g = ctx.clients.consumers.get(group)
+    online = list(g.channels.values()) if g is not None else []
+    if not online and group not in ctx.broker.offsets.groups_of(topic) and ctx.broker.groups.get(group) is None:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"The consumer group <{group}> not exist")
+    table = await reset_offset_table(ctx, topic, group, timestamp, force)
+    broker_name = ctx.broker.config.broker_name
+    java_body = _body({"offsetTable": {_mq_key(topic, broker_name, q): o for q, o in table.items()}})
+    if not online:
+        return req.make_response(
+            ResponseCode.CONSUMER_NOT_ONLINE,
+            f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} Timestamp: {timestamp}",
+            body=java_body)
+    old = [c for c in online if c.version < V3_0_7_SNAPSHOT]
+    if old:
+        return req.make_response(ResponseCode.SYSTEM_ERROR,
+                                 f"the client does not support this feature. version={old[0].version}")
+    cpp_body = _body({"offsetTable": [{"brokerName": broker_name, "offset": o, "queueId": q, "topic": topic}
+                                      for q, o in table.items()]})
+    header = {"topic": topic, "group": group, "timestamp": timestamp, "isForce": force}
+    all_cpp = req.language == LanguageCode.CPP
+    for c in online:
+        if not isinstance(c.channel, Channel) or c.channel.closed:
+            continue
+        body = cpp_body if all_cpp or c.language == LanguageCode.CPP.name else java_body
+        c.channel.send_oneway(RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body))
+        log.info("[reset-offset] %s of %s to %s sent to %s", topic, group, table, c.client_id)
+    return req.make_response(ResponseCode.SUCCESS, body=java_body)
