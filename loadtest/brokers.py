@@ -155,7 +155,8 @@ class Broker:
     """One broker process on 127.0.0.1:port; use as a context manager."""
 
     def __init__(self, name: str, *, flush_sync: bool = False, startup_timeout: float = 20.0,
-                 cwd: str | None = None) -> None:
+                 cwd: str | None = None, wrap: list[str] | None = None,
+                 stop_timeout: float = 5.0) -> None:
         if name not in _COMMANDS:
             raise ValueError(f"unknown broker {name!r}; one of {', '.join(KNOWN)}")
         self.name = name
@@ -167,6 +168,8 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.tmp: Path | None = None
         self.cmd: list[str] = []
+        self.wrap = wrap or []  # a command the broker runs under (valgrind, for instruction counts)
+        self.stop_timeout = stop_timeout
 
     @property
     def pid(self) -> int | None:
@@ -183,7 +186,7 @@ class Broker:
     def start(self) -> "Broker":
         self.tmp = Path(tempfile.mkdtemp(prefix=f"loadtest-{self.name}-"))
         self.port = free_port()
-        self.cmd = _COMMANDS[self.name](self.port, self.tmp, self.opts)
+        self.cmd = self.wrap + _COMMANDS[self.name](self.port, self.tmp, self.opts)
         self._log = open(self.tmp / "broker.log", "wb")
         try:
             env = {**os.environ, **self.opts.get("env", {})}
@@ -226,7 +229,7 @@ class Broker:
             except ProcessLookupError:
                 pass
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=self.stop_timeout)
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)

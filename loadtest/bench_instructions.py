@@ -1,0 +1,99 @@
+"""Instructions per fanned-in message, counted by callgrind: a CPU figure that
+does not depend on the machine or on what else it is doing.
+
+    python -m loadtest.bench_instructions [--targets ours,mosquitto] [--count 2000]
+                                          [--qos 0] [--publishers 4]
+
+Each target is run twice under ``valgrind --tool=callgrind``, from start to
+a SIGTERM: once with a fan-in of ``--count`` messages (``--publishers``
+clients, one wildcard subscriber), once with twice as many. The difference
+of the two totals divided by ``--count`` is the cost of one more message:
+start-up, imports, connection set-up and shutdown are in both runs and
+cancel out. (Timers that tick while the longer run lasts are not removed;
+they weigh little against the messages. callgrind_control cannot be used
+instead: an idle broker sits in epoll and never reads its commands.)
+
+Prints one JSON object: per target, the instructions of each run and per
+message, and each target's ratio to the first. Slow: the broker runs ~50x
+slower under valgrind (a few minutes in all with the defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import brokers
+
+
+def _fan_in(port: int, total: int, publishers: int, qos: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest", "run", "fan-in", "--host", "127.0.0.1", "--port", str(port),
+         "--publishers", str(publishers), "--count", str(total // publishers), "--qos", str(qos),
+         "--timeout", "900", "--drain", "30", "--no-progress"],
+        capture_output=True, text=True, timeout=1200)
+    if out.returncode != 0:
+        raise RuntimeError(f"load generator failed: {out.stderr.strip()[-500:]}")
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _total(dump: Path) -> int:
+    text = dump.read_text(errors="replace")
+    m = re.search(r"^(?:summary|totals):\s*(\d+)", text, re.M)
+    if not m:
+        raise RuntimeError(f"no totals in {dump}")
+    return int(m.group(1))
+
+
+def measure(target: str, count: int, publishers: int, qos: int) -> dict:
+    dumps = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
+    runs = []
+    try:
+        for n in (count, 2 * count):
+            out = dumps / f"cg.{n}"
+            b = brokers.Broker(target, startup_timeout=600, stop_timeout=600,
+                               wrap=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
+            with b:
+                rec = _fan_in(b.port, n, publishers, qos)
+            if not out.exists():
+                raise RuntimeError(f"{target}: callgrind wrote no counts (did the broker exit on SIGTERM?)")
+            runs.append({"messages": n, "delivered": rec["delivered"], "lost": rec["lost"],
+                         "instructions": _total(out)})
+    finally:
+        shutil.rmtree(dumps, ignore_errors=True)
+    per = (runs[1]["instructions"] - runs[0]["instructions"]) / count
+    return {"runs": runs, "instructions_per_message": round(per)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m loadtest.bench_instructions",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--targets", default="ours,mosquitto")
+    ap.add_argument("--count", type=int, default=2000, help="messages in the first run (the second has twice)")
+    ap.add_argument("--publishers", type=int, default=4)
+    ap.add_argument("--qos", type=int, choices=(0, 1, 2), default=0)
+    a = ap.parse_args(argv)
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    targets = [t for t in a.targets.split(",") if t]
+    result = {"qos": a.qos, "publishers": a.publishers, "count": a.count, "targets": {}}
+    for t in targets:
+        result["targets"][t] = measure(t, a.count, a.publishers, a.qos)
+        print(json.dumps({t: result["targets"][t]}), file=sys.stderr)
+    first = result["targets"][targets[0]]["instructions_per_message"]
+    for t in targets[1:]:
+        other = result["targets"][t]["instructions_per_message"]
+        result[f"{targets[0]}_over_{t}"] = round(first / other, 2) if other else None
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

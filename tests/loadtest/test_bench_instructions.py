@@ -1,0 +1,22 @@
+"""loadtest.bench_instructions: callgrind's instruction counts per fanned-in message."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_instructions_per_message_of_mosquitto_from_two_runs_under_callgrind():
+    run = subprocess.run([sys.executable, "-m", "loadtest.bench_instructions", "--targets", "mosquitto",
+                          "--count", "40", "--publishers", "2"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    m = result["targets"]["mosquitto"]
+    assert [r["messages"] for r in m["runs"]] == [40, 80]
+    assert all(r["delivered"] == r["messages"] and r["lost"] == 0 for r in m["runs"])
+    first, second = (r["instructions"] for r in m["runs"])
+    # a run of a C broker costs millions of instructions; the extra 40 messages cost some thousands each
+    assert 1_000_000 < first < second
+    assert m["instructions_per_message"] == round((second - first) / 40) > 0
