@@ -7,18 +7,20 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 ARGS   ?=
 
-.PHONY: run test bench install install-dev system-deps node-deps clean
+.PHONY: run test test-pure build bench install install-dev system-deps node-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(VENV)/.installed: $(PY) pyproject.toml
-	$(PIP) install --quiet -e '.[dev,spark]'
+# The kernels are compiled once, by `build` (in place, both cores, kept for
+# incremental rebuilds), not a second time in pip's temporary build tree.
+$(VENV)/.installed: $(PY) pyproject.toml setup.py
+	MQGATE_PURE_PYTHON=1 $(PIP) install --quiet -e '.[dev,spark]'
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
-	$(PIP) install --quiet -e '.[dev,spark]'
+	MQGATE_PURE_PYTHON=1 $(PIP) install --quiet -e '.[dev,spark]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -28,15 +30,16 @@ install-dev: $(VENV)/.installed-dev system-deps node-deps
 # Debian packages the suite uses as real peers: mosquitto (broker to compare
 # against), mosquitto-clients (mosquitto_pub / mosquitto_sub), etcd-server
 # (the failover tests' coordination service), rabbitmq-server (its MQTT
-# plugin is a broker the load tests compare against).
+# plugin is a broker the load tests compare against), valgrind (callgrind
+# counts instructions per message: loadtest.bench_instructions).
 system-deps:
 	@if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto >/dev/null \
 	     || ! command -v java >/dev/null || ! command -v etcd >/dev/null \
-	     || [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then \
+	     || [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || ! command -v valgrind >/dev/null; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      mosquitto mosquitto-clients default-jre-headless etcd-server rabbitmq-server >/dev/null; \
+	      mosquitto mosquitto-clients default-jre-headless etcd-server rabbitmq-server valgrind >/dev/null; \
 	fi
 
 # The Node `ali-ons` RocketMQ client, a real peer of the interop tests.
@@ -48,14 +51,27 @@ $(ALI_ONS):
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 	npm install --prefix .deps/ali-ons ali-ons@3.12.0 --no-audit --no-fund --loglevel=error
 
-run: install system-deps
+# The compiled kernels (setup.py), rebuilt in place when a source changed
+# since `pip install -e` (a stale compiled copy is never used: core/_kernels.py).
+build: $(VENV)/.installed
+	$(PY) setup.py -q build_ext --inplace -j 2
+
+run: install build system-deps
 	$(VENV)/bin/mqgate serve $(ARGS)
 
-test: install-dev
+# The whole suite with the compiled kernels, then the kernels' own suites
+# (codec, store, topic matching) as pure Python.
+test: install-dev build
 	$(PY) -m pytest $(ARGS)
+	$(MAKE) --no-print-directory test-pure
+
+PURE_SUITES := tests/gateway/mqtt tests/gateway/wildcard tests/core/store tests/kernels
+test-pure: install-dev
+	MQGATE_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_SUITES)
 
 bench: install-dev
 	$(PY) -m loadtest bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) .deps build *.egg-info .pytest_cache
+	find core gateway -name '*.so' -delete

@@ -11,6 +11,10 @@ The full list is ``core.broker.__all__`` plus the store's `Message`,
 
 import importlib
 
+from core import _kernels
+
+_kernels.install()  # MQGATE_PURE_PYTHON, and stale compiled copies: see core/_kernels.py
+
 _STORE_NAMES = frozenset({"Message", "StoredMessage", "StoreConfig", "FlushDiskType", "decode_message", "decode_messages"})
 
 

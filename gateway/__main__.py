@@ -34,6 +34,14 @@ def package_version() -> str:
         return "unknown (not installed)"
 
 
+def version_line() -> str:
+    """``mqgate 0.1.0 (kernels: compiled (18 modules))``: which build of the hot
+    paths runs is part of the version a user reports."""
+    from core._kernels import status
+
+    return f"mqgate {package_version()} (kernels: {status()})"
+
+
 def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, broker: bool) -> None:
     p.add_argument("--config", metavar="FILE", help="TOML configuration file")
     p.add_argument("--data-dir", metavar="DIR", help="store root (default ./data)")
@@ -51,7 +59,7 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqgate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", action="version", version=f"mqgate {package_version()}")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("serve", help="name server + broker + MQTT gateway in one process")
     _add_serve_flags(p, mqtt=True, namesrv=True, broker=True)

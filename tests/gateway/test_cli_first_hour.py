@@ -3,6 +3,7 @@ start-up errors, listeners. Real `python -m gateway` processes."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -15,6 +16,8 @@ import pytest
 
 from serve_process import ServeProcess, free_port
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def run_mqgate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=timeout)
@@ -23,7 +26,11 @@ def run_mqgate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def test_version_is_the_package_metadata_version():
     r = run_mqgate("--version")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == f"mqgate {version('mqgate')}"
+    kernels = len(re.findall(r'^    "[a-z_/]+\.py",$', (ROOT / "setup.py").read_text(), re.M))  # setup.py's KERNELS
+    assert r.stdout.strip() == f"mqgate {version('mqgate')} (kernels: compiled ({kernels} modules))"
+    pure = subprocess.run([sys.executable, "-m", "gateway", "--version"], capture_output=True, text=True,
+                          env={**os.environ, "MQGATE_PURE_PYTHON": "1"}, timeout=60)
+    assert pure.stdout.strip() == f"mqgate {version('mqgate')} (kernels: pure Python (MQGATE_PURE_PYTHON))"
 
 
 # ---- listeners: each one on or off by itself ----------------------------------------------

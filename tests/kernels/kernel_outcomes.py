@@ -1,0 +1,113 @@
+"""Run the compiled kernels' inputs and print what comes out, as JSON lines.
+
+Not a test module: tests/kernels/test_twins.py runs it twice, once with the
+compiled modules and once with MQGATE_PURE_PYTHON=1, and compares the output
+line by line. Inputs: the byte fixtures of tests/gateway/mqtt (every packet
+type, 3.1 to 5.0), a seeded corpus of fuzzed packets (random bytes behind
+valid first bytes, and every fixture cut and with a flipped byte), stored
+messages encoded, decoded and cut, and topic matching.
+"""
+
+import json
+import random
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "gateway" / "mqtt"))
+
+import core._kernels  # noqa: E402
+from core.store.message import EncodedMessage, Message, decode_message, decode_segment  # noqa: E402
+from gateway.mqtt import NEED_DATA, MQTTConnection, ProtocolError, decode_all, encode  # noqa: E402
+from gateway.wildcard import SubscriptionTrie, topic_matches  # noqa: E402
+from test_mqtt_fixtures import CASES  # noqa: E402
+
+from mqtt_helpers import connect_bytes, h  # noqa: E402
+
+FIRST_BYTES = [0x10, 0x20, 0x30, 0x32, 0x34, 0x3B, 0x40, 0x50, 0x62, 0x70, 0x82, 0x90,
+               0xA2, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0]
+
+
+def out(kind: str, case, result) -> None:
+    print(json.dumps([kind, repr(case), result], default=repr))
+
+
+def outcome(fn):
+    try:
+        return ["ok", repr(fn())]
+    except (ProtocolError, ValueError, KeyError, IndexError) as e:
+        return ["error", type(e).__name__, str(e)]
+
+
+def server_events(version: int, data: bytes):
+    def run():
+        conn = MQTTConnection()
+        conn.receive_data(connect_bytes(version))
+        conn.events()
+        from gateway.mqtt import ConnAck
+        conn.send(ConnAck())
+        conn.receive_data(data)
+        evs = []
+        while (ev := conn.next_event()) is not NEED_DATA:
+            evs.append(ev)
+        return evs
+    return outcome(run)
+
+
+def packets() -> None:
+    rnd = random.Random(1883)
+    corpus = []
+    for version, name, hexed, event in CASES:
+        data = h(hexed)
+        out("encode", name, outcome(lambda: encode(event, version).hex()))
+        corpus.append((version, data))
+        for cut in range(1, len(data)):
+            corpus.append((version, data[:cut]))
+        for _ in range(8):
+            flipped = bytearray(data)
+            flipped[rnd.randrange(len(data))] = rnd.randrange(256)
+            corpus.append((version, bytes(flipped)))
+    for _ in range(3000):
+        body = rnd.randbytes(rnd.randrange(41))
+        corpus.append((rnd.choice((3, 4, 5)), bytes((rnd.choice(FIRST_BYTES), len(body))) + body))
+    for version, data in corpus:
+        out("decode_all", (version, data.hex()), outcome(lambda: decode_all(data, version)))
+        out("server", (version, data.hex()), server_events(version, data))
+
+
+def messages() -> None:
+    rnd = random.Random(10911)
+    entries = []
+    for i in range(300):
+        props = {f"k{j}": rnd.choice(["", "v", "x" * rnd.randrange(300), "ü"]) for j in range(rnd.randrange(5))}
+        msg = Message(topic=rnd.choice(["T", "a%b", "t" * 127]), body=rnd.randbytes(rnd.randrange(600)),
+                      queue_id=rnd.randrange(8), flag=rnd.randrange(-5, 5), properties=props,
+                      born_timestamp=rnd.randrange(2**40), reconsume_times=rnd.randrange(3))
+        enc = EncodedMessage(msg)
+        buf = bytes(enc.stamp(rnd.randrange(2**31), rnd.randrange(2**40), rnd.randrange(2**41)))
+        entries.append(buf)
+        out("message", i, [buf.hex(), enc.tags_code, enc.keys, enc.uniq_key, list(enc.multi_dispatch)])
+        out("decoded", i, outcome(lambda: decode_message(buf, check_crc=True)))
+        out("cut", i, outcome(lambda: decode_message(buf[: rnd.randrange(len(buf))], check_crc=True)))
+    segment = b"".join(entries) + bytes(64)
+    out("segment", len(segment), outcome(lambda: [m.queue_offset for m in decode_segment(segment)]))
+
+
+def topics() -> None:
+    rnd = random.Random(8883)
+    words = ["a", "b", "", "$SYS", "+", "#", "ü"]
+    filters = ["/".join(rnd.choice(words) for _ in range(rnd.randrange(1, 5))) for _ in range(300)]
+    names = ["/".join(rnd.choice(words[:5]) for _ in range(rnd.randrange(1, 5))) for _ in range(300)]
+    trie = SubscriptionTrie()
+    for i, f in enumerate(filters):
+        out("subscribe", f, outcome(lambda: trie.subscribe(f"c{i % 7}", f, i)))
+    for n in names:
+        out("trie", n, outcome(lambda: trie.match(n)))
+        out("matches", n, [outcome(lambda: topic_matches(f, n)) for f in filters[:40]])
+
+
+if __name__ == "__main__":
+    print(json.dumps(["status", core._kernels.status()]))
+    packets()
+    messages()
+    topics()
