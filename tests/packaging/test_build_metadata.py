@@ -1,6 +1,7 @@
 """Packaging: building mqgate the way `make run` does (pip, isolated build
 environment with the newest setuptools the index has) prints no deprecation
-warning, and the wheel carries the SPDX license expression."""
+warning, the wheel carries the SPDX license expression and the compiled
+kernels (setup.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_wheel_builds_without_deprecation_warnings(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "setup.py"):
         shutil.copy(ROOT / name, src / name)
     for room in ("core", "gateway", "spark", "loadtest"):
         shutil.copytree(ROOT / room, src / room, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
@@ -33,4 +34,11 @@ def test_wheel_builds_without_deprecation_warnings(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("mqgate-*.whl")
     with zipfile.ZipFile(wheel) as z:
         meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        names = z.namelist()
+    compiled = sorted(n for n in names if n.endswith(".so"))
     assert "License-Expression: Apache-2.0" in meta
+    kernels = [line.strip().strip('",') for line in (ROOT / "setup.py").read_text().splitlines()
+               if line.startswith('    "') and line.rstrip().endswith('.py",')]
+    assert [n.split(".")[0] for n in compiled] == sorted(k[:-3] for k in kernels)
+    for k in kernels:  # each next to its source: the pure-Python twin ships too
+        assert k in names
