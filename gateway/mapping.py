@@ -43,6 +43,7 @@ Rules kept here:
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -83,11 +84,18 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# A device publishes to the same few topics over and over: both mappings are
+# pure functions of the topic, computed once per topic (an error is not cached).
+_PER_TOPIC = functools.lru_cache(maxsize=16384)
+
+
+@_PER_TOPIC
 def queue_for(mqtt_topic: str, write_queue_nums: int) -> int:
     """The queue of a full MQTT topic: a stable hash, so per-topic order holds."""
     return zlib.crc32(mqtt_topic.encode("utf-8")) % max(1, write_queue_nums)
 
 
+@_PER_TOPIC
 def broker_topic_for(mqtt_topic: str) -> str:
     """Broker topic for an MQTT topic; ``MappingError`` if none can hold it."""
     try:
