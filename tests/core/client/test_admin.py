@@ -35,17 +35,9 @@ async def test_topic_create_list_route(cluster):
 async def test_group_progress_and_message_queries(cluster):
     async with open_producer(cluster.namesrv, "PG") as producer:
         sent = [await producer.send(Message("AdminMsgs", f"m{i}", keys=[f"order-{i % 2}"])) for i in range(6)]
-    got = []
-    arrived = trio.Semaphore(0)
-
-    def listener(msgs, ctx):
-        got.extend(msgs)
-        arrived.release()
-
+    listener = Collector()
     async with open_push_consumer(cluster.namesrv, "GAdmin", {"AdminMsgs": "*"}, listener, consume_from=FIRST):
-        with trio.fail_after(10):
-            while len(got) < 6:
-                await arrived.acquire()
+        await listener.until(6)
     progress = await admin(cluster, "group", "progress", "GAdmin")
     rows = [r for r in progress["queues"] if r["topic"] == "AdminMsgs"]
     assert sum(r["brokerOffset"] for r in rows) == 6 and progress["totalLag"] == 0
@@ -107,19 +99,28 @@ async def send_n(cluster, topic, n, start=0, **kw):
         return [await producer.send(Message(topic, f"{topic}-{i}", **kw)) for i in range(start, start + n)]
 
 
-async def consume_all(cluster, group, topic, n, **opts):
-    got = []
-    arrived = trio.Semaphore(0)
+class Collector:
+    """A push consumer's listener that keeps what arrives; `until(n)` waits for n in all."""
 
-    def listener(msgs, ctx):
-        got.extend(msgs)
-        arrived.release()
+    def __init__(self) -> None:
+        self.got: list = []
+        self._arrived = trio.Semaphore(0)
 
-    async with open_push_consumer(cluster.namesrv, group, {topic: "*"}, listener, consume_from=FIRST, **opts):
+    def __call__(self, msgs, ctx) -> None:
+        self.got.extend(msgs)
+        self._arrived.release()
+
+    async def until(self, n: int) -> None:
         with trio.fail_after(10):
-            while len(got) < n:
-                await arrived.acquire()
-    return got
+            while len(self.got) < n:
+                await self._arrived.acquire()
+
+
+async def consume_all(cluster, group, topic, n, **opts):
+    listener = Collector()
+    async with open_push_consumer(cluster.namesrv, group, {topic: "*"}, listener, consume_from=FIRST, **opts):
+        await listener.until(n)
+    return listener.got
 
 
 async def test_global_options_anywhere_and_mqadmin_names(cluster):
@@ -208,12 +209,7 @@ async def test_unknown_group_is_an_error(cluster):
 async def test_group_list_and_connections(cluster):
     await admin(cluster, "topic", "create", "ConnTopic", "--queues", "4")  # returns once routed
     await send_n(cluster, "ConnTopic", 4)
-    got, arrived = [], trio.Semaphore(0)
-
-    def listener(msgs, ctx):
-        got.extend(msgs)
-        arrived.release()
-
+    listener = Collector()
     async with open_push_consumer(cluster.namesrv, "GConn", {"ConnTopic": "TagA || TagB"}, listener,
                                   consume_from=FIRST) as consumer:
         conns = await admin(cluster, "group", "connections", "GConn")
@@ -257,21 +253,13 @@ async def test_reset_offset_with_no_client_online_sets_the_stored_offsets(cluste
 async def test_reset_offset_reaches_live_clients(cluster):
     """RESET_CONSUMER_CLIENT_OFFSET (220) to a running push consumer: it goes back and consumes again."""
     await send_n(cluster, "ResetLive", 4)
-    got, arrived = [], trio.Semaphore(0)
-
-    def listener(msgs, ctx):
-        got.extend(msgs)
-        arrived.release()
-
+    listener = Collector()
+    got = listener.got
     async with open_push_consumer(cluster.namesrv, "GResetLive", {"ResetLive": "*"}, listener, consume_from=FIRST):
-        with trio.fail_after(10):
-            while len(got) < 4:
-                await arrived.acquire()
+        await listener.until(4)
         result = await admin(cluster, "group", "reset-offset", "GResetLive", "ResetLive", "0")
         assert {r["appliedBy"] for r in result["queues"]} == {"clients"} and result["clientsOnline"]
-        with trio.fail_after(10):
-            while len(got) < 8:
-                await arrived.acquire()
+        await listener.until(8)
         assert sorted(m.body for m in got[4:]) == sorted(m.body for m in got[:4])
         with trio.fail_after(10):  # the consumer commits where it went (not only at shutdown)
             while sum(cluster.broker.query_offset("GResetLive", "ResetLive", q) or 0 for q in range(4)) < 4:
