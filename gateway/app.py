@@ -131,8 +131,11 @@ class MQTTGateway:
             max_connections=self.settings.limits.max_connections, stats=self.listener_stats))
         task_status.started(ports)
 
-    async def handle(self, stream: trio.abc.Stream, info) -> None:
-        await Connection(self, stream, info).run()
+    def handle(self, stream: trio.abc.Stream, info):
+        """The listeners' handler: one connection's whole life (a coroutine, so
+        that the connection's task holds no frame of its own here). Writer
+        tasks, started only while output waits, run in the gateway's nursery."""
+        return Connection(self, stream, info, self._nursery.start_soon).run()
 
     def timers_supported(self) -> bool:
         """Whether a timer service is attached to the broker (``broker.timers``,

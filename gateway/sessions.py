@@ -231,12 +231,12 @@ class Session:
             return True
         if self.gw.broker.max_offset(self.queue, 0) - self.next_read < limit:
             return True
-        if self._cut():
+        if self.cut():
             return False
         self.next_read += 1
         return True
 
-    def _cut(self) -> bool:
+    def cut(self) -> bool:
         """Count one overflow; True when the policy drops the new message."""
         self.dropped += 1
         self.gw.stats.dropped += 1
@@ -250,7 +250,7 @@ class Session:
             conn.deliver(self, delivery, ref=delivery.out.ref)
             return
         if pending and pending.bytes + conn_bytes(conn) >= self.gw.settings.session.max_outbound_bytes:
-            if self._cut():
+            if self.cut():
                 return
             pending.popleft()
         pending.append(delivery)
@@ -346,7 +346,7 @@ class Session:
                 # The client frees the packet id on PUBREL: the flow past PUBREC
                 # must be durable first (the connection writes one "sess" record
                 # for the read, then sends these).
-                conn._held_rel.append(ack.reply)
+                conn.hold_pubrel(ack.reply)
             else:
                 conn.send_event(ack.reply)
         if ack.completed:
