@@ -352,9 +352,7 @@ class MQTTGateway:
 
     def _redispatch_shared(self, sess: Session) -> None:
         """Un-acked messages a share-group member got in memory go to another member."""
-        waiting = [d for d in list(sess.mem.values()) + list(sess.pending) if d.group]
-        sess.mem.clear()
-        sess.pending.clear()
+        waiting = [d for d in sess.forget_in_memory() if d.group]
         for d in waiting:
             for other, qos, _rap, ids, group in self.router.targets(d.out.topic, d.out.client_id):
                 if group == d.group and other.conn is not None:

@@ -207,9 +207,7 @@ class Connection:
         pid = None
         if d.qos:
             pid = sess.flows.start(d.qos, ref if (ref is None or type(ref) is int or isinstance(ref, list)) else None)
-            sess.refs[pid] = ref
-            if type(ref) is not int:
-                sess.mem[pid] = d
+            sess.track(pid, ref, d)
         data = encode_delivery(self, d, pid)
         if data is None:
             gw.stats.dropped += 1
@@ -218,8 +216,7 @@ class Connection:
             if pid is not None:
                 sess.flows.on_ack(PubAck(packet_id=pid, reason_code=0x80) if d.qos == 1
                                   else PubRec(packet_id=pid, reason_code=0x80))
-                sess.refs.pop(pid, None)
-                sess.mem.pop(pid, None)
+                sess.untrack(pid)
             return
         gw.stats.sent += 1
         if not d.qos and self._writing:
@@ -520,7 +517,7 @@ class Connection:
 
     def _in2_record(self):
         sess = self.session
-        pids = [pid for pid, st in sess.inbound._flows.items() if st is InboundStage.QOS2_RECEIVED]
+        pids = sess.inbound.packet_ids(InboundStage.QOS2_RECEIVED)
         return record("in2", sess.client_id, pids or None)
 
     # ---- CONNECT ------------------------------------------------------------------------------
@@ -644,7 +641,7 @@ class Connection:
                 qos2 = True
         if qos2:
             # The packet ids go into the durable state with the messages (one flush).
-            pids = [pid for pid, st in inbound._flows.items() if st is not InboundStage.QOS1_UNACKED]
+            pids = inbound.packet_ids(InboundStage.QOS2_UNACKED, InboundStage.QOS2_RECEIVED)
             items.append(record("in2", sess.client_id, pids))
         # Once a message is stored, the retained index must follow it even if this
         # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
@@ -775,7 +772,7 @@ class Connection:
         sess = self.session
         codes = []
         for text in ev.topic_filters:
-            existed = sess.subs.pop(text, None) is not None
+            existed = sess.unsubscribe(text)
             gw.router.trie.unsubscribe(sess.client_id, text)
             codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)
         if sess.persistent:
