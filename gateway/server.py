@@ -64,7 +64,7 @@ import math
 import select
 import uuid
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -97,6 +97,7 @@ _PERMANENT = frozenset({SendStatus.MESSAGE_ILLEGAL, SendStatus.NO_PERMISSION, Se
 _NOBODY = 0  # a new output starts a writer task
 _READER = 1  # the reader is acting on a read or writing after it
 _TASK = 2  # a writer task runs
+_NO_OUTPUT: Any = ()  # Connection.out while nothing waits (a tuple: appending to it would fail)
 
 
 class Connection:
@@ -112,7 +113,7 @@ class Connection:
         self.info = info
         lim = gw.settings.limits
         self.mq = MQTTConnection(max_packet_size=lim.max_packet_size, topic_alias_maximum=lim.max_topic_alias)
-        self.out: list[bytes] = []
+        self.out: list[bytes] = _NO_OUTPUT  # a list of its own while output waits
         self.out_bytes = 0
         self.live = False  # CONNACK and redelivery done: new messages may go out
         self._held: list | None = None  # PUBCOMPs waiting for an "in2" record (see _handle)
@@ -168,6 +169,8 @@ class Connection:
 
     def write(self, data: bytes) -> None:
         if data:
+            if self.out is _NO_OUTPUT:
+                self.out = []
             self.out.append(data)
             self.out_bytes += len(data)
             self.wake()
@@ -221,6 +224,8 @@ class Connection:
                 sess.untrack(pid)
             return
         gw.stats.sent += 1
+        if self.out is _NO_OUTPUT:
+            self.out = []
         if not d.qos and self._writing:
             self._behind.append(len(self.out))
         self.out.append(data)
@@ -288,7 +293,7 @@ class Connection:
             if not out:
                 return
             data = b"".join(out)
-            out.clear()
+            self.out = _NO_OUTPUT
             self.out_bytes = 0
             self._behind = self._room = None
             self._writing = True
@@ -319,29 +324,80 @@ class Connection:
     # ---- the connection's life --------------------------------------------------------
 
     async def run(self) -> None:
+        """The connection's whole life: read and act (``_turn``) until it ends,
+        write what is left (``_drain``), clean up and close (``_end``).
+
+        One cancel scope for the reading part (a scope per phase or per read
+        is an allocation per idle connection): ``kick`` cancels it, and its
+        deadline is the connect timeout until CONNECT, then the keepalive
+        (moved per read). Everything that cancels it sets ``closing`` first,
+        so a cancellation without ``closing`` is a deadline. The read loops
+        are inline, not in a method of their own: every coroutine frame on an
+        idle connection's stack costs about 250 bytes."""
         try:
-            await self._reader()
+            keepalive_phase = False
+            scope = trio.CancelScope(deadline=trio.current_time() + self.gw.settings.limits.connect_timeout)
+            with scope:
+                self._reader_scope = scope
+                try:
+                    while self.session is None and not self.closing:
+                        await self._turn(await self._recv())
+                    keepalive_phase = True
+                    period = self.keepalive * 1.5 if self.keepalive else math.inf
+                    # A plain TCP connection waits for input here, not inside
+                    # receive_some: an idle one then holds no receive stack (about
+                    # 1.7 KB of frames). TLS and WebSocket streams may hold input
+                    # already read from the socket, so they wait in receive_some.
+                    sock = self.stream.socket if type(self.stream) is trio.SocketStream else None
+                    while not self.closing:
+                        scope.deadline = trio.current_time() + period
+                        if sock is not None:
+                            try:
+                                await trio.lowlevel.wait_readable(sock)
+                            except _STREAM_ERRORS:
+                                pass  # receive_some says what happened
+                        data = await self._recv()
+                        scope.deadline = math.inf  # acting on a read is never cut by the keepalive
+                        await self._turn(data)
+                except RemoteProtocolError as e:
+                    self._protocol_error(e)
+                finally:
+                    self._reader_scope = None
+            if scope.cancelled_caught and not self.closing:
+                self._timed_out(keepalive_phase)
             self.closing = True
             await self._drain()
         finally:
-            # Cancelled from outside (not by kick): the server is stopping.
-            self.server_stopping = trio.current_effective_deadline() == -math.inf
-            with trio.CancelScope(shield=True):
-                try:
-                    await self.gw.connection_closed(self)
-                finally:
-                    self._finished = True
-                    if self._done is not None:
-                        self._done.set()
+            await self._end()
+
+    def _timed_out(self, keepalive_phase: bool) -> None:
+        if not keepalive_phase:
+            log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer,
+                     self.gw.settings.limits.connect_timeout)
+        else:
+            log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
+            if self.version == 5:
+                self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
+
+    async def _end(self) -> None:
+        # Cancelled from outside (not by kick): the server is stopping.
+        self.server_stopping = trio.current_effective_deadline() == -math.inf
+        with trio.CancelScope(shield=True):
             try:
-                if not self.server_stopping and not self.peer_closed:
-                    await self._linger()  # not shielded: a server shutdown cuts it short
+                await self.gw.connection_closed(self)
             finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(1):
-                    try:
-                        await self.stream.aclose()
-                    except _STREAM_ERRORS:
-                        pass
+                self._finished = True
+                if self._done is not None:
+                    self._done.set()
+        try:
+            if not self.server_stopping and not self.peer_closed:
+                await self._linger()  # not shielded: a server shutdown cuts it short
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                try:
+                    await self.stream.aclose()
+                except _STREAM_ERRORS:
+                    pass
 
     async def _drain(self) -> None:
         """What is left (a DISCONNECT, a refusing CONNACK, the last acks) is
@@ -383,72 +439,28 @@ class Connection:
             self.peer_closed = True
         return data
 
-    async def _reader(self) -> None:
-        # One cancel scope for the reader's life (a scope per phase or per read
-        # is an allocation per idle connection): ``kick`` cancels it, and its
-        # deadline is the connect timeout until CONNECT, then the keepalive
-        # (moved per read). Everything that cancels it sets ``closing`` first,
-        # so a cancellation without ``closing`` is a deadline.
-        lim = self.gw.settings.limits
-        keepalive_phase = False
-        with trio.CancelScope(deadline=trio.current_time() + lim.connect_timeout) as scope:
-            self._reader_scope = scope
-            try:
-                while self.session is None and not self.closing:
-                    if not await self._turn(await self._recv()):
-                        return
-                period = self.keepalive * 1.5 if self.keepalive else math.inf
-                keepalive_phase = True
-                # A plain TCP connection waits for input here, not inside
-                # receive_some: an idle one then holds no receive stack (about
-                # 1.7 KB of frames). TLS and WebSocket streams may hold input
-                # already read from the socket, so they wait in receive_some.
-                sock = self.stream.socket if type(self.stream) is trio.SocketStream else None
-                while not self.closing:
-                    scope.deadline = trio.current_time() + period
-                    if sock is not None:
-                        try:
-                            await trio.lowlevel.wait_readable(sock)
-                        except _STREAM_ERRORS:
-                            pass  # receive_some says what happened
-                    data = await self._recv()
-                    scope.deadline = math.inf  # acting on a read is never cut by the keepalive
-                    if not await self._turn(data):
-                        return
-            except RemoteProtocolError as e:
-                self._protocol_error(e)
-            finally:
-                self._reader_scope = None
-        if not scope.cancelled_caught or self.closing:
-            return
-        if not keepalive_phase:
-            log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer, lim.connect_timeout)
-        else:
-            log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
-            if self.version == 5:
-                self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
-
-    async def _turn(self, data: bytes) -> bool:
+    async def _turn(self, data: bytes) -> None:
         """Act on one read, then write what it produced, unless a writer task is
-        writing (it takes this output too). False when the connection ends."""
+        writing (it takes this output too). Sets ``closing`` when the
+        connection ends (run's ``_drain`` writes what is left then)."""
         self._acting = True
         try:
             more = await self._feed(data)
         finally:
             self._acting = False
-        if not more or self.closing:
-            return False  # run's _drain writes what is left
-        if self._writer_of == _NOBODY:
-            sess = self.session
-            if self.out or (sess is not None and sess.due):
-                self._writer_of = _READER
-                try:
-                    await self._flush()
-                except (trio.TooSlowError, *_STREAM_ERRORS):
-                    self.closing = True
-                finally:
-                    self._writer_of = _NOBODY
-        return not self.closing
+        if not more:
+            self.closing = True
+        if self.closing or self._writer_of != _NOBODY:
+            return
+        sess = self.session
+        if self.out or (sess is not None and sess.due):
+            self._writer_of = _READER
+            try:
+                await self._flush()
+            except (trio.TooSlowError, *_STREAM_ERRORS):
+                self.closing = True
+            finally:
+                self._writer_of = _NOBODY
 
     async def _feed(self, data: bytes) -> bool:
         mq = self.mq

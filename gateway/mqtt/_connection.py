@@ -94,7 +94,7 @@ class MQTTConnection:
         self._connect_expiry = 0  # its Session Expiry Interval (5.0)
         self._buf = b""
         self._pos = 0
-        self._pending: list[bytes] = []
+        self._pending: list[bytes] | None = None  # reads not yet joined into _buf
         self._pending_len = 0
         self._need = 0
         self._eof = False
@@ -113,16 +113,20 @@ class MQTTConnection:
         if not data:
             self._eof = True
         elif self.state is not S.CLOSED:
-            self._pending.append(bytes(data))
+            if self._pending is None:
+                self._pending = [bytes(data)]
+            else:
+                self._pending.append(bytes(data))
             self._pending_len += len(data)
 
     def _fill(self) -> None:
-        if self._pos == len(self._buf) and len(self._pending) == 1:
-            self._buf = self._pending[0]
+        pending = self._pending
+        if self._pos == len(self._buf) and len(pending) == 1:
+            self._buf = pending[0]
         else:
-            self._buf = b"".join([self._buf[self._pos :], *self._pending])
+            self._buf = b"".join([self._buf[self._pos :], *pending])
         self._pos = 0
-        self._pending.clear()
+        self._pending = None
         self._pending_len = 0
 
     def next_event(self):
