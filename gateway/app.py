@@ -135,7 +135,7 @@ class MQTTGateway:
         """The listeners' handler: one connection's whole life (a coroutine, so
         that the connection's task holds no frame of its own here). Writer
         tasks, started only while output waits, run in the gateway's nursery."""
-        return Connection(self, stream, info, self._nursery.start_soon).run()
+        return Connection(self, stream, info, self._nursery).run()
 
     def timers_supported(self) -> bool:
         """Whether a timer service is attached to the broker (``broker.timers``,

@@ -103,11 +103,11 @@ _NO_OUTPUT: Any = ()  # Connection.out while nothing waits (a tuple: appending t
 class Connection:
     __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "live", "_held", "_held_rel", "closing", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
-                 "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_spawn",
+                 "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery",
                  "_acting", "_writer_of", "_writing", "_behind", "_room", "_writer_done")
 
-    def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, spawn) -> None:
-        """``spawn``: a nursery's ``start_soon``, for the writer task when one is needed."""
+    def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery) -> None:
+        """``nursery`` runs the writer task when one is needed."""
         self.gw = gw
         self.stream = stream
         self.info = info
@@ -132,7 +132,7 @@ class Connection:
         self._finished = False
         self.peer_closed = False  # the client sent DISCONNECT or closed its side
         self._reader_scope: trio.CancelScope | None = None
-        self._spawn = spawn
+        self._nursery = nursery
         self._acting = False  # the reader is acting on a read (it writes after it)
         self._writer_of = _NOBODY
         self._writing = False  # a send_all is under way
@@ -165,7 +165,7 @@ class Connection:
         """Output is queued, or the session's pump is due: see that someone writes."""
         if self._writer_of == _NOBODY and not self._acting and not self.closing:
             self._writer_of = _TASK
-            self._spawn(self._writer)
+            self._nursery.start_soon(self._writer)
 
     def write(self, data: bytes) -> None:
         if data:
