@@ -304,16 +304,15 @@ class Connection:
                 self._writing = False
 
     async def _writer(self) -> None:
+        """Started by ``wake``; ends once nothing waits (or the write fails)."""
         try:
             await self._flush()
         except (trio.TooSlowError, *_STREAM_ERRORS):
-            self._writer_of = _NOBODY
             self.closing = True
             self._stop_reader()
         except Exception:
             # Runs in the gateway's nursery: a bug here must end this connection, not the gateway.
             log.exception("client %s: writer failed, closing the connection", self.client_id)
-            self._writer_of = _NOBODY
             self.closing = True
             self._stop_reader()
         finally:
@@ -364,6 +363,7 @@ class Connection:
                 finally:
                     self._reader_scope = None
             if scope.cancelled_caught and not self.closing:
+                self.closing = True  # first: the DISCONNECT starts no writer, _drain writes it
                 self._timed_out(keepalive_phase)
             self.closing = True
             await self._drain()
@@ -409,11 +409,12 @@ class Connection:
                     await self._writer_done.wait()
                 if self.out:
                     self._writer_of = _READER
-                    await self._flush()
+                    try:
+                        await self._flush()
+                    finally:
+                        self._writer_of = _NOBODY
             except (trio.TooSlowError, *_STREAM_ERRORS):
                 pass
-            finally:
-                self._writer_of = _NOBODY
 
     async def _linger(self) -> None:
         """We end the connection: half-close, then read and discard until the
