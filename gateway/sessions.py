@@ -22,10 +22,16 @@ ARCHITECTURE decision 4. Rules kept here:
 * In-memory deliveries skip ``pending`` when they can: while nothing waits
   there and the connection is live, a QoS 0 message (or a QoS 1/2 one the
   window admits) goes straight into the connection's output at dispatch
-  time, so a burst routed in one read is not cut by a queue limit
-  (the output's own bound, ``maxOutboundBytes``, drops QoS 0 past it).
-* ``notify()`` asks the connection's writer to run ``pump`` once more
-  (new queue entries, acknowledgements that open the window).
+  time, so a burst routed in one read is not cut by a queue limit. The
+  output has its own bounds (``gateway.server``): QoS 0 past
+  ``maxOutboundBytes``, and past ``maxQueuedMessages`` behind a write the
+  client's socket has no room for, is cut (``cut``, counted).
+* ``notify()`` asks the connection to run ``pump`` once more (new queue
+  entries, acknowledgements that open the window): its reader does at the
+  end of its read, or a writer task started for it.
+* Dicts of a session with nothing in them (``subs``, ``refs``, ``mem``)
+  are one shared read-only mapping until the first entry: an idle session
+  holds no empty containers of its own.
 * The durable state (``to_record``) is written as a ``"sess"`` meta record
   at connect, on (un)subscribe, at disconnect and at shutdown, and for
   outbound QoS 2 exactly-once across SIGKILL: by ``pump`` before QoS 2
