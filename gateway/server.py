@@ -15,8 +15,9 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
 * A write blocks only the writer of this connection (a slow client slows
   its own reads, never others'); every write is bounded by
   ``writeTimeout``, then the connection is dropped. QoS 0 messages that
-  arrive while a write is under way wait behind it: at most
-  ``maxQueuedMessages`` of them, past which ``queueOverflow`` drops the
+  arrive while a write is under way wait behind it; once
+  ``maxQueuedMessages`` of them wait and the client's socket has no room
+  (a slow subscriber, not a busy gateway), ``queueOverflow`` drops the
   oldest waiting one or the new one; with ``maxOutboundBytes`` waiting,
   new QoS 0 messages are dropped. Each drop is counted (session and
   ``$SYS``).

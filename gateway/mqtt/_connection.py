@@ -25,6 +25,9 @@ Rules kept here:
   raised again on every read, and ``error_response(exc)`` gives the bytes
   to send before closing (it moves the state to CLOSED).
 * Once CLOSED, received data is ignored; EOF yields one ``ConnectionClosed``.
+* Nothing is held that an idle connection does not need: of the CONNECT
+  only its Authentication Method and Session Expiry Interval are kept (not
+  its password or will), and input fully decoded leaves no buffer.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ class OutboundFlows:
     def from_state(cls, state: dict) -> "OutboundFlows":
         self = cls(state["receive_maximum"])
         self._next = state["next"]
-        self._flows = {pid: [qos, O(stage), ref] for pid, qos, stage, ref in state["flows"]}
+        self._flows = {pid: [qos, O(stage), ref] for pid, qos, stage, ref in state["flows"]} or _NO_FLOWS
         return self
 
 
@@ -267,5 +267,5 @@ class InboundFlows:
     @classmethod
     def from_state(cls, state: dict) -> "InboundFlows":
         self = cls(state["receive_maximum"])
-        self._flows = {pid: I(stage) for pid, stage in state["flows"]}
+        self._flows = {pid: I(stage) for pid, stage in state["flows"]} or _NO_FLOWS
         return self
