@@ -100,6 +100,7 @@ class Acl:
         self.path = path
         self.generation = 0
         self._configured = rules_text is not None
+        self._allow_all_view: ClientAcl | None = None
         self._anonymous: list[Rule] = []
         self._users: dict[str, list[Rule]] = {}
         self._patterns: list[Rule] = []
@@ -133,8 +134,13 @@ class Acl:
         log.info("ACL %s reloaded (generation %d)", self.path, self.generation)
 
     def for_client(self, client_id: str, username: str | None) -> ClientAcl:
-        """The view of one connection: cheap repeated checks, cached per topic."""
-        return ClientAcl(self, client_id, username)
+        """The view of one connection: cheap repeated checks, cached per topic.
+        Without rules and without a file to reload, one view serves all."""
+        if self._configured or self.path is not None:
+            return ClientAcl(self, client_id, username)
+        if self._allow_all_view is None:
+            self._allow_all_view = ClientAcl(self, "", None)
+        return self._allow_all_view
 
     def check(self, client_id: str, username: str | None, action: Action, topic: str) -> bool:
         """One-off check; a connection should keep ``for_client(...)`` instead."""

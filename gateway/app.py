@@ -131,8 +131,11 @@ class MQTTGateway:
             max_connections=self.settings.limits.max_connections, stats=self.listener_stats))
         task_status.started(ports)
 
-    async def handle(self, stream: trio.abc.Stream, info) -> None:
-        await Connection(self, stream, info).run()
+    def handle(self, stream: trio.abc.Stream, info):
+        """The listeners' handler: one connection's whole life (a coroutine, so
+        that the connection's task holds no frame of its own here). Writer
+        tasks, started only while output waits, run in the gateway's nursery."""
+        return Connection(self, stream, info, self._nursery).run()
 
     def timers_supported(self) -> bool:
         """Whether a timer service is attached to the broker (``broker.timers``,
@@ -349,9 +352,7 @@ class MQTTGateway:
 
     def _redispatch_shared(self, sess: Session) -> None:
         """Un-acked messages a share-group member got in memory go to another member."""
-        waiting = [d for d in list(sess.mem.values()) + list(sess.pending) if d.group]
-        sess.mem.clear()
-        sess.pending.clear()
+        waiting = [d for d in sess.forget_in_memory() if d.group]
         for d in waiting:
             for other, qos, _rap, ids, group in self.router.targets(d.out.topic, d.out.client_id):
                 if group == d.group and other.conn is not None:

@@ -28,7 +28,10 @@ maxInflightMessages        32                  QoS 1/2 messages sent to a client
                                                and not yet acknowledged; also
                                                the Receive Maximum we announce
 maxQueuedMessages          1000                messages waiting in a session
-                                               beyond the in-flight window
+                                               beyond the in-flight window,
+                                               and QoS 0 messages waiting
+                                               behind a write the client's
+                                               socket has no room for
                                                (0 = no limit)
 queueOverflow              "dropOldest"        when the queue is full: drop the
                                                oldest queued message

@@ -2,13 +2,25 @@
 
 Rules kept here (ARCHITECTURE decisions 6 and 7):
 
-* Two tasks in one nursery per connection: the reader (owns the codec's
-  input side and every decision) and the writer (the only one that writes
-  to the stream; once the connection is live it also runs the session's
-  ``pump`` when the session is due, which moves queued messages into the
-  output). Output is appended to ``out``; the writer sends everything
-  accumulated in one ``send_all`` per wake-up. In-memory deliveries are
-  appended to ``out`` at dispatch time (``Session.enqueue``).
+* One task per connection, the reader: it owns the codec's input side and
+  every decision, and it writes what acting on a read produced (acks,
+  CONNACK, what the session's ``pump`` moves out of its queue) itself,
+  with one ``send_all`` at the end of the read. Output from elsewhere (a
+  delivery routed by another client's read, a takeover's DISCONNECT, a
+  ``notify``) is appended to ``out``; if neither the reader nor a writer
+  will write it, a writer task is started in the gateway's nursery, writes
+  everything queued (running ``pump`` when due), and ends when ``out`` is
+  empty. So an idle connection holds its reader and nothing else; one
+  writer at a time writes, in ``out`` order.
+* A write blocks only the writer of this connection (a slow client slows
+  its own reads, never others'); every write is bounded by
+  ``writeTimeout``, then the connection is dropped. QoS 0 messages that
+  arrive while a write is under way wait behind it; once
+  ``maxQueuedMessages`` of them wait and the client's socket has no room
+  (a slow subscriber, not a busy gateway), ``queueOverflow`` drops the
+  oldest waiting one or the new one; with ``maxOutboundBytes`` waiting,
+  new QoS 0 messages are dropped. Each drop is counted (session and
+  ``$SYS``).
 * Every complete packet of a read is decoded and acted on before the next
   read. Consecutive PUBLISHes are stored with one ``send_many`` (one flush
   wait, SYNC_FLUSH); their acks go out in arrival order. Any other packet
@@ -50,8 +62,10 @@ from __future__ import annotations
 
 import logging
 import math
+import select
 import uuid
-from typing import TYPE_CHECKING
+from collections import deque
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -80,23 +94,31 @@ LINGER = 2.0  # seconds a connection we close keeps draining input (see Connecti
 _PERMANENT = frozenset({SendStatus.MESSAGE_ILLEGAL, SendStatus.NO_PERMISSION, SendStatus.TOPIC_NOT_EXIST})
 
 
-class Connection:
-    __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "_wake", "live", "_held", "_held_rel", "closing", "session",
-                 "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
-                 "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery")
+# Who writes what ``out`` holds (``Connection._writer_of``).
+_NOBODY = 0  # a new output starts a writer task
+_READER = 1  # the reader is acting on a read or writing after it
+_TASK = 2  # a writer task runs
+_NO_OUTPUT: Any = ()  # Connection.out while nothing waits (a tuple: appending to it would fail)
 
-    def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info) -> None:
+
+class Connection:
+    __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "live", "_held", "_held_rel", "closing", "session",
+                 "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
+                 "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery",
+                 "_acting", "_writer_of", "_writing", "_behind", "_room", "_writer_done")
+
+    def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery) -> None:
+        """``nursery`` runs the writer task when one is needed."""
         self.gw = gw
         self.stream = stream
         self.info = info
         lim = gw.settings.limits
         self.mq = MQTTConnection(max_packet_size=lim.max_packet_size, topic_alias_maximum=lim.max_topic_alias)
-        self.out: list[bytes] = []
+        self.out: list[bytes] = _NO_OUTPUT  # a list of its own while output waits
         self.out_bytes = 0
-        self._wake = trio.Event()
         self.live = False  # CONNACK and redelivery done: new messages may go out
-        self._held: list[bytes] = []
-        self._held_rel: list = []  # outbound PUBRELs waiting for a "sess" record (see _handle)
+        self._held: list | None = None  # PUBCOMPs waiting for an "in2" record (see _handle)
+        self._held_rel: list | None = None  # outbound PUBRELs waiting for a "sess" record
         self.closing = False
         self.session = None
         self.client_id: str | None = None
@@ -111,7 +133,13 @@ class Connection:
         self._finished = False
         self.peer_closed = False  # the client sent DISCONNECT or closed its side
         self._reader_scope: trio.CancelScope | None = None
-        self._nursery: trio.Nursery | None = None
+        self._nursery = nursery
+        self._acting = False  # the reader is acting on a read (it writes after it)
+        self._writer_of = _NOBODY
+        self._writing = False  # a send_all is under way
+        self._behind = None  # deque: indexes in ``out`` of QoS 0 PUBLISHes waiting behind a write
+        self._room: bool | None = None  # whether the socket had room during this write (asked when needed)
+        self._writer_done: trio.Event | None = None  # made when the end of the connection waits for the writer
 
     @property
     def done(self) -> trio.Event:
@@ -135,13 +163,18 @@ class Connection:
     # ---- output -------------------------------------------------------------------
 
     def wake(self) -> None:
-        self._wake.set()
+        """Output is queued, or the session's pump is due: see that someone writes."""
+        if self._writer_of == _NOBODY and not self._acting and not self.closing:
+            self._writer_of = _TASK
+            self._nursery.start_soon(self._writer)
 
     def write(self, data: bytes) -> None:
         if data:
+            if self.out is _NO_OUTPUT:
+                self.out = []
             self.out.append(data)
             self.out_bytes += len(data)
-            self._wake.set()
+            self.wake()
 
     def send_event(self, event) -> None:
         if self.mq.state.name == "CLOSED":
@@ -155,6 +188,12 @@ class Connection:
                 return
             raise
 
+    def hold_pubrel(self, rel: PubRel) -> None:
+        """Send ``rel`` once this read's ``"sess"`` record is written (see _handle)."""
+        if self._held_rel is None:
+            self._held_rel = []
+        self._held_rel.append(rel)
+
     def deliver(self, sess, d: Delivery, ref=None) -> None:
         """Send one message of ``sess`` (called by the session's pump)."""
         gw = self.gw
@@ -164,16 +203,17 @@ class Connection:
         if out.expiry is not None and out.remaining_expiry(now_ms()) <= 0:
             gw.router.count_expired(out)
             return
-        if not d.qos and self.out_bytes > gw.settings.session.max_outbound_bytes:
-            gw.stats.dropped += 1
-            sess.dropped += 1
-            return
+        if not d.qos:
+            if self.out_bytes > gw.settings.session.max_outbound_bytes:
+                gw.stats.dropped += 1
+                sess.dropped += 1
+                return
+            if self._writing and not self._behind_write(sess):
+                return
         pid = None
         if d.qos:
             pid = sess.flows.start(d.qos, ref if (ref is None or type(ref) is int or isinstance(ref, list)) else None)
-            sess.refs[pid] = ref
-            if type(ref) is not int:
-                sess.mem[pid] = d
+            sess.track(pid, ref, d)
         data = encode_delivery(self, d, pid)
         if data is None:
             gw.stats.dropped += 1
@@ -182,13 +222,39 @@ class Connection:
             if pid is not None:
                 sess.flows.on_ack(PubAck(packet_id=pid, reason_code=0x80) if d.qos == 1
                                   else PubRec(packet_id=pid, reason_code=0x80))
-                sess.refs.pop(pid, None)
-                sess.mem.pop(pid, None)
+                sess.untrack(pid)
             return
         gw.stats.sent += 1
+        if self.out is _NO_OUTPUT:
+            self.out = []
+        if not d.qos and self._writing:
+            self._behind.append(len(self.out))
         self.out.append(data)
         self.out_bytes += len(data)
-        self._wake.set()
+        self.wake()
+
+    def _behind_write(self, sess) -> bool:
+        """A QoS 0 PUBLISH is about to wait behind a write under way: False if
+        the queue limit drops it (dropNew), else it may wait (room was made
+        by dropOldest if needed). The limit holds only while the client's
+        socket has no room: a write that is merely not finished (this task
+        has not run again yet) is no slow subscriber."""
+        behind = self._behind
+        if behind is None:
+            behind = self._behind = deque()
+        limit = self.gw.settings.limits.max_queued_messages
+        if not limit or len(behind) < limit:
+            return True
+        if self._room is None:  # asked once per write
+            self._room = socket_has_room(self.stream)
+        if self._room:
+            return True
+        if sess.cut():
+            return False
+        i = behind.popleft()
+        self.out_bytes -= len(self.out[i])
+        self.out[i] = b""
+        return True
 
     def resend(self, sess, d: Delivery, pid: int) -> None:
         if not self.can_send:
@@ -202,67 +268,154 @@ class Connection:
         if reason == R.SESSION_TAKEN_OVER:
             self.taken_over = True
             self.takeover_ends_session = ends_session
-        if not self.closing and self.mq.state.name == "CONNECTED" and self.version == 5:
+        was_closing = self.closing
+        self.closing = True  # first: the DISCONNECT below starts no writer, the reader's end writes it
+        if not was_closing and self.mq.state.name == "CONNECTED" and self.version == 5:
             self.send_event(Disconnect(reason_code=reason))
-        self.closing = True
-        self._wake.set()
-        if self._reader_scope is not None:
-            self._reader_scope.cancel()
+        self._stop_reader()
+
+    def _stop_reader(self) -> None:
+        # A reader that is writing (or pumping) is not cut short: a half-sent
+        # packet would garble the stream, and pump's record must precede its
+        # QoS 2 PUBLISHes. It sees ``closing`` as soon as it is done.
+        scope = self._reader_scope
+        if scope is not None and (self._writer_of != _READER or self._acting):
+            scope.cancel()
+
+    async def _flush(self) -> None:
+        """Run the session's pump when it is due, and write everything queued;
+        again until there is nothing more (others may queue meanwhile)."""
+        while True:
+            sess = self.session
+            if sess is not None and sess.due and self.live and not self.closing and sess.conn is self:
+                sess.due = False
+                await sess.pump(self)
+            out = self.out
+            if not out:
+                return
+            data = b"".join(out)
+            self.out = _NO_OUTPUT
+            self.out_bytes = 0
+            self._behind = self._room = None
+            self._writing = True
+            try:
+                with trio.fail_after(self.gw.settings.session.write_timeout):
+                    await self.stream.send_all(data)
+            finally:
+                self._writing = False
 
     async def _writer(self) -> None:
-        timeout = self.gw.settings.session.write_timeout
+        """Started by ``wake``; ends once nothing waits (or the write fails)."""
         try:
-            while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                sess = self.session
-                if sess is not None and sess.due and self.live and not self.closing and sess.conn is self:
-                    sess.due = False
-                    await sess.pump(self)
-                if self.out:
-                    data = b"".join(self.out)
-                    self.out.clear()
-                    self.out_bytes = 0
-                    with trio.fail_after(timeout):
-                        await self.stream.send_all(data)
-                if self.closing and not self.out:
-                    return
+            await self._flush()
         except (trio.TooSlowError, *_STREAM_ERRORS):
             self.closing = True
-            if self._reader_scope is not None:
-                self._reader_scope.cancel()
+            self._stop_reader()
+        except Exception:
+            # Runs in the gateway's nursery: a bug here must end this connection, not the gateway.
+            log.exception("client %s: writer failed, closing the connection", self.client_id)
+            self.closing = True
+            self._stop_reader()
+        finally:
+            self._writer_of = _NOBODY
+            if self._writer_done is not None:
+                self._writer_done.set()
 
     # ---- the connection's life --------------------------------------------------------
 
     async def run(self) -> None:
+        """The connection's whole life: read and act (``_turn``) until it ends,
+        write what is left (``_drain``), clean up and close (``_end``).
+
+        One cancel scope for the reading part (a scope per phase or per read
+        is an allocation per idle connection): ``kick`` cancels it, and its
+        deadline is the connect timeout until CONNECT, then the keepalive
+        (moved per read). Everything that cancels it sets ``closing`` first,
+        so a cancellation without ``closing`` is a deadline. The read loops
+        are inline, not in a method of their own: every coroutine frame on an
+        idle connection's stack costs about 250 bytes."""
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                nursery.start_soon(self._writer)
-                await self._reader()
-                self.closing = True
-                self._wake.set()
-                # The writer flushes what is left (bounded by writeTimeout), then ends.
-                nursery.cancel_scope.deadline = trio.current_time() + self.gw.settings.session.write_timeout
-        finally:
-            # Cancelled from outside (not by kick): the server is stopping.
-            self.server_stopping = trio.current_effective_deadline() == -math.inf
-            with trio.CancelScope(shield=True):
+            keepalive_phase = False
+            scope = trio.CancelScope(deadline=trio.current_time() + self.gw.settings.limits.connect_timeout)
+            with scope:
+                self._reader_scope = scope
                 try:
-                    await self.gw.connection_closed(self)
+                    while self.session is None and not self.closing:
+                        await self._turn(await self._recv())
+                    keepalive_phase = True
+                    period = self.keepalive * 1.5 if self.keepalive else math.inf
+                    # A plain TCP connection waits for input here, not inside
+                    # receive_some: an idle one then holds no receive stack (about
+                    # 1.7 KB of frames). TLS and WebSocket streams may hold input
+                    # already read from the socket, so they wait in receive_some.
+                    sock = self.stream.socket if type(self.stream) is trio.SocketStream else None
+                    while not self.closing:
+                        scope.deadline = trio.current_time() + period
+                        if sock is not None:
+                            try:
+                                await trio.lowlevel.wait_readable(sock)
+                            except _STREAM_ERRORS:
+                                pass  # receive_some says what happened
+                        data = await self._recv()
+                        scope.deadline = math.inf  # acting on a read is never cut by the keepalive
+                        await self._turn(data)
+                except RemoteProtocolError as e:
+                    self._protocol_error(e)
                 finally:
-                    self._finished = True
-                    if self._done is not None:
-                        self._done.set()
+                    self._reader_scope = None
+            if scope.cancelled_caught and not self.closing:
+                self.closing = True  # first: the DISCONNECT starts no writer, _drain writes it
+                self._timed_out(keepalive_phase)
+            self.closing = True
+            await self._drain()
+        finally:
+            await self._end()
+
+    def _timed_out(self, keepalive_phase: bool) -> None:
+        if not keepalive_phase:
+            log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer,
+                     self.gw.settings.limits.connect_timeout)
+        else:
+            log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
+            if self.version == 5:
+                self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
+
+    async def _end(self) -> None:
+        # Cancelled from outside (not by kick): the server is stopping.
+        self.server_stopping = trio.current_effective_deadline() == -math.inf
+        with trio.CancelScope(shield=True):
             try:
-                if not self.server_stopping and not self.peer_closed:
-                    await self._linger()  # not shielded: a server shutdown cuts it short
+                await self.gw.connection_closed(self)
             finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                self._finished = True
+                if self._done is not None:
+                    self._done.set()
+        try:
+            if not self.server_stopping and not self.peer_closed:
+                await self._linger()  # not shielded: a server shutdown cuts it short
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                try:
+                    await self.stream.aclose()
+                except _STREAM_ERRORS:
+                    pass
+
+    async def _drain(self) -> None:
+        """What is left (a DISCONNECT, a refusing CONNACK, the last acks) is
+        written, all of it within ``writeTimeout``."""
+        with trio.move_on_after(self.gw.settings.session.write_timeout):
+            try:
+                if self._writer_of == _TASK:
+                    self._writer_done = trio.Event()
+                    await self._writer_done.wait()
+                if self.out:
+                    self._writer_of = _READER
                     try:
-                        await self.stream.aclose()
-                    except _STREAM_ERRORS:
-                        pass
+                        await self._flush()
+                    finally:
+                        self._writer_of = _NOBODY
+            except (trio.TooSlowError, *_STREAM_ERRORS):
+                pass
 
     async def _linger(self) -> None:
         """We end the connection: half-close, then read and discard until the
@@ -288,38 +441,28 @@ class Connection:
             self.peer_closed = True
         return data
 
-    async def _reader(self) -> None:
-        # One cancel scope for the reader's life (a scope per phase or per read
-        # is an allocation per idle connection): ``kick`` cancels it, and its
-        # deadline is the connect timeout until CONNECT, then the keepalive
-        # (moved per read). Everything that cancels it sets ``closing`` first,
-        # so a cancellation without ``closing`` is a deadline.
-        lim = self.gw.settings.limits
-        keepalive_phase = False
-        with trio.CancelScope(deadline=trio.current_time() + lim.connect_timeout) as scope:
-            self._reader_scope = scope
-            try:
-                while self.session is None and not self.closing:
-                    if not await self._feed(await self._recv()):
-                        return
-                period = self.keepalive * 1.5 if self.keepalive else math.inf
-                keepalive_phase = True
-                while not self.closing:
-                    scope.deadline = trio.current_time() + period
-                    data = await self._recv()
-                    scope.deadline = math.inf  # acting on a read is never cut by the keepalive
-                    if not await self._feed(data):
-                        return
-            except RemoteProtocolError as e:
-                self._protocol_error(e)
-        if not scope.cancelled_caught or self.closing:
+    async def _turn(self, data: bytes) -> None:
+        """Act on one read, then write what it produced, unless a writer task is
+        writing (it takes this output too). Sets ``closing`` when the
+        connection ends (run's ``_drain`` writes what is left then)."""
+        self._acting = True
+        try:
+            more = await self._feed(data)
+        finally:
+            self._acting = False
+        if not more:
+            self.closing = True
+        if self.closing or self._writer_of != _NOBODY:
             return
-        if not keepalive_phase:
-            log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer, lim.connect_timeout)
-        else:
-            log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
-            if self.version == 5:
-                self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
+        sess = self.session
+        if self.out or (sess is not None and sess.due):
+            self._writer_of = _READER
+            try:
+                await self._flush()
+            except (trio.TooSlowError, *_STREAM_ERRORS):
+                self.closing = True
+            finally:
+                self._writer_of = _NOBODY
 
     async def _feed(self, data: bytes) -> bool:
         mq = self.mq
@@ -338,10 +481,8 @@ class Connection:
         log.info("connection %s (client %s): protocol error, closing: %s (reason 0x%02X)",
                  self.info.peer, self.client_id, e, e.reason_code)
         data = self.mq.error_response(e)
-        if data:
-            self.out.append(data)
-        self.closing = True
-        self._wake.set()
+        self.closing = True  # first: run's _drain writes it, no writer task is started
+        self.write(data)
 
     # ---- acting on packets ----------------------------------------------------------------
 
@@ -372,6 +513,8 @@ class Connection:
             elif t is PubRel:
                 comp = sess.inbound.on_pubrel(ev)
                 if sess.persistent and comp.reason_code == 0:
+                    if self._held is None:
+                        self._held = []
                     self._held.append(comp)
                 else:
                     self.send_event(comp)
@@ -398,16 +541,16 @@ class Connection:
             if self._held_rel:
                 items.append(record("sess", sess.client_id, sess.to_record(gone=None)))
             await self.gw.write_records(items)
-            for comp in self._held:
+            held, self._held = self._held or (), None
+            held_rel, self._held_rel = self._held_rel or (), None
+            for comp in held:
                 self.send_event(comp)
-            self._held.clear()
-            for rel in self._held_rel:
+            for rel in held_rel:
                 self.send_event(rel)
-            self._held_rel.clear()
 
     def _in2_record(self):
         sess = self.session
-        pids = [pid for pid, st in sess.inbound._flows.items() if st is InboundStage.QOS2_RECEIVED]
+        pids = sess.inbound.packet_ids(InboundStage.QOS2_RECEIVED)
         return record("in2", sess.client_id, pids or None)
 
     # ---- CONNECT ------------------------------------------------------------------------------
@@ -531,7 +674,7 @@ class Connection:
                 qos2 = True
         if qos2:
             # The packet ids go into the durable state with the messages (one flush).
-            pids = [pid for pid, st in inbound._flows.items() if st is not InboundStage.QOS1_UNACKED]
+            pids = inbound.packet_ids(InboundStage.QOS2_UNACKED, InboundStage.QOS2_RECEIVED)
             items.append(record("in2", sess.client_id, pids))
         # Once a message is stored, the retained index must follow it even if this
         # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
@@ -662,7 +805,7 @@ class Connection:
         sess = self.session
         codes = []
         for text in ev.topic_filters:
-            existed = sess.subs.pop(text, None) is not None
+            existed = sess.unsubscribe(text)
             gw.router.trie.unsubscribe(sess.client_id, text)
             codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)
         if sess.persistent:
@@ -676,6 +819,22 @@ class Connection:
         if ev.session_expiry_interval is not None and self.session is not None:
             self.session.expiry = self.gw.settings.limits.effective_session_expiry(ev.session_expiry_interval)
         self.closing = True
+
+
+def socket_has_room(stream: trio.abc.Stream) -> bool:
+    """Whether the kernel would take more output on the TCP socket under
+    ``stream`` now (TLS and WebSocket streams wrap one). False when there is
+    no socket to ask (memory streams)."""
+    while not isinstance(stream, trio.SocketStream):
+        stream = getattr(stream, "transport_stream", None) or getattr(stream, "transport", None)
+        if stream is None:
+            return False
+    try:
+        poll = select.poll()
+        poll.register(stream.socket.fileno(), select.POLLOUT)
+        return bool(poll.poll(0))
+    except (OSError, ValueError):  # closed meanwhile: the write fails on its own
+        return False
 
 
 def split_delayed(topic: str) -> tuple[int, str]:

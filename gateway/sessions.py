@@ -22,10 +22,16 @@ ARCHITECTURE decision 4. Rules kept here:
 * In-memory deliveries skip ``pending`` when they can: while nothing waits
   there and the connection is live, a QoS 0 message (or a QoS 1/2 one the
   window admits) goes straight into the connection's output at dispatch
-  time, so a burst routed in one read is not cut by a queue limit
-  (the output's own bound, ``maxOutboundBytes``, drops QoS 0 past it).
-* ``notify()`` asks the connection's writer to run ``pump`` once more
-  (new queue entries, acknowledgements that open the window).
+  time, so a burst routed in one read is not cut by a queue limit. The
+  output has its own bounds (``gateway.server``): QoS 0 past
+  ``maxOutboundBytes``, and past ``maxQueuedMessages`` behind a write the
+  client's socket has no room for, is cut (``cut``, counted).
+* ``notify()`` asks the connection to run ``pump`` once more (new queue
+  entries, acknowledgements that open the window): its reader does at the
+  end of its read, or a writer task started for it.
+* Dicts of a session with nothing in them (``subs``, ``refs``, ``mem``)
+  are one shared read-only mapping until the first entry: an idle session
+  holds no empty containers of its own.
 * The durable state (``to_record``) is written as a ``"sess"`` meta record
   at connect, on (un)subscribe, at disconnect and at shutdown, and for
   outbound QoS 2 exactly-once across SIGKILL: by ``pump`` before QoS 2
@@ -39,7 +45,8 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, NamedTuple
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import trio
 
@@ -88,6 +95,9 @@ def inbound_window(version: int, receive_maximum: int) -> int:
 
 
 _NO_ITEMS: tuple = ()
+# The subscriptions, refs or in-memory flows of a session with none (most of
+# them, most of the time): read-only and shared, a dict of its own at the first.
+_NONE: Any = MappingProxyType({})
 
 
 class Pending:
@@ -139,11 +149,11 @@ class Session:
         self.version = version
         self.expiry = expiry
         self.queue: str | None = session_queue_name(client_id) if expiry > 0 else None
-        self.subs: dict[str, tuple[TopicFilter, SubOptions]] = {}
+        self.subs: dict[str, tuple[TopicFilter, SubOptions]] = _NONE
         self.flows = OutboundFlows(gw.settings.limits.max_inflight_messages)
         self.inbound = InboundFlows(inbound_window(version, gw.settings.limits.max_inflight_messages))
-        self.refs: dict[int, object] = {}  # packet id -> ref (see module docstring)
-        self.mem: dict[int, Delivery] = {}  # packet id -> in-memory delivery in flight
+        self.refs: dict[int, object] = _NONE  # packet id -> ref (see module docstring)
+        self.mem: dict[int, Delivery] = _NONE  # packet id -> in-memory delivery in flight
         self.pending = Pending()
         self.next_read = 0
         self.conn = None  # the Connection while connected
@@ -171,8 +181,38 @@ class Session:
     def subscribe(self, text: str, options: SubOptions) -> bool:
         """Record a subscription (the caller adds it to the trie); True if new."""
         new = text not in self.subs
+        if self.subs is _NONE:
+            self.subs = {}
         self.subs[text] = (parse_filter(text), options)
         return new
+
+    def unsubscribe(self, text: str) -> bool:
+        """Forget a subscription (the caller removes it from the trie); True if it existed."""
+        return bool(self.subs) and self.subs.pop(text, None) is not None
+
+    def track(self, packet_id: int, ref, d: Delivery) -> None:
+        """A QoS 1/2 delivery has started with ``packet_id`` (see ``refs``, ``mem``)."""
+        if self.refs is _NONE:
+            self.refs = {}
+        self.refs[packet_id] = ref
+        if type(ref) is not int:
+            if self.mem is _NONE:
+                self.mem = {}
+            self.mem[packet_id] = d
+
+    def untrack(self, packet_id: int) -> None:
+        """The flow of ``packet_id`` is over."""
+        if self.refs:
+            self.refs.pop(packet_id, None)
+        if self.mem:
+            self.mem.pop(packet_id, None)
+
+    def forget_in_memory(self) -> list[Delivery]:
+        """Take every in-memory delivery, in flight or waiting (the session ends)."""
+        waiting = [*self.mem.values(), *self.pending]
+        self.mem = _NONE
+        self.pending.clear()
+        return waiting
 
     def committed(self) -> int:
         low = self.next_read
@@ -215,7 +255,7 @@ class Session:
         self.flows = OutboundFlows.from_state(state)
         # Flows past PUBREC no longer hold the committed offset back.
         self.refs = {pid: (None if q == 2 and st != OutboundStage.AWAIT_PUBREC and type(ref) is int else ref)
-                     for pid, q, st, ref in state["flows"]}
+                     for pid, q, st, ref in state["flows"]} or _NONE
         low = self.gw.broker.min_offset(self.queue, 0)
         self.next_read = max(self.next_read, low)
 
@@ -231,12 +271,12 @@ class Session:
             return True
         if self.gw.broker.max_offset(self.queue, 0) - self.next_read < limit:
             return True
-        if self._cut():
+        if self.cut():
             return False
         self.next_read += 1
         return True
 
-    def _cut(self) -> bool:
+    def cut(self) -> bool:
         """Count one overflow; True when the policy drops the new message."""
         self.dropped += 1
         self.gw.stats.dropped += 1
@@ -250,7 +290,7 @@ class Session:
             conn.deliver(self, delivery, ref=delivery.out.ref)
             return
         if pending and pending.bytes + conn_bytes(conn) >= self.gw.settings.session.max_outbound_bytes:
-            if self._cut():
+            if self.cut():
                 return
             pending.popleft()
         pending.append(delivery)
@@ -346,12 +386,11 @@ class Session:
                 # The client frees the packet id on PUBREL: the flow past PUBREC
                 # must be durable first (the connection writes one "sess" record
                 # for the read, then sends these).
-                conn._held_rel.append(ack.reply)
+                conn.hold_pubrel(ack.reply)
             else:
                 conn.send_event(ack.reply)
         if ack.completed:
-            self.refs.pop(ack.packet_id, None)
-            self.mem.pop(ack.packet_id, None)
+            self.untrack(ack.packet_id)
             if self.queue is not None:
                 self.commit()
             self.notify()
@@ -377,7 +416,7 @@ class Session:
                     # Gone from the store (retention): end the flow.
                     self.flows.on_ack(PubAck(packet_id=pid, reason_code=0x80) if qos == 1
                                       else PubRec(packet_id=pid, reason_code=0x80))
-                    self.refs.pop(pid, None)
+                    self.untrack(pid)
                     continue
                 d = Delivery(out, qos, m[1] if m else False, m[2] if m else ())
             conn.resend(self, d, pid)

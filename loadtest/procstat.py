@@ -6,6 +6,10 @@ Rules it keeps:
   never an exception, so a broker that dies mid-run still leaves a result.
 - CPU is user + system time of the process and its waited-for children, in
   seconds; RSS is VmRSS in bytes.
+- ``steady_rss`` waits (bounded) until a process's RSS stops changing, so a
+  baseline is not taken while a broker that has just opened its port is
+  still starting (ours maps its store files then: tens of MiB that are no
+  connection's cost).
 """
 
 from __future__ import annotations
@@ -37,6 +41,22 @@ def rss_bytes(pid: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+def steady_rss(pid: int, *, quiet: float = 0.5, limit: float = 5.0, step: float = 0.05) -> int | None:
+    """The RSS of ``pid`` once it has not changed for ``quiet`` seconds, or
+    whatever it is after ``limit`` seconds."""
+    end = time.monotonic() + limit
+    last = rss_bytes(pid)
+    since = time.monotonic()
+    while time.monotonic() < end:
+        time.sleep(step)
+        now = rss_bytes(pid)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            break
+    return last
 
 
 class ProcSampler:

@@ -24,7 +24,7 @@ import uuid
 from datetime import datetime, timezone
 
 from . import accounting, scenarios, worker
-from .procstat import ProcSampler, rss_bytes
+from .procstat import ProcSampler, rss_bytes, steady_rss
 from .progress import ProgressBar
 
 SCHEMA = "mqgate-loadtest/1"
@@ -89,7 +89,8 @@ def run(s: scenarios.Scenario, host: str, port: int, *, broker: str = "target",
                            deadline_ns=deadline_ns - int(min(2.0, s.timeout / 10) * 1e9),
                            drain=s.drain, bucket=s.bucket)
     sampler = ProcSampler(broker_pid)
-    rss_before = rss_bytes(broker_pid) if broker_pid else None
+    # the storm's figure is RSS per connection: the baseline waits for a broker still starting up
+    rss_before = None if not broker_pid else steady_rss(broker_pid) if s.name == "storm" else rss_bytes(broker_pid)
     cpu0 = time.process_time()
     procs = [ctx.Process(target=worker.main, args=(i, share, cfg, control), daemon=True)
              for i, share in enumerate(shares)]

@@ -130,45 +130,57 @@ async def _accept_loop(listener: trio.SocketListener, spec: ListenerSpec, ctx: s
 
 async def _connection(sock: trio.SocketStream, spec: ListenerSpec, ctx: ssl.SSLContext | None,
                       handler: Handler, gate: _Gate) -> None:
-    conn_id = next(_connection_ids)
+    # This frame lasts as long as the connection, so the handshake's locals
+    # live in _handshake's frame, gone once it returns.
     stream: trio.abc.Stream = sock
     try:
-        try:
-            peer = sock.socket.getpeername()[:2]
-            local_port = sock.socket.getsockname()[1]
-            identity = subprotocol = None
-            with trio.fail_after(spec.handshake_timeout):
-                if ctx is not None:
-                    tls = trio.SSLStream(sock, ctx, server_side=True)
-                    stream = tls
-                    await tls.do_handshake()
-                    identity = identity_from_peercert(tls.getpeercert())
-                if spec.is_websocket:
-                    stream = await accept_websocket(stream, spec.ws_path, spec.ws_subprotocols)
-                    subprotocol = stream.subprotocol
-        except _HANDSHAKE_ERRORS as e:
-            gate.stats.handshake_failures += 1
-            cause = e.__cause__ or e
-            log.info("%s connection %d: handshake failed: %s", spec.name, conn_id,
-                     "timed out" if isinstance(e, trio.TooSlowError) else cause)
+        stream, info = await _handshake(sock, spec, ctx, gate)
+        if info is None:
             return
-        except Exception:
-            gate.stats.handshake_failures += 1
-            log.exception("%s connection %d: handshake failed", spec.name, conn_id)
-            return
-        info = ConnectionInfo(transport=spec.transport, listener=spec.name, peer=peer,
-                              local_port=local_port, connection_id=conn_id,
-                              certificate=identity, ws_subprotocol=subprotocol)
         try:
             await handler(stream, info)
         except Exception:
             gate.stats.handler_errors += 1
-            log.exception("%s connection %d from %s: handler failed", spec.name, conn_id, peer)
+            log.exception("%s connection %d from %s: handler failed", spec.name, info.connection_id, info.peer)
     finally:
         try:
             await _close(stream)
         finally:
             gate.leave()
+
+
+async def _handshake(sock: trio.SocketStream, spec: ListenerSpec, ctx: ssl.SSLContext | None,
+                     gate: _Gate) -> tuple[trio.abc.Stream, ConnectionInfo | None]:
+    """(the stream that carries MQTT bytes, its ConnectionInfo); the info is
+    None when the TLS or WebSocket handshake failed (logged and counted)."""
+    conn_id = next(_connection_ids)
+    stream: trio.abc.Stream = sock
+    try:
+        peer = sock.socket.getpeername()[:2]
+        local_port = sock.socket.getsockname()[1]
+        identity = subprotocol = None
+        with trio.fail_after(spec.handshake_timeout):
+            if ctx is not None:
+                tls = trio.SSLStream(sock, ctx, server_side=True)
+                stream = tls
+                await tls.do_handshake()
+                identity = identity_from_peercert(tls.getpeercert())
+            if spec.is_websocket:
+                stream = await accept_websocket(stream, spec.ws_path, spec.ws_subprotocols)
+                subprotocol = stream.subprotocol
+    except _HANDSHAKE_ERRORS as e:
+        gate.stats.handshake_failures += 1
+        cause = e.__cause__ or e
+        log.info("%s connection %d: handshake failed: %s", spec.name, conn_id,
+                 "timed out" if isinstance(e, trio.TooSlowError) else cause)
+        return stream, None
+    except Exception:
+        gate.stats.handshake_failures += 1
+        log.exception("%s connection %d: handshake failed", spec.name, conn_id)
+        return stream, None
+    return stream, ConnectionInfo(transport=spec.transport, listener=spec.name, peer=peer,
+                                  local_port=local_port, connection_id=conn_id,
+                                  certificate=identity, ws_subprotocol=subprotocol)
 
 
 async def _close(stream: trio.abc.Stream) -> None:

@@ -120,7 +120,7 @@ class CertIdentity:
     subject: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ConnectionInfo:
     transport: Transport
     listener: str  # ListenerSpec.name

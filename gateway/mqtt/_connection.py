@@ -25,6 +25,9 @@ Rules kept here:
   raised again on every read, and ``error_response(exc)`` gives the bytes
   to send before closing (it moves the state to CLOSED).
 * Once CLOSED, received data is ignored; EOF yields one ``ConnectionClosed``.
+* Nothing is held that an idle connection does not need: of the CONNECT
+  only its Authentication Method and Session Expiry Interval are kept (not
+  its password or will), and input fully decoded leaves no buffer.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from ._reasons import (
     connack_return_code,
 )
 from ._state import RECEIVE, SEND, ConnectionState, send_key
-from ._topic_alias import InboundTopicAliases, OutboundTopicAliases
+from ._topic_alias import NO_OUTBOUND_ALIASES, InboundTopicAliases, OutboundTopicAliases
 from ._wire import PacketType
 
 S = ConnectionState
@@ -74,19 +77,27 @@ class MQTTConnection:
     in its ``ConnAck``. For 3.1/3.1.1 the constructor values hold throughout.
     """
 
+    __slots__ = ("state", "max_packet_size", "protocol_version", "peer_max_packet_size", "peer_receive_maximum",
+                 "peer_topic_alias_maximum", "inbound_aliases", "outbound_aliases", "_buf", "_pos", "_pending",
+                 "_pending_len", "_need", "_eof", "_closed_reported", "_disconnected", "_error", "_claimed_version",
+                 "_no_problem_info", "_auth_method", "_connect_expiry")
+
     def __init__(self, *, max_packet_size: int = UNLIMITED, topic_alias_maximum: int = 0) -> None:
         self.state = S.AWAIT_CONNECT
         self.max_packet_size = max_packet_size
         self.protocol_version: int | None = None
-        self.connect: Connect | None = None
         self.peer_max_packet_size: int | None = None
         self.peer_receive_maximum = 65535
         self.peer_topic_alias_maximum = 0
         self.inbound_aliases = InboundTopicAliases(topic_alias_maximum)
-        self.outbound_aliases = OutboundTopicAliases(0)
+        self.outbound_aliases = NO_OUTBOUND_ALIASES
+        # What is kept of the CONNECT (not the packet: its password and will
+        # are the server's business, and an idle connection would hold them).
+        self._auth_method: str | None = None
+        self._connect_expiry = 0  # its Session Expiry Interval (5.0)
         self._buf = b""
         self._pos = 0
-        self._pending: list[bytes] = []
+        self._pending: list[bytes] | None = None  # reads not yet joined into _buf
         self._pending_len = 0
         self._need = 0
         self._eof = False
@@ -105,16 +116,20 @@ class MQTTConnection:
         if not data:
             self._eof = True
         elif self.state is not S.CLOSED:
-            self._pending.append(bytes(data))
+            if self._pending is None:
+                self._pending = [bytes(data)]
+            else:
+                self._pending.append(bytes(data))
             self._pending_len += len(data)
 
     def _fill(self) -> None:
-        if self._pos == len(self._buf) and len(self._pending) == 1:
-            self._buf = self._pending[0]
+        pending = self._pending
+        if self._pos == len(self._buf) and len(pending) == 1:
+            self._buf = pending[0]
         else:
-            self._buf = b"".join([self._buf[self._pos :], *self._pending])
+            self._buf = b"".join([self._buf[self._pos :], *pending])
         self._pos = 0
-        self._pending = []
+        self._pending = None
         self._pending_len = 0
 
     def next_event(self):
@@ -173,6 +188,10 @@ class MQTTConnection:
         return self._received(event)
 
     def _at_end(self):
+        if self._pos == len(self._buf) and self._buf:
+            # All consumed: drop the read's bytes (an idle connection keeps no buffer).
+            self._buf = b""
+            self._pos = 0
         if not self._eof or self._closed_reported:
             return NEED_DATA
         self._closed_reported = True
@@ -184,25 +203,24 @@ class MQTTConnection:
         new_state = RECEIVE.get((self.state, cls))
         if new_state is None:
             raise RemoteProtocolError(f"{cls.__name__} is not allowed in state {self.state.name}", _PROTO)
-        connect = self.connect
         if cls is Publish:
             if self.protocol_version == 5:
                 event = self._resolve_alias(event)
         elif cls is Connect:
             self._accept_connect(event)
         elif cls is Auth:
-            if connect.authentication_method is None:
+            if self._auth_method is None:
                 raise RemoteProtocolError("AUTH without an authentication method in CONNECT", _PROTO)
             method = event.authentication_method
-            if method is not None and method != connect.authentication_method:
+            if method is not None and method != self._auth_method:
                 raise RemoteProtocolError("AUTH with a different authentication method", _PROTO)
         elif cls is Disconnect:
-            if event.session_expiry_interval and not connect.session_expiry_interval:
+            if event.session_expiry_interval and not self._connect_expiry:
                 raise RemoteProtocolError("DISCONNECT sets a session expiry after CONNECT said 0", _PROTO)
             self._disconnected = True
         if (
             self.state is S.CONNECTING
-            and connect.authentication_method is not None
+            and self._auth_method is not None
             and cls not in (Auth, Disconnect)
         ):
             raise RemoteProtocolError(f"{cls.__name__} before CONNACK during enhanced authentication", _PROTO)
@@ -221,8 +239,9 @@ class MQTTConnection:
         return _trusted(Publish, fields)
 
     def _accept_connect(self, event: Connect) -> None:
-        self.connect = event
         self.protocol_version = event.protocol_version
+        self._auth_method = event.authentication_method
+        self._connect_expiry = event.session_expiry_interval or 0
         if event.protocol_version == 5:
             self.peer_max_packet_size = event.maximum_packet_size
             self.peer_receive_maximum = event.receive_maximum or 65535

@@ -33,7 +33,7 @@ class InboundTopicAliases:
 
     def __init__(self, maximum: int) -> None:
         self.maximum = maximum
-        self._topics: dict[int, str] = {}
+        self._topics: dict[int, str] | None = None  # made at the first alias bound
 
     def resolve(self, topic: str, alias: int) -> str:
         """The full topic name of a PUBLISH carrying ``alias``."""
@@ -41,12 +41,15 @@ class InboundTopicAliases:
             raise RemoteProtocolError(
                 f"topic alias {alias} outside 1..{self.maximum}", ReasonCode.TOPIC_ALIAS_INVALID
             )
+        topics = self._topics
         if topic:
-            self._topics[alias] = topic
+            if topics is None:
+                topics = self._topics = {}
+            topics[alias] = topic
             return topic
         try:
-            return self._topics[alias]
-        except KeyError:
+            return topics[alias]
+        except (KeyError, TypeError):
             raise RemoteProtocolError(f"topic alias {alias} is not bound", ReasonCode.PROTOCOL_ERROR) from None
 
 
@@ -88,3 +91,8 @@ class OutboundTopicAliases:
         alias = self._aliases.pop(topic, None)
         if alias is not None:
             self._free.append(alias)
+
+
+# The table of every connection whose client takes no aliases: with maximum 0
+# it holds no state, so one serves them all.
+NO_OUTBOUND_ALIASES = OutboundTopicAliases(0)

@@ -29,6 +29,7 @@ Rules kept here (3.1.1 section 4.3-4.6, 5.0 section 4.3-4.9):
 from __future__ import annotations
 
 from enum import Enum, IntEnum
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ._events import PubAck, PubComp, PubRec, PubRel, Publish
@@ -41,6 +42,9 @@ __all__ = [
 
 _PROTO = ReasonCode.PROTOCOL_ERROR
 _NOT_FOUND = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+# The flows of a table with none yet (most sessions, most of the time): read-only
+# and shared, replaced by a dict of its own at the first flow.
+_NO_FLOWS: Any = MappingProxyType({})
 
 
 class OutboundStage(IntEnum):
@@ -82,10 +86,12 @@ class Redelivery(NamedTuple):
 class OutboundFlows:
     """Server-to-client flows of one session: packet ids, window, redelivery."""
 
+    __slots__ = ("receive_maximum", "_next", "_flows")
+
     def __init__(self, receive_maximum: int = 65535) -> None:
         self.receive_maximum = receive_maximum
         self._next = 1
-        self._flows: dict[int, list] = {}  # packet id -> [qos, stage, ref]
+        self._flows: dict[int, list] = _NO_FLOWS  # packet id -> [qos, stage, ref]
 
     def __len__(self) -> int:
         return len(self._flows)
@@ -100,6 +106,8 @@ class OutboundFlows:
             raise LocalProtocolError(f"QoS {qos!r} has no flow")
         if len(self._flows) >= self.receive_maximum:
             raise LocalProtocolError("the client's Receive Maximum is reached")
+        if self._flows is _NO_FLOWS:
+            self._flows = {}
         packet_id = self._next
         while packet_id in self._flows:
             packet_id = packet_id % 65535 + 1
@@ -142,7 +150,7 @@ class OutboundFlows:
     def from_state(cls, state: dict) -> "OutboundFlows":
         self = cls(state["receive_maximum"])
         self._next = state["next"]
-        self._flows = {pid: [qos, O(stage), ref] for pid, qos, stage, ref in state["flows"]}
+        self._flows = {pid: [qos, O(stage), ref] for pid, qos, stage, ref in state["flows"]} or _NO_FLOWS
         return self
 
 
@@ -186,15 +194,21 @@ _CLIENT_INPUTS = frozenset({"publish1", "publish2", "pubrel"})
 class InboundFlows:
     """Client-to-server flows of one session: window and QoS 2 exactly once."""
 
+    __slots__ = ("receive_maximum", "_flows")
+
     def __init__(self, receive_maximum: int = 65535) -> None:
         self.receive_maximum = receive_maximum
-        self._flows: dict[int, InboundStage] = {}
+        self._flows: dict[int, InboundStage] = _NO_FLOWS
 
     def __len__(self) -> int:
         return len(self._flows)
 
     def stage(self, packet_id: int) -> InboundStage:
         return self._flows.get(packet_id, I.ABSENT)
+
+    def packet_ids(self, *stages: InboundStage) -> list[int]:
+        """The packet ids now in one of ``stages``, in arrival order."""
+        return [pid for pid, st in self._flows.items() if st in stages]
 
     def _step(self, packet_id: int, what: str) -> InboundAction:
         stage = self._flows.get(packet_id, I.ABSENT)
@@ -206,10 +220,13 @@ class InboundFlows:
             raise LocalProtocolError(msg)
         new, action = step
         if new is I.ABSENT:
-            self._flows.pop(packet_id, None)
+            if stage is not I.ABSENT:
+                del self._flows[packet_id]
         else:
             if stage is I.ABSENT and len(self._flows) >= self.receive_maximum:
                 raise RemoteProtocolError("Receive Maximum exceeded", ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)
+            if self._flows is _NO_FLOWS:
+                self._flows = {}
             self._flows[packet_id] = new
         return action
 
@@ -241,7 +258,8 @@ class InboundFlows:
 
     def reset_unacked(self) -> None:
         """On a new connection: forget messages we never acknowledged."""
-        self._flows = {pid: st for pid, st in self._flows.items() if st is I.QOS2_RECEIVED}
+        if self._flows:
+            self._flows = {pid: st for pid, st in self._flows.items() if st is I.QOS2_RECEIVED} or _NO_FLOWS
 
     def to_state(self) -> dict:
         return {"receive_maximum": self.receive_maximum, "flows": [[p, int(s)] for p, s in self._flows.items()]}
@@ -249,5 +267,5 @@ class InboundFlows:
     @classmethod
     def from_state(cls, state: dict) -> "InboundFlows":
         self = cls(state["receive_maximum"])
-        self._flows = {pid: I(stage) for pid, stage in state["flows"]}
+        self._flows = {pid: I(stage) for pid, stage in state["flows"]} or _NO_FLOWS
         return self

@@ -1,8 +1,9 @@
 """In-memory delivery goes straight into the subscriber's output at dispatch time.
 
-A clean session's QoS 0 burst is not cut by ``maxQueuedMessages`` (that is
-the persistent queues' limit); the only bound is ``maxOutboundBytes`` on the
-connection's output, and what it drops is counted.
+A clean session's QoS 0 burst is not cut by ``maxQueuedMessages``: that limit
+holds for persistent queues, and for QoS 0 only behind a write the client's
+socket has no room for (test_lean_connections); here the bound is
+``maxOutboundBytes`` on the connection's output, and what it drops is counted.
 """
 
 from __future__ import annotations
