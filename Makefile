@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 ARGS   ?=
 
-.PHONY: run test test-pure build bench install install-dev system-deps node-deps clean
+.PHONY: run test test-pure build bench install install-dev system-deps test-deps node-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,21 +25,28 @@ $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 
 install: $(VENV)/.installed
 
-install-dev: $(VENV)/.installed-dev system-deps node-deps
+install-dev: $(VENV)/.installed-dev test-deps node-deps
 
-# Debian packages the suite uses as real peers: mosquitto (broker to compare
-# against), mosquitto-clients (mosquitto_pub / mosquitto_sub), etcd-server
-# (the failover tests' coordination service), rabbitmq-server (its MQTT
-# plugin is a broker the load tests compare against), valgrind (callgrind
-# counts instructions per message: loadtest.bench_instructions).
+# Debian packages, installed only when one is missing. What the examples use
+# (make run): mosquitto (a broker to compare against), mosquitto-clients
+# (mosquitto_pub / mosquitto_sub), Java (Spark), etcd-server (automatic
+# failover). What the suite and `make bench` add (test-deps): rabbitmq-server
+# (its MQTT plugin is a compared broker) and valgrind (callgrind counts
+# instructions per message: loadtest.bench_instructions).
 system-deps:
 	@if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto >/dev/null \
-	     || ! command -v java >/dev/null || ! command -v etcd >/dev/null \
-	     || [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || ! command -v valgrind >/dev/null; then \
+	     || ! command -v java >/dev/null || ! command -v etcd >/dev/null; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      mosquitto mosquitto-clients default-jre-headless etcd-server rabbitmq-server valgrind >/dev/null; \
+	      mosquitto mosquitto-clients default-jre-headless etcd-server >/dev/null; \
+	fi
+
+test-deps: system-deps
+	@if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || ! command -v valgrind >/dev/null; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server valgrind >/dev/null; \
 	fi
 
 # The Node `ali-ons` RocketMQ client, a real peer of the interop tests.

@@ -58,15 +58,20 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mqgate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="mqgate", description="MQTT 3.1.1/5.0 gateway and RocketMQ-style broker.",
+                                     epilog="Configuration keys: docs/CONFIG.md; admin verbs: docs/ADMIN.md.")
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p = sub.add_parser("serve", help="name server + broker + MQTT gateway in one process")
+    p = sub.add_parser("serve", help="name server + broker + MQTT gateway in one process",
+                       description="Name server, broker and MQTT gateway in one process. Flags override the "
+                                   "--config file; every key of that file is in docs/CONFIG.md.")
     _add_serve_flags(p, mqtt=True, namesrv=True, broker=True)
     p.add_argument("--namesrv", metavar="ADDRS", help="extra name servers to register with, host:port;host:port")
-    p = sub.add_parser("namesrv", help="run the name server alone")
+    p = sub.add_parser("namesrv", help="run the name server alone", description="The name server alone.")
     _add_serve_flags(p, mqtt=False, namesrv=True, broker=False)
-    p = sub.add_parser("broker", help="run a broker alone")
+    p = sub.add_parser("broker", help="run a broker alone",
+                       description="A broker alone (any brokerRole: docs/HA.md), registering with --namesrv. "
+                                   "Configuration keys: docs/CONFIG.md.")
     _add_serve_flags(p, mqtt=False, namesrv=False, broker=True)
     p.add_argument("--namesrv", metavar="ADDRS", help="name servers, host:port;host:port")
     sub.add_parser("passwd", help="manage the password file", add_help=False)

@@ -15,8 +15,10 @@ Rules kept here (``Authenticator.authenticate``, first match wins):
    username and password, if any, are ignored, like Mosquitto).
 2. No username: accepted iff ``allow_anonymous``. Its default is Mosquitto
    2's: on when every listener binds a loopback address (127.0.0.1, ::1,
-   localhost), off otherwise (0.0.0.0 included); ``allowAnonymous = true``
-   turns it on anywhere (logged as a warning at start).
+   localhost) and no ``passwordFile`` is set, off otherwise (0.0.0.0
+   included; a password file means clients must authenticate);
+   ``allowAnonymous = true`` turns it on anywhere (logged as a warning at
+   start when the listeners are not loopback-only).
 3. A password file is configured: the user must be in it and the password
    must verify; an unknown user or a wrong or missing password is refused.
 4. No password file: accepted iff ``allow_anonymous`` (the username is then
@@ -156,12 +158,13 @@ class Authenticator:
     @classmethod
     def from_dict(cls, table: Mapping[str, Any], *, hosts: Iterable[str] = ("127.0.0.1",)) -> Authenticator:
         """From the ``[mqtt]`` table: ``allowAnonymous`` (default: true when every
-        listener address in ``hosts`` is a loopback one, else false),
+        listener address in ``hosts`` is a loopback one and there is no
+        ``passwordFile``, else false),
         ``passwordFile`` (default none), ``useIdentityAsUsername`` (false).
         Other keys are ignored here (``Limits.from_dict`` rejects strangers)."""
-        allow = table.get("allowAnonymous", all(is_loopback(h) for h in hosts))
         ident = table.get("useIdentityAsUsername", False)
         pw = table.get("passwordFile", "")
+        allow = table.get("allowAnonymous", not pw and all(is_loopback(h) for h in hosts))
         for key, value, kind in (("allowAnonymous", allow, bool),
                                  ("useIdentityAsUsername", ident, bool), ("passwordFile", pw, str)):
             if not isinstance(value, kind):

@@ -132,6 +132,8 @@ async def serve(cfg: ServeConfig, role: str = "serve", *, stop: trio.Event | Non
         async with trio.open_nursery() as nursery:
             if role in ("serve", "broker"):
                 await _start_broker(nursery, cfg, role, namesrv_addrs, ports)
+            if not ports:
+                log.warning("nothing to serve: every listener is off (port 0); see docs/CONFIG.md for the ports")
             log.info("ready: %s", " ".join(f"{k}={v}" for k, v in ports.items()) or "nothing to serve")
             task_status.started(ports)
             await (stop.wait() if stop is not None else trio.sleep_forever())

@@ -274,6 +274,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--device-level counts from 1")
     if args.once and not args.stream:
         p.error("--once goes with --stream")
+    if not os.path.isdir(os.path.join(args.data_dir, "commitlog")):  # before Spark starts: one line, not its traceback
+        p.error(f"--data-dir {args.data_dir}: no commitlog/ there (the directory mqgate serve --data-dir wrote)")
     from .topicfilter import FilterError, validate
 
     try:

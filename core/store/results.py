@@ -116,3 +116,17 @@ class RecoveryReport:
     cq_units_dropped: int = 0
     index_files_dropped: int = 0
     queues: int = 0
+
+    def __str__(self) -> str:
+        """One line for the start-up log: how the last run ended and what recovery did."""
+        parts = ["after a crash" if self.abnormal_exit else "after a clean shutdown",
+                 f"log {self.log_min_offset}..{self.log_max_offset}", f"{self.queues} queues"]
+        if self.replayed_entries:
+            parts.append(f"{self.replayed_entries} entries re-dispatched from {self.replayed_from}")
+        if self.truncated_bytes_at is not None:
+            parts.append(f"torn tail cut at {self.truncated_bytes_at}")
+        if self.corruption is not None:
+            parts.append(f"cut at corruption: {self.corruption}")
+        if self.cq_units_dropped or self.index_files_dropped:
+            parts.append(f"{self.cq_units_dropped} queue units and {self.index_files_dropped} index files dropped")
+        return ", ".join(parts)

@@ -141,3 +141,11 @@ def test_from_dict(pwfile, tmp_path):
         Authenticator.from_dict({"allowAnonymous": "yes"})
     with pytest.raises(ConfigError, match="passwordFile"):
         Authenticator.from_dict({"passwordFile": str(tmp_path / "missing")})
+
+
+def test_a_password_file_turns_anonymous_off_unless_said_otherwise(pwfile):
+    # a user who configures passwords expects them to be needed, on 127.0.0.1 too
+    assert not Authenticator.from_dict({"passwordFile": str(pwfile)}).allow_anonymous
+    assert Authenticator.from_dict({"passwordFile": str(pwfile), "allowAnonymous": True}).allow_anonymous
+    assert Authenticator.from_dict({}).allow_anonymous
+    assert not Authenticator.from_dict({}, hosts=("0.0.0.0",)).allow_anonymous

@@ -175,3 +175,11 @@ def test_payload_fields(body, ctype, want):
 def test_payload_rejects(body, ctype):
     with pytest.raises(PayloadError):
         numeric_fields(body, ctype)
+
+
+def test_a_data_dir_without_a_commit_log_is_one_line_before_spark_starts(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        telemetry.parse_args(["--data-dir", str(tmp_path / "nodata"), "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == f"mqgate telemetry: error: --data-dir {tmp_path / 'nodata'}: no commitlog/ there (the directory mqgate serve --data-dir wrote)"
