@@ -260,7 +260,7 @@ def configs_from_dict(values: dict[str, Any]) -> tuple[BrokerConfig, StoreConfig
             known = list(_FIELD_OF) + [_camel(n) for n in store_fields]
             near = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ConfigError(f"unknown configuration key {key!r}{hint}")
+            raise ConfigError(f"unknown configuration key {key!r}{hint}; every key is listed in docs/CONFIG.md")
         default = getattr(StoreConfig(), name)
         type_name = type(default).__name__
         store_values[name] = _coerce(key, type_name, raw) if type_name in ("bool", "int", "str") else raw

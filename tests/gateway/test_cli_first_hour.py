@@ -139,7 +139,7 @@ def error_lines(stderr: str) -> list[str]:
     ('[mqtt]\naclFile = "/nonexistent/acl.txt"\n', ["aclFile", "/nonexistent/acl.txt"]),
     ('[mqtt]\npasswordFile = "/nonexistent/pw"\n', ["passwordFile", "/nonexistent/pw"]),
     ("[mqtt]\nmaxKeepalive = 'x'\n", ["[mqtt]", "maxKeepalive"]),
-    ("[broker]\nbrokerNmae = 'x'\n", ["brokerNmae", "brokerName"]),
+    ("[broker]\nbrokerNmae = 'x'\n", ["brokerNmae", "brokerName", "docs/CONFIG.md"]),
     ("[mqtt\n", ["c.toml"]),
 ])
 def test_configuration_errors_are_one_line_before_any_port_is_bound(tmp_path, toml, words):
