@@ -49,8 +49,24 @@ class EtcdProcess:
         self.kill()
         raise TimeoutError(f"etcd did not answer in {timeout} s")
 
-    def pause(self) -> None:
+    def pause(self, timeout: float = 5.0) -> None:
+        """SIGSTOP, and return only once every thread of etcd is stopped: the
+        signal is asynchronous, and a thread still running could answer a
+        request sent right after (seen once in CI under load)."""
         self.proc.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = []
+            for stat in tasks.glob("*/stat"):
+                try:
+                    states.append(stat.read_text().rpartition(")")[2].split()[0])
+                except OSError:  # a thread that ended meanwhile
+                    pass
+            if states and all(s in ("T", "t") for s in states):
+                return
+            time.sleep(0.01)
+        raise TimeoutError(f"etcd (pid {self.proc.pid}) did not stop within {timeout} s of SIGSTOP")
 
     def resume(self) -> None:
         self.proc.send_signal(signal.SIGCONT)
