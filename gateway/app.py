@@ -56,12 +56,12 @@ from core.store.message import PROPERTY_TIMER_OUT_MS
 from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
 from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingError, now_ms, publish_to_message,
-                             queue_for)
+                             queue_for, split_delayed)
 from gateway.meta import record, replay
 from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
 from gateway.retained import RetainedIndex
 from gateway.router import Router
-from gateway.server import Connection, split_delayed
+from gateway.server import Connection
 from gateway.sessions import Delivery, Session, SubOptions, inbound_window
 from gateway.settings import GatewaySettings
 from gateway.sys_topics import GatewayStats, sys_values

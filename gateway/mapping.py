@@ -53,6 +53,7 @@ import zlib
 from core.broker import LMQ_TOPIC_PREFIX, is_system_topic, mqtt_level_to_topic, topic_to_mqtt_level
 from core.store.message import PROPERTY_MQTT_TOPIC, PROPERTY_REAL_TOPIC, Message, StoredMessage
 from gateway.mqtt import Publish, ReasonCode
+from gateway.wildcard import TopicError, validate_topic_name
 
 P_TOPIC = PROPERTY_MQTT_TOPIC
 P_QOS = "mqttQos"
@@ -247,3 +248,17 @@ def outbound_from_message(msg: Message | StoredMessage, topic: str | None = None
         return None  # a native message with garbage in our properties: not ours to guess
     return Outbound(topic, msg.body, qos, props.get(P_RETAIN) == "true", props.get(P_CLIENT),
                     publish_ms, expiry, out)
+
+
+def split_delayed(topic: str) -> tuple[int, str]:
+    """(delay in seconds, real topic) of ``$delayed/<seconds>/<topic>``; MappingError if malformed."""
+    parts = topic.split("/", 2)
+    # ASCII digits only ("²".isdigit() is true), and few enough for int() and the timer properties
+    if len(parts) < 3 or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 10) or not parts[2]:
+        raise MappingError("$delayed topics are $delayed/<seconds>/<topic>, seconds at most 10 digits",
+                           ReasonCode.TOPIC_NAME_INVALID)
+    try:
+        validate_topic_name(parts[2])
+    except TopicError as e:
+        raise MappingError(str(e), ReasonCode.TOPIC_NAME_INVALID) from None
+    return int(parts[1]), parts[2]

@@ -44,18 +44,6 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
 * Keepalive: no packet for 1.5 x keepalive closes the connection (5.0:
   DISCONNECT 0x8D). Waiting for CONNECT is bounded by ``connectTimeout``,
   writes by ``writeTimeout``.
-* A PUBLISH the store does not take: a 5.0 client gets the failure reason
-  code. A 3.1.1 client cannot be told: after a temporary failure (flush
-  timeout, store not available) it is closed unacknowledged so that it
-  sends the message again; a permanent refusal (``MESSAGE_ILLEGAL``, e.g.
-  a delay over ``timerMaxDelaySec``; ``NO_PERMISSION`` on the topic;
-  ``TOPIC_NOT_EXIST``) would come back forever from a persistent session,
-  so it is acknowledged and dropped (counted in ``dropped``), as Mosquitto
-  does with messages it will not take.
-* ``$delayed/<s>/<topic>``: the message is parked by the broker's timer
-  service and stored on ``<topic>`` when it fires. Its RETAIN flag travels
-  in the message (``mqttRetain``) and acts on ``<topic>`` then (the
-  router's stored hook), never on ``$delayed/...`` and never before.
 """
 
 from __future__ import annotations
@@ -63,24 +51,21 @@ from __future__ import annotations
 import logging
 import math
 import select
-import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from core.broker import SendStatus
-from core.store.message import PROPERTY_TIMER_OUT_MS
-from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_to_message,
-                             queue_for)
+from gateway.connecting import accept_connect
+from gateway.mapping import now_ms
 from gateway.meta import record
 from gateway.mqtt import (
-    Auth, ConnAck, Connect, ConnectionClosed, Disconnect, InboundAction, InboundStage, MQTTConnection,
-    PingReq, PingResp, PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, SubAck,
-    Subscribe, UnsubAck, Unsubscribe,
+    Auth, Connect, ConnectionClosed, Disconnect, InboundStage, MQTTConnection, PingReq, PingResp,
+    PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, Subscribe, Unsubscribe,
 )
-from gateway.sessions import Delivery, SubOptions, encode_delivery
-from gateway.wildcard import TopicError, parse_filter, validate_topic_name
+from gateway.publishing import publish_batch
+from gateway.sessions import Delivery, encode_delivery
+from gateway.subscribing import subscribe, unsubscribe
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
@@ -90,8 +75,6 @@ R = ReasonCode
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _CLIENT_ACKS = (PubAck, PubRec, PubComp)
 LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
-# store refusals that sending the message again cannot change (see the module docstring)
-_PERMANENT = frozenset({SendStatus.MESSAGE_ILLEGAL, SendStatus.NO_PERMISSION, SendStatus.TOPIC_NOT_EXIST})
 
 
 # Who writes what ``out`` holds (``Connection._writer_of``).
@@ -501,12 +484,12 @@ class Connection:
                 self.send_event(PingResp())
                 continue
             if batch:
-                await self._publishes(batch)
+                await publish_batch(self, batch)
                 batch = []
             if self.closing:
                 return
             if t is Connect:
-                await self._connect(ev)
+                await accept_connect(self, ev)
                 sess = self.session
                 if sess is None:
                     return
@@ -519,9 +502,9 @@ class Connection:
                 else:
                     self.send_event(comp)
             elif t is Subscribe:
-                await self._subscribe(ev)
+                await subscribe(self, ev)
             elif t is Unsubscribe:
-                await self._unsubscribe(ev)
+                await unsubscribe(self, ev)
             elif t is Disconnect:
                 self._disconnect(ev)
                 return
@@ -531,13 +514,13 @@ class Connection:
             elif t is Auth:
                 raise RemoteProtocolError("re-authentication is not supported", R.PROTOCOL_ERROR)
         if batch:
-            await self._publishes(batch)
+            await publish_batch(self, batch)
         if self._held or self._held_rel:
             # One record write for the read: the inbound QoS 2 state before its
             # PUBCOMPs, the session (flows past PUBREC) before its PUBRELs.
             items = []
             if self._held:
-                items.append(self._in2_record())
+                items.append(self.in2_record())
             if self._held_rel:
                 items.append(record("sess", sess.client_id, sess.to_record(gone=None)))
             await self.gw.write_records(items)
@@ -548,269 +531,10 @@ class Connection:
             for rel in held_rel:
                 self.send_event(rel)
 
-    def _in2_record(self):
+    def in2_record(self):
         sess = self.session
         pids = sess.inbound.packet_ids(InboundStage.QOS2_RECEIVED)
         return record("in2", sess.client_id, pids or None)
-
-    # ---- CONNECT ------------------------------------------------------------------------------
-
-    def _refuse(self, code: int, why: str) -> None:
-        log.info("connection %s: CONNECT refused (0x%02X): %s", self.info.peer, code, why)
-        self.gw.stats.refused += 1
-        self.send_event(ConnAck(reason_code=code))
-        self.closing = True
-
-    async def _connect(self, c: Connect) -> None:
-        gw = self.gw
-        lim = gw.settings.limits
-        v = c.protocol_version
-        if c.authentication_method is not None:
-            return self._refuse(R.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
-        result = await gw.settings.authenticator.authenticate(c.username, c.password, self.info.certificate)
-        if not result.ok:
-            bad_pw = c.username is not None and gw.settings.authenticator.password_file is not None
-            return self._refuse(R.BAD_USER_NAME_OR_PASSWORD if bad_pw else R.NOT_AUTHORIZED, "authentication failed")
-        self.username = result.username if result.username is not None else c.username
-        cid = c.client_id
-        assigned = None
-        if not cid:
-            cid = "auto-" + uuid.uuid4().hex
-            if v == 5:
-                assigned = cid
-        keepalive = lim.effective_keepalive(c.keep_alive)
-        if v < 5 and keepalive != c.keep_alive:
-            return self._refuse(R.SERVER_UNAVAILABLE,
-                                f"keepalive {c.keep_alive} outside {lim.min_keepalive}..{lim.max_keepalive}")
-        if c.will is not None:
-            try:
-                validate_topic_name(c.will.topic)
-            except TopicError as e:
-                return self._refuse(R.TOPIC_NAME_INVALID, f"will topic: {e}")
-            if c.will.retain and not gw.settings.session.retain_available:
-                return self._refuse(R.RETAIN_NOT_SUPPORTED, "retained will, retain is off")
-        self.acl = gw.settings.acl.for_client(cid, self.username)
-        if c.will is not None and not self.acl.check("publish", c.will.topic):
-            return self._refuse(R.NOT_AUTHORIZED, f"will topic {c.will.topic!r} denied by the ACL")
-        if v == 5:
-            requested = c.session_expiry_interval or 0
-        else:
-            requested = 0 if c.clean_start else 0xFFFFFFFF
-        expiry = lim.effective_session_expiry(requested)
-        self.client_id = cid
-        self.keepalive = keepalive
-        self.will = c.will
-        sess, present = await gw.open_session(self, cid, clean_start=c.clean_start, expiry=expiry, version=v)
-        ack = dict(session_present=present)
-        if v == 5:
-            ack.update(receive_maximum=lim.max_inflight_messages, maximum_packet_size=lim.max_packet_size,
-                       topic_alias_maximum=lim.max_topic_alias,
-                       retain_available=1 if gw.settings.session.retain_available else 0,
-                       wildcard_subscription_available=1, subscription_identifier_available=1,
-                       shared_subscription_available=1)
-            if assigned:
-                ack["assigned_client_identifier"] = assigned
-            if keepalive != c.keep_alive:
-                ack["server_keep_alive"] = keepalive
-            if expiry != requested:
-                ack["session_expiry_interval"] = expiry
-        self.send_event(ConnAck(**ack))
-        gw.stats.connected += 1
-        gw.stats.connects += 1
-        if present:
-            await sess.redeliver(self)
-        self.live = True
-        sess.notify()
-
-    # ---- PUBLISH ----------------------------------------------------------------------------------
-
-    async def _publishes(self, batch: list[Publish]) -> None:
-        # Readers woken by the same I/O poll run in random order; one checkpoint
-        # lets the others act first, so a SUBSCRIBE another client sent before
-        # this PUBLISH is in force when it is routed (one per read, not per packet).
-        await trio.lowlevel.checkpoint()
-        gw = self.gw
-        sess = self.session
-        inbound = sess.inbound
-        received = now_ms()
-        items = []
-        plan = []  # (publish, item index or None, refusal code, reason string)
-        qos2 = False
-        error = None
-        configs = {}  # broker topic -> config, resolved once per batch
-        for pub in batch:
-            gw.stats.received += 1
-            try:
-                action = inbound.on_publish(pub)
-            except RemoteProtocolError as e:
-                error = e  # store and acknowledge what came before, then close
-                break
-            if action is InboundAction.ACK_PENDING:
-                continue
-            if action is InboundAction.RESEND_PUBREC:
-                plan.append((pub, None, 0, None))
-                continue
-            try:
-                topic, name, delay = self._check(pub)
-                cfg = configs.get(name)
-                if cfg is None:
-                    cfg = gw.broker.get_topic(name)
-                    if cfg is None:  # not there yet: auto-create (the only await, once per topic)
-                        cfg = await gw.topic_config(name)
-                        if cfg is None:
-                            raise MappingError(f"broker topic {name!r} does not exist and may not be created",
-                                               R.TOPIC_NAME_INVALID)
-                    configs[name] = cfg
-            except MappingError as e:
-                plan.append((pub, None, e.reason_code, str(e)))
-                continue
-            msg = publish_to_message(pub, name, self.client_id, received, topic=topic)
-            if delay is not None:
-                msg.properties[P_TIMER_DELAY] = str(delay)
-            item = (msg, queue_for(topic, cfg.write_queue_nums))
-            plan.append((pub, len(items), 0, None))
-            items.append(item)
-            if pub.qos == 2 and sess.persistent:
-                qos2 = True
-        if qos2:
-            # The packet ids go into the durable state with the messages (one flush).
-            pids = inbound.packet_ids(InboundStage.QOS2_UNACKED, InboundStage.QOS2_RECEIVED)
-            items.append(record("in2", sess.client_id, pids))
-        # Once a message is stored, the retained index must follow it even if this
-        # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
-        with trio.CancelScope(shield=True):
-            results = await gw.broker.send_many(items) if items else []
-            await self._after_store(plan, items, results)
-        if error is not None:
-            raise error
-
-    async def _after_store(self, plan, items, results) -> None:
-        gw = self.gw
-        sess = self.session
-        inbound = sess.inbound
-        acks = []
-        retained = []
-        fail_in2 = False
-        resend = False  # 3.1.1 after a temporary failure: no ack for it or what follows, then close
-        for pub, idx, code, reason in plan:
-            if idx is not None:
-                r = results[idx]
-                if r.status is not SendStatus.SEND_OK:
-                    code, reason = R.UNSPECIFIED_ERROR, f"not stored: {r.status.name} {r.remark or ''}".strip()
-                    if pub.topic.startswith("$delayed/"):
-                        code = R.IMPLEMENTATION_SPECIFIC_ERROR  # e.g. the timer service refused the delay
-                    gw.stats.store_errors += 1
-                    if self.version < 5 and pub.qos and not self._permanent(r.status):
-                        # 3.1.1 cannot say "failed": no ack, so the client sends it again.
-                        log.warning("client %s: publish on %r %s; closing the connection so that it is sent again",
-                                    self.client_id, pub.topic, reason)
-                        resend = True
-                        continue
-                    if self.version < 5 or not pub.qos:
-                        gw.stats.dropped += 1  # the publisher is not told
-                        log.warning("client %s: publish on %r %s; dropped", self.client_id, pub.topic, reason)
-                    else:
-                        log.warning("client %s: publish on %r %s", self.client_id, pub.topic, reason)
-                    fail_in2 = fail_in2 or pub.qos == 2
-                elif pub.retain:
-                    msg = items[idx][0]
-                    if PROPERTY_TIMER_OUT_MS not in msg.properties:  # parked ones are retained when they fire
-                        retained.append((msg.properties[P_TOPIC], pub.payload, r.physical_offset))
-            if not pub.qos or resend:
-                continue
-            props = {"reason_string": reason} if (code and reason and self.version == 5) else {}
-            if pub.qos == 1:
-                acks.append(inbound.puback(pub.packet_id, code, **props))
-            else:
-                acks.append(inbound.pubrec(pub.packet_id, code, **props))
-        if retained:
-            await gw.set_retained(retained)
-        if fail_in2 and sess.persistent:
-            await gw.write_records([self._in2_record()])
-        for ack in acks:
-            self.send_event(ack)
-        if resend:
-            self.closing = True
-
-    def _permanent(self, status: SendStatus) -> bool:
-        """Whether sending the message again gets the same refusal. The broker as
-        a whole not taking writes (an operator's wipeWritePerm) is temporary."""
-        if status is SendStatus.NO_PERMISSION and not self.gw.broker.writable():
-            return False
-        return status in _PERMANENT
-
-    def _check(self, pub: Publish) -> tuple[str, str, int | None]:
-        """(MQTT topic, broker topic, delay or None) for ``pub``; MappingError if refused."""
-        gw = self.gw
-        topic = pub.topic
-        delay = None
-        if topic.startswith("$"):
-            if topic.startswith("$delayed/"):
-                delay, topic = split_delayed(topic)
-                if not gw.timers_supported():
-                    log.warning("client %s: $delayed publish on %r refused: the broker has no timer support",
-                                self.client_id, topic)
-                    raise MappingError("delayed delivery ($delayed/...) is not supported by this broker: "
-                                       "it has no timer-message support", R.IMPLEMENTATION_SPECIFIC_ERROR)
-            elif topic.startswith("$SYS"):
-                raise MappingError("clients may not publish to $SYS topics", R.NOT_AUTHORIZED)
-        if not self.acl.check("publish", topic):
-            log.info("client %s: publish on %r denied by the ACL", self.client_id, topic)
-            raise MappingError(f"publish to {topic!r} not authorized", R.NOT_AUTHORIZED)
-        if pub.retain and not gw.settings.session.retain_available:
-            raise RemoteProtocolError("retained messages are not available", R.RETAIN_NOT_SUPPORTED)
-        return topic, broker_topic_for(topic), delay
-
-    # ---- SUBSCRIBE / UNSUBSCRIBE ---------------------------------------------------------------------
-
-    async def _subscribe(self, ev: Subscribe) -> None:
-        gw = self.gw
-        sess = self.session
-        codes = []
-        retained = []
-        for s in ev.subscriptions:
-            text = s.topic_filter
-            try:
-                flt = parse_filter(text)
-            except TopicError as e:
-                log.info("client %s: bad filter %r: %s", self.client_id, text, e)
-                codes.append(R.TOPIC_FILTER_INVALID if self.version == 5 else R.UNSPECIFIED_ERROR)
-                continue
-            if self.acl.refuses(text):
-                log.info("client %s: subscription to %r refused by the ACL", self.client_id, text)
-                codes.append(R.UNSPECIFIED_ERROR)
-                continue
-            if not self.acl.check("subscribe", text):
-                codes.append(R.NOT_AUTHORIZED if self.version == 5 else R.UNSPECIFIED_ERROR)
-                continue
-            opts = SubOptions(s.qos, s.no_local, s.retain_as_published, s.retain_handling,
-                              ev.subscription_identifier)
-            new = sess.subscribe(text, opts)
-            gw.router.trie.subscribe(sess.client_id, text, opts)
-            codes.append(s.qos)
-            if flt.group is None and (s.retain_handling == 0 or (s.retain_handling == 1 and new)):
-                retained.append((flt, opts))
-        deliveries = []
-        for flt, opts in retained:
-            deliveries += await gw.retained_for(flt, opts)
-        if sess.persistent:
-            await gw.save_session(sess)
-        self.send_event(SubAck(packet_id=ev.packet_id, reason_codes=codes))
-        if deliveries:
-            sess.pending.extend(deliveries)
-            sess.notify()
-
-    async def _unsubscribe(self, ev: Unsubscribe) -> None:
-        gw = self.gw
-        sess = self.session
-        codes = []
-        for text in ev.topic_filters:
-            existed = sess.unsubscribe(text)
-            gw.router.trie.unsubscribe(sess.client_id, text)
-            codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)
-        if sess.persistent:
-            await gw.save_session(sess)
-        self.send_event(UnsubAck(packet_id=ev.packet_id, reason_codes=codes if self.version == 5 else ()))
 
     def _disconnect(self, ev: Disconnect) -> None:
         self.peer_closed = True
@@ -835,17 +559,3 @@ def socket_has_room(stream: trio.abc.Stream) -> bool:
         return bool(poll.poll(0))
     except (OSError, ValueError):  # closed meanwhile: the write fails on its own
         return False
-
-
-def split_delayed(topic: str) -> tuple[int, str]:
-    """(delay in seconds, real topic) of ``$delayed/<seconds>/<topic>``; MappingError if malformed."""
-    parts = topic.split("/", 2)
-    # ASCII digits only ("²".isdigit() is true), and few enough for int() and the timer properties
-    if len(parts) < 3 or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 10) or not parts[2]:
-        raise MappingError("$delayed topics are $delayed/<seconds>/<topic>, seconds at most 10 digits",
-                           R.TOPIC_NAME_INVALID)
-    try:
-        validate_topic_name(parts[2])
-    except TopicError as e:
-        raise MappingError(str(e), R.TOPIC_NAME_INVALID) from None
-    return int(parts[1]), parts[2]

@@ -1,0 +1,181 @@
+"""The PUBLISH path of a connection: check, map, store (one ``send_many`` per
+read, after one checkpoint: see gateway/server.py), then acknowledge in
+arrival order.
+
+* A PUBLISH the store does not take: a 5.0 client gets the failure reason
+  code. A 3.1.1 client cannot be told: after a temporary failure (flush
+  timeout, store not available) it is closed unacknowledged so that it
+  sends the message again; a permanent refusal (``MESSAGE_ILLEGAL``, e.g.
+  a delay over ``timerMaxDelaySec``; ``NO_PERMISSION`` on the topic;
+  ``TOPIC_NOT_EXIST``) would come back forever from a persistent session,
+  so it is acknowledged and dropped (counted in ``dropped``), as Mosquitto
+  does with messages it will not take.
+* ``$delayed/<s>/<topic>``: the message is parked by the broker's timer
+  service and stored on ``<topic>`` when it fires. Its RETAIN flag travels
+  in the message (``mqttRetain``) and acts on ``<topic>`` then (the
+  router's stored hook), never on ``$delayed/...`` and never before.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from core.broker import SendStatus
+from core.store.message import PROPERTY_TIMER_OUT_MS
+from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_to_message,
+                             queue_for, split_delayed)
+from gateway.meta import record
+from gateway.mqtt import InboundAction, InboundStage, Publish, ReasonCode, RemoteProtocolError
+
+if TYPE_CHECKING:
+    from gateway.app import MQTTGateway
+    from gateway.server import Connection
+
+log = logging.getLogger("mqgate.gateway")
+R = ReasonCode
+# store refusals that sending the message again cannot change (see the module docstring)
+_PERMANENT = frozenset({SendStatus.MESSAGE_ILLEGAL, SendStatus.NO_PERMISSION, SendStatus.TOPIC_NOT_EXIST})
+
+
+async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
+    # Readers woken by the same I/O poll run in random order; one checkpoint
+    # lets the others act first, so a SUBSCRIBE another client sent before
+    # this PUBLISH is in force when it is routed (one per read, not per packet).
+    await trio.lowlevel.checkpoint()
+    gw = conn.gw
+    sess = conn.session
+    inbound = sess.inbound
+    received = now_ms()
+    items = []
+    plan = []  # (publish, item index or None, refusal code, reason string)
+    qos2 = False
+    error = None
+    configs = {}  # broker topic -> config, resolved once per batch
+    for pub in batch:
+        gw.stats.received += 1
+        try:
+            action = inbound.on_publish(pub)
+        except RemoteProtocolError as e:
+            error = e  # store and acknowledge what came before, then close
+            break
+        if action is InboundAction.ACK_PENDING:
+            continue
+        if action is InboundAction.RESEND_PUBREC:
+            plan.append((pub, None, 0, None))
+            continue
+        try:
+            topic, name, delay = check_publish(conn, pub)
+            cfg = configs.get(name)
+            if cfg is None:
+                cfg = gw.broker.get_topic(name)
+                if cfg is None:  # not there yet: auto-create (the only await, once per topic)
+                    cfg = await gw.topic_config(name)
+                    if cfg is None:
+                        raise MappingError(f"broker topic {name!r} does not exist and may not be created",
+                                           R.TOPIC_NAME_INVALID)
+                configs[name] = cfg
+        except MappingError as e:
+            plan.append((pub, None, e.reason_code, str(e)))
+            continue
+        msg = publish_to_message(pub, name, conn.client_id, received, topic=topic)
+        if delay is not None:
+            msg.properties[P_TIMER_DELAY] = str(delay)
+        item = (msg, queue_for(topic, cfg.write_queue_nums))
+        plan.append((pub, len(items), 0, None))
+        items.append(item)
+        if pub.qos == 2 and sess.persistent:
+            qos2 = True
+    if qos2:
+        # The packet ids go into the durable state with the messages (one flush).
+        pids = inbound.packet_ids(InboundStage.QOS2_UNACKED, InboundStage.QOS2_RECEIVED)
+        items.append(record("in2", sess.client_id, pids))
+    # Once a message is stored, the retained index must follow it even if this
+    # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
+    with trio.CancelScope(shield=True):
+        results = await gw.broker.send_many(items) if items else []
+        await _after_store(conn, plan, items, results)
+    if error is not None:
+        raise error
+
+
+async def _after_store(conn: Connection, plan, items, results) -> None:
+    gw = conn.gw
+    sess = conn.session
+    inbound = sess.inbound
+    acks = []
+    retained = []
+    fail_in2 = False
+    resend = False  # 3.1.1 after a temporary failure: no ack for it or what follows, then close
+    for pub, idx, code, reason in plan:
+        if idx is not None:
+            r = results[idx]
+            if r.status is not SendStatus.SEND_OK:
+                code, reason = R.UNSPECIFIED_ERROR, f"not stored: {r.status.name} {r.remark or ''}".strip()
+                if pub.topic.startswith("$delayed/"):
+                    code = R.IMPLEMENTATION_SPECIFIC_ERROR  # e.g. the timer service refused the delay
+                gw.stats.store_errors += 1
+                if conn.version < 5 and pub.qos and not _permanent(gw, r.status):
+                    # 3.1.1 cannot say "failed": no ack, so the client sends it again.
+                    log.warning("client %s: publish on %r %s; closing the connection so that it is sent again",
+                                conn.client_id, pub.topic, reason)
+                    resend = True
+                    continue
+                if conn.version < 5 or not pub.qos:
+                    gw.stats.dropped += 1  # the publisher is not told
+                    log.warning("client %s: publish on %r %s; dropped", conn.client_id, pub.topic, reason)
+                else:
+                    log.warning("client %s: publish on %r %s", conn.client_id, pub.topic, reason)
+                fail_in2 = fail_in2 or pub.qos == 2
+            elif pub.retain:
+                msg = items[idx][0]
+                if PROPERTY_TIMER_OUT_MS not in msg.properties:  # parked ones are retained when they fire
+                    retained.append((msg.properties[P_TOPIC], pub.payload, r.physical_offset))
+        if not pub.qos or resend:
+            continue
+        props = {"reason_string": reason} if (code and reason and conn.version == 5) else {}
+        if pub.qos == 1:
+            acks.append(inbound.puback(pub.packet_id, code, **props))
+        else:
+            acks.append(inbound.pubrec(pub.packet_id, code, **props))
+    if retained:
+        await gw.set_retained(retained)
+    if fail_in2 and sess.persistent:
+        await gw.write_records([conn.in2_record()])
+    for ack in acks:
+        conn.send_event(ack)
+    if resend:
+        conn.closing = True
+
+
+def _permanent(gw: MQTTGateway, status: SendStatus) -> bool:
+    """Whether sending the message again gets the same refusal. The broker as
+    a whole not taking writes (an operator's wipeWritePerm) is temporary."""
+    if status is SendStatus.NO_PERMISSION and not gw.broker.writable():
+        return False
+    return status in _PERMANENT
+
+
+def check_publish(conn: Connection, pub: Publish) -> tuple[str, str, int | None]:
+    """(MQTT topic, broker topic, delay or None) for ``pub``; MappingError if refused."""
+    gw = conn.gw
+    topic = pub.topic
+    delay = None
+    if topic.startswith("$"):
+        if topic.startswith("$delayed/"):
+            delay, topic = split_delayed(topic)
+            if not gw.timers_supported():
+                log.warning("client %s: $delayed publish on %r refused: the broker has no timer support",
+                            conn.client_id, topic)
+                raise MappingError("delayed delivery ($delayed/...) is not supported by this broker: "
+                                   "it has no timer-message support", R.IMPLEMENTATION_SPECIFIC_ERROR)
+        elif topic.startswith("$SYS"):
+            raise MappingError("clients may not publish to $SYS topics", R.NOT_AUTHORIZED)
+    if not conn.acl.check("publish", topic):
+        log.info("client %s: publish on %r denied by the ACL", conn.client_id, topic)
+        raise MappingError(f"publish to {topic!r} not authorized", R.NOT_AUTHORIZED)
+    if pub.retain and not gw.settings.session.retain_available:
+        raise RemoteProtocolError("retained messages are not available", R.RETAIN_NOT_SUPPORTED)
+    return topic, broker_topic_for(topic), delay
