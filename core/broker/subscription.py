@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.store.message import java_string_hash
+from core.store.java_hash import java_string_hash
 
 SUB_ALL = "*"
 

@@ -48,7 +48,8 @@ from core.client.model import ConsumeFromWhere, MessageExt, MessageModel, Messag
 from core.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from core.client.process_queue import ProcessQueue
 from core.client.route import TopicRoute
-from core.store.message import decode_messages, java_string_hash
+from core.store.java_hash import java_string_hash
+from core.store.message import decode_messages
 
 __all__ = ["ConsumerBase", "Subscription", "retry_topic"]
 

@@ -18,7 +18,7 @@ import random
 from typing import Any, Callable
 
 from core.client.model import Message, MessageQueue
-from core.store.message import java_string_hash
+from core.store.java_hash import java_string_hash
 
 __all__ = [
     "SHARDING_KEY",

@@ -84,12 +84,12 @@ from .message import (
     decode_message,
     decode_messages,
     encode_message,
-    java_string_hash,
     offset_msg_id,
     pack_host,
     parse_offset_msg_id,
     tags_code,
 )
+from .java_hash import java_string_hash
 from .names import dir_name
 from .replica import truncate_log
 from .results import GetResult, PutResult, QueryResult, RecoveryReport

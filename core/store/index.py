@@ -29,7 +29,7 @@ import struct
 import time
 
 from .mapped_file import allocate
-from .message import java_string_hash, java_string_hashes
+from .java_hash import java_string_hash, java_string_hashes
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = 40

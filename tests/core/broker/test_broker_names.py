@@ -10,7 +10,7 @@ from core.broker import (
     DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, SubscriptionParseError, TopicConfig, TopicTable,
     mqtt_level_to_topic, mqtt_topic_to_topic, parse_subscription, topic_to_mqtt_level, validate_topic,
 )
-from core.store.message import java_string_hash
+from core.store.java_hash import java_string_hash
 
 
 def test_validate_topic():

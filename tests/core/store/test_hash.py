@@ -4,7 +4,7 @@ import random
 
 from core.store import java_string_hash
 from core.store.index import key_hash, key_hashes
-from core.store.message import java_string_hashes
+from core.store.java_hash import java_string_hashes
 
 # values printed by Java 17 String.hashCode() (jshell)
 KNOWN = {"": 0, "hello": 99162322, "Aa": 2112, "BB": 2112, "TagA": 2598919, "polygenelubricants": -2147483648,
