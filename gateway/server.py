@@ -60,7 +60,7 @@ from gateway.connecting import accept_connect
 from gateway.mapping import now_ms
 from gateway.meta import record
 from gateway.mqtt import (
-    Auth, Connect, ConnectionClosed, Disconnect, InboundStage, MQTTConnection, PingReq, PingResp,
+    Auth, Connect, ConnectionClosed, ConnectionState, Disconnect, InboundStage, MQTTConnection, PingReq, PingResp,
     PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, Subscribe, Unsubscribe,
 )
 from gateway.publishing import publish_batch
@@ -72,6 +72,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgate.gateway")
 R = ReasonCode
+_CONNECTED = ConnectionState.CONNECTED
+_CLOSED = ConnectionState.CLOSED
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _CLIENT_ACKS = (PubAck, PubRec, PubComp)
 LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
@@ -141,7 +143,7 @@ class Connection:
     def can_send(self) -> bool:
         """Whether a PUBLISH may still go out: not closing, and the codec has not
         seen the client's DISCONNECT (after it, the client reads nothing more)."""
-        return not self.closing and self.mq.state.name == "CONNECTED"
+        return not self.closing and self.mq.state is _CONNECTED
 
     # ---- output -------------------------------------------------------------------
 
@@ -160,7 +162,7 @@ class Connection:
             self.wake()
 
     def send_event(self, event) -> None:
-        if self.mq.state.name == "CLOSED":
+        if self.mq.state is _CLOSED:
             # The client's DISCONNECT (or EOF) was decoded in the same read as the
             # packets being answered: it reads nothing more (MQTT-3.14.4-1).
             return
@@ -253,7 +255,7 @@ class Connection:
             self.takeover_ends_session = ends_session
         was_closing = self.closing
         self.closing = True  # first: the DISCONNECT below starts no writer, the reader's end writes it
-        if not was_closing and self.mq.state.name == "CONNECTED" and self.version == 5:
+        if not was_closing and self.mq.state is _CONNECTED and self.version == 5:
             self.send_event(Disconnect(reason_code=reason))
         self._stop_reader()
 

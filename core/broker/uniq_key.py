@@ -32,6 +32,7 @@ class UniqKeyGenerator:
         self._next_month_ms = 0
         self._last_ms = -1
         self._counter = 0
+        self._stem = ""  # prefix + time part of _last_ms: built once per millisecond, not per id
 
     def _roll_month(self, now_ms: int) -> None:
         now = datetime.datetime.fromtimestamp(now_ms / 1000)
@@ -47,12 +48,19 @@ class UniqKeyGenerator:
             self._last_ms = -1
         rel = now_ms - self._month_start_ms
         if rel <= self._last_ms:
-            rel = self._last_ms
-            self._counter += 1
-            if self._counter > 0xFFFF:
-                rel += 1
-                self._counter = 0
+            counter = self._counter + 1
+            if counter > 0xFFFF:
+                counter = 0
+                rel = self._last_ms + 1
+            else:
+                rel = self._last_ms
         else:
-            self._counter = 0
-        self._last_ms = rel
-        return f"{self._prefix}{rel & 0x7FFFFFFF:08X}{self._counter:04X}"
+            counter = 0
+        self._counter = counter
+        if rel != self._last_ms:
+            self._last_ms = rel
+            self._stem = f"{self._prefix}{rel & 0x7FFFFFFF:08X}"
+        return self._stem + _HEX2[counter >> 8] + _HEX2[counter & 0xFF]
+
+
+_HEX2 = [f"{i:02X}" for i in range(256)]

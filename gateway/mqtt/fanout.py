@@ -52,6 +52,9 @@ class PublishTemplate:
         retain = event.retain if retain is None else retain
         if qos not in (0, 1, 2):
             raise LocalProtocolError(f"QoS {qos!r}")
+        if version < 5:  # the common case, in one join: topic and payload are all 3.1.1 has
+            self._v4(event.topic, event.payload, qos, bool(retain))
+            return
         if subscription_identifiers is not None:
             event = replace(event, subscription_identifiers=tuple(subscription_identifiers))
         if getattr(event, "topic_alias", None) is not None:
@@ -73,6 +76,28 @@ class PublishTemplate:
             self.packet_id_offset = None
             self.data = b"".join([bytes((self._first,)), length, *parts])
         self.size = 1 + len(length) + sum(map(len, parts))
+
+    def _v4(self, topic: str, payload: bytes, qos: int, retain: bool) -> None:
+        if not topic:
+            raise LocalProtocolError("a topic alias cannot be used before MQTT 5")
+        name = topic.encode("utf-8")
+        self.version = 4
+        self.qos = qos
+        self.retain = retain
+        first = 0x30 | (qos << 1) | retain
+        self._first = first
+        n = 2 + len(name) + (2 if qos else 0) + len(payload)
+        length = encode_varint(n)
+        self.size = 1 + len(length) + n
+        if qos:
+            self._head = length + _U16(len(name)) + name
+            self._tail = payload
+            self.packet_id_offset = 1 + len(self._head)
+            self.data = None
+        else:
+            self._head = self._tail = b""
+            self.packet_id_offset = None
+            self.data = b"".join((_FIRST[first], length, _U16(len(name)), name, payload))
 
     def render(self, packet_id: int, dup: bool = False) -> bytes:
         """The packet for one QoS 1/2 delivery with ``packet_id``."""
