@@ -106,7 +106,7 @@ class ScheduleService:
 
     def install(self) -> None:
         """Make the broker park delayed messages (call once, before sends)."""
-        self.broker.add_put_hook(self.park)
+        self.broker.add_put_hook(self.park, when=(PROPERTY_DELAY,))
 
     # ---- parking (put hook: runs inside the broker's send, must not block) ----
 

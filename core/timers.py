@@ -132,7 +132,7 @@ def due_time_ms(props: dict[str, str], now_ms: int) -> int | None:
 
 
 class TimerMessageService:
-    """Owns the wheel; `put_hook` goes on the broker, `run` in its nursery."""
+    """Owns the wheel; `install` puts `put_hook` on the broker, `run` goes in its nursery."""
 
     def __init__(self, broker: Broker, config: TimerConfig = TimerConfig(), *,
                  now_ms: Callable[[], int] = wall_clock_ms, root: Path | None = None):
@@ -158,6 +158,11 @@ class TimerMessageService:
         self._max_delay_ms = config.max_delay_s * 1000
 
     # ---------------------------------------------------------------- put path
+
+    def install(self) -> None:
+        """Make the broker park timer messages (call once, before sends). The
+        hook runs only on messages that ask for a timer."""
+        self.broker.add_put_hook(self.put_hook, when=TIMER_TRIGGERS)
 
     def put_hook(self, msg: Message) -> SendResult | None:
         props = msg.properties

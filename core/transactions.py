@@ -194,7 +194,7 @@ class TransactionService:
     # ------------------------------------------------------------ put path
 
     def install(self) -> None:
-        self.broker.add_put_hook(self.park_half)
+        self.broker.add_put_hook(self.park_half, when=(PROPERTY_TRAN_MSG,))
 
     def park_half(self, msg: Message) -> None:
         """Put hook: a transactional message becomes a half in RMQ_SYS_TRANS_HALF_TOPIC queue 0."""

@@ -82,7 +82,7 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
     broker = await nursery.start(Broker(run_cfg, store_cfg).run)
     log.info("store at %s opened (%s)", cfg.data_dir, broker.recovery_report)
     timers = TimerMessageService(broker, timer_cfg)
-    broker.add_put_hook(timers.put_hook)  # timers are accepted (parked) from the first send
+    timers.install()  # timers are accepted (parked) from the first send
     broker.timers = timers
     ha_addr = await node.start_master(nursery, broker, cfg.host) if node.is_master else ""
     if broker_port:

@@ -73,7 +73,7 @@ async def run(args) -> dict:
         async with open_broker(BrokerConfig(default_topic_queue_nums=QUEUES), store_cfg) as broker:
             await broker.update_topic(TopicConfig(TOPIC, QUEUES, QUEUES))
             service = TimerMessageService(broker, timer_cfg)
-            broker.add_put_hook(service.put_hook)
+            service.install()
             async with trio.open_nursery() as nursery:
                 await nursery.start(service.run)
                 rnd = random.Random(1)

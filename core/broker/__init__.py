@@ -20,7 +20,7 @@ Send (the `Message` is stamped in place: store host, CLUSTER, UNIQ_KEY, born tim
     await broker.send(msg, queue_id=None, *, default_topic="TBW102", default_topic_queue_nums=None, internal=False) -> SendResult
     await broker.send_many([(msg, queue_id_or_None), ...]) -> list[SendResult]   # one flush wait for all
     await broker.send_batch([msg, ...], queue_id=None) -> SendResult             # RocketMQ batch, one queue
-    broker.add_put_hook(hook)                                                     # hook(msg) before encoding (each batch item too)
+    broker.add_put_hook(hook, when=None)                                          # hook(msg) before encoding (each batch item too); when: property names it needs
     broker.add_stored_hook(hook)                                                  # hook(msg, result) after the append (each batch item too)
     SendResult: status (SendStatus: .code, .stored), topic, queue_id, queue_offset, msg_id,
                 uniq_key, physical_offset, store_timestamp, msg_count, remark; .ok

@@ -87,7 +87,9 @@ class Broker(SendPath, PullPath):
         self._uniq = UniqKeyGenerator(config.broker_ip1)
         self._notifier = QueueNotifier(self.max_offset)
         self._flusher: CommitLogFlusher | None = None
-        self._put_hooks: list[PutHook] = []
+        self._put_hooks: list[tuple[PutHook, frozenset | None]] = []  # (hook, its `when` names or None)
+        self._put_always: list[PutHook] = []  # the hooks without `when`, in order
+        self._put_triggers: frozenset = frozenset()  # every hook's `when` names
         self._stored_hooks: list[StoredHook] = []
         # The timer-wheel service (core.timers) when one runs; runtime info shows it.
         self.timers = None

@@ -104,14 +104,28 @@ _MULTI_TAG = TopicFilterType.MULTI_TAG
 class SendPath:
     """Send methods of `Broker`; the state they use is set up in ``Broker.__init__``."""
 
-    def add_put_hook(self, hook: PutHook) -> None:
+    def add_put_hook(self, hook: PutHook, *, when: Iterable[str] | None = None) -> None:
         """``hook(msg)`` runs on every send, each item of a batch included, after
         validation and before encoding, and may rewrite topic, queue id and
         properties in place (delay levels, timers, transactions; never on a
         batch item: that refuses the batch). It must not block. A hook that
         returns a `SendResult` refuses the message (a batch item: the whole
-        batch): the send answers it and nothing is stored."""
-        self._put_hooks.append(hook)
+        batch): the send answers it and nothing is stored.
+
+        ``when``: property names; the hook then runs only on messages that
+        carry at least one of them as the hooks start (decided once per
+        message, before the first hook), so that a hook with nothing to do
+        costs a message nothing. Hooks run in the order they were added."""
+        names = None if when is None else frozenset(when)
+        self._put_hooks.append((hook, names))
+        self._put_always = [h for h, w in self._put_hooks if w is None]
+        self._put_triggers = frozenset().union(*(w for _, w in self._put_hooks if w is not None))
+
+    def _hooks_for(self, props: dict) -> list[PutHook]:
+        """The put hooks that run on a message with ``props`` (see `add_put_hook`)."""
+        if props.keys().isdisjoint(self._put_triggers):
+            return self._put_always
+        return [h for h, w in self._put_hooks if w is None or not props.keys().isdisjoint(w)]
 
     def add_stored_hook(self, hook: StoredHook) -> None:
         """``hook(msg, result)`` runs, in send order, for every message whose put
@@ -239,10 +253,9 @@ class SendPath:
         """The put hooks on each item in order: (items they ran on, refusal or None).
         One item refused refuses the batch; so does an item a hook moved to
         another topic or queue (a batch is stored in one queue)."""
-        hooks = self._put_hooks
         for i, m in enumerate(msgs):
             try:
-                for hook in hooks:
+                for hook in self._hooks_for(m.properties):
                     refused = hook(m)
                     if refused is not None:
                         return i + 1, refused
@@ -277,7 +290,9 @@ class SendPath:
         wait = self._stamp(msg, cfg, queue_id)
         topic = msg.topic
         try:
-            for hook in self._put_hooks:
+            props = msg.properties
+            hooks = self._put_always if props.keys().isdisjoint(self._put_triggers) else self._hooks_for(props)
+            for hook in hooks:
                 refused = hook(msg)
                 if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
                     return _Prepared(msg, None, topic, queue_id, False, refused)

@@ -70,7 +70,7 @@ class Arrivals:
 async def start(nursery, tmp_path, timers=TEST_TIMERS):
     broker = await nursery.start(_run_broker, tmp_path)
     service = TimerMessageService(broker, timers, now_ms=clock_ms)
-    broker.add_put_hook(service.put_hook)
+    service.install()
     await nursery.start(service.run)
     return broker, service
 
@@ -211,7 +211,7 @@ async def test_a_timer_filed_late_into_an_untaken_slot_survives_a_stop_there(aut
     async with trio.open_nursery() as nursery:
         broker = await nursery.start(_run_broker, tmp_path)
         service = TimerMessageService(broker, timers, now_ms=skewed_ms)
-        broker.add_put_hook(service.put_hook)
+        service.install()
         async with trio.open_nursery() as inner:
             await inner.start(service.run)
             await trio.sleep(0.3)

@@ -41,7 +41,7 @@ async def main(data_dir: str, out_dir: str, mode: str, count: int = 0) -> None:
     async with open_broker(BrokerConfig(default_topic_queue_nums=4), store) as broker:
         await broker.update_topic(TopicConfig("T", 4, 4))
         service = TimerMessageService(broker, TIMERS)
-        broker.add_put_hook(service.put_hook)
+        service.install()
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
             if mode == "send":

@@ -37,7 +37,7 @@ async def timer_gateway(root, *, precision_ms: int = 100):
     async with open_broker(cfg, small_store_config(root)) as broker:
         timers = TimerMessageService(broker, TimerConfig(precision_ms=precision_ms, slots_total=3600,
                                                          timerlog_file_size=1 << 20, max_delay_s=MAX_DELAY_S))
-        broker.add_put_hook(timers.put_hook)
+        timers.install()
         broker.timers = timers
         async with trio.open_nursery() as nursery:
             gw = MQTTGateway(broker, {"sysInterval": 0})

@@ -93,3 +93,19 @@ async def test_the_stored_hooks_hear_a_batch_the_store_refuses(broker_config, st
         assert not result.ok
         assert heard == [result.status] * 2
         assert broker.max_offset("B", 0) == 0
+
+
+async def test_a_hook_with_when_runs_only_on_messages_that_carry_one_of_its_properties(broker_config, store_config):
+    async with open_broker(broker_config, store_config) as broker:
+        seen = []
+        broker.add_put_hook(lambda m: seen.append(("first", m.body)))
+        broker.add_put_hook(lambda m: seen.append(("when", m.body)), when=("DELAY_ME", "OR_ME"))
+        broker.add_put_hook(lambda m: seen.append(("last", m.body)))
+        plain = Message(topic="B", body=b"plain")
+        marked = Message(topic="B", body=b"marked", properties={"OR_ME": "1"})
+        assert all(r.ok for r in await broker.send_many([(plain, 0), (marked, 0)]))
+        assert (await broker.send_batch(items(1, DELAY_ME="1"), queue_id=0)).ok
+        # in the order they were added; the `when` hook skips the plain message only
+        assert seen == [("first", b"plain"), ("last", b"plain"),
+                        ("first", b"marked"), ("when", b"marked"), ("last", b"marked"),
+                        ("first", b"item 0"), ("when", b"item 0"), ("last", b"item 0")]

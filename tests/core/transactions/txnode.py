@@ -47,7 +47,7 @@ async def broker_node(root, namesrv=None, *, timers=False, **config):
         await nursery.start(broker.run)
         if timers:
             service = TimerMessageService(broker, TEST_TIMERS, now_ms=clock_ms)
-            broker.add_put_hook(service.put_hook)
+            service.install()
             await nursery.start(service.run)
             broker.timers = service
         remoting = BrokerRemoting(broker, "127.0.0.1", 0, [namesrv] if namesrv else [], delay_levels=TEST_DELAY_LEVELS)
