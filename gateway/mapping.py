@@ -147,7 +147,7 @@ def publish_to_message(pub: Publish, broker_topic: str, client_id: str, received
         props[P_CORRELATION] = base64.b64encode(pub.correlation_data).decode("ascii")
     if pub.user_properties:
         props[P_USER_PROPS] = json.dumps([list(p) for p in pub.user_properties], separators=(",", ":"))
-    return Message(topic=broker_topic, body=pub.payload, properties=props, born_timestamp=received_ms)
+    return Message(topic=broker_topic, body=pub.payload, properties=props, born_timestamp=received_ms, note=pub)
 
 
 def mqtt_topic_of(msg: Message | StoredMessage) -> str | None:
@@ -208,16 +208,22 @@ class Outbound:
                        packet_id=packet_id if qos else None, subscription_identifiers=sub_ids, **props)
 
 
-def outbound_from_publish(pub: Publish, client_id: str | None, received_ms: int) -> Outbound:
+def outbound_from_publish(pub: Publish, topic: str, client_id: str | None, received_ms: int) -> Outbound:
+    """The deliverable view of an inbound PUBLISH on ``topic``: what
+    `outbound_from_message` makes of the message `publish_to_message` made
+    of it, without parsing the properties back."""
     props = {}
-    for name in ("payload_format_indicator", "content_type", "response_topic", "correlation_data"):
-        value = getattr(pub, name)
-        if value is not None:
-            props[name] = value
+    if pub.payload_format_indicator is not None:
+        props["payload_format_indicator"] = pub.payload_format_indicator
+    if pub.content_type is not None:
+        props["content_type"] = pub.content_type
+    if pub.response_topic is not None:
+        props["response_topic"] = pub.response_topic
+    if pub.correlation_data is not None:
+        props["correlation_data"] = pub.correlation_data
     if pub.user_properties:
         props["user_properties"] = tuple(pub.user_properties)
-    return Outbound(pub.topic, pub.payload, pub.qos, pub.retain, client_id, received_ms,
-                    pub.message_expiry_interval, props)
+    return Outbound(topic, pub.payload, pub.qos, pub.retain, client_id, received_ms, pub.message_expiry_interval, props)
 
 
 def outbound_from_message(msg: Message | StoredMessage, topic: str | None = None) -> Outbound | None:

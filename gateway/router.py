@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 from core.store.message import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Message, decode_message
 from core.broker import LMQ_TOPIC_PREFIX
 from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, Outbound, is_deliverable,
-                             mqtt_topic_of, now_ms, outbound_from_message)
+                             mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
+from gateway.mqtt import Publish
 from gateway.sessions import Delivery, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
 
@@ -61,15 +62,20 @@ class Router:
         self._decoded: OrderedDict[int, Outbound | None] = OrderedDict()
         self._fired_retained: dict[int, tuple] = {}  # id(message) -> (MQTT topic, message), until stored
         self._expired: OrderedDict[int, Outbound] = OrderedDict()  # counted already (kept: ids stay unique)
+        # topic -> (trie match, sessions generation, targets): see `targets`
+        self._targets: dict[str, tuple] = {}
+        self._sessions_gen = 0
 
     # ---- sessions ---------------------------------------------------------------
 
     def add_session(self, sess: Session) -> None:
+        self._sessions_gen += 1
         self.sessions[sess.client_id] = sess
         if sess.queue is not None:
             self.by_queue[sess.queue] = sess
 
     def remove_session(self, sess: Session) -> None:
+        self._sessions_gen += 1
         if self.sessions.get(sess.client_id) is sess:
             del self.sessions[sess.client_id]
         if sess.queue is not None and self.by_queue.get(sess.queue) is sess:
@@ -79,19 +85,30 @@ class Router:
     # ---- matching -----------------------------------------------------------------
 
     def targets(self, topic: str, publisher: str | None) -> list[Delivery | tuple]:
-        """[(session, qos, retain_as_published, sub ids, group)] for a topic."""
+        """[(session, qos, retain_as_published, sub ids, group)] for a topic.
+
+        Kept per topic while the trie's match and the sessions are the same
+        (the trie returns its cached match object until a subscription
+        changes), unless the match holds ``$share`` groups (round robin) or
+        No Local subscriptions (they depend on the publisher)."""
         try:
             match = self.trie.match(topic)
         except TopicError:
             return []
         if not match:
             return []
+        known = self._targets.get(topic)
+        if known is not None and known[0] is match and known[1] == self._sessions_gen:
+            return known[2]
         sessions = self.sessions
         agg: dict[str, list] = {}
+        keep = not match.shared
         for sub in match.subscriptions:
             opts = sub.options
-            if opts.no_local and sub.client_id == publisher:
-                continue
+            if opts.no_local:
+                keep = False
+                if sub.client_id == publisher:
+                    continue
             a = agg.get(sub.client_id)
             if a is None:
                 agg[sub.client_id] = [opts.qos, opts.retain_as_published, [] if opts.sub_id is None else [opts.sub_id], None]
@@ -118,6 +135,10 @@ class Router:
             sess = sessions.get(cid)
             if sess is not None:
                 out.append((sess, qos, rap, tuple(ids), group))
+        if keep:
+            if len(self._targets) >= _CACHE:
+                self._targets.clear()
+            self._targets[topic] = (match, self._sessions_gen, out)
         return out
 
     def _pick(self, group) -> tuple | None:
@@ -188,7 +209,11 @@ class Router:
         p = self._pending.pop(id(msg), None)
         if p is None or not result.ok:
             return
-        out = outbound_from_message(msg, p[0])
+        pub = msg.note
+        if pub.__class__ is Publish:  # from our own PUBLISH path: no need to parse the properties back
+            out = outbound_from_publish(pub, p[0], msg.properties.get(P_CLIENT), msg.born_timestamp)
+        else:
+            out = outbound_from_message(msg, p[0])
         if out is None:
             return
         for sess, qos, rap, ids, group in p[1]:

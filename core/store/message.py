@@ -221,6 +221,9 @@ class Message:
     store_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
+    # The sender's own object for its put and stored hooks (the MQTT gateway
+    # passes the PUBLISH it came from): never stored, compared or copied.
+    note: object = field(default=None, compare=False, repr=False)
 
     @property
     def tags(self) -> str | None:

@@ -1,0 +1,90 @@
+"""What the publish path takes as given instead of computing again:
+
+* an in-memory delivery is built from the PUBLISH it came from
+  (`outbound_from_publish`), and must equal what parsing the stored
+  message's properties back gives (`outbound_from_message`);
+* the router keeps each topic's targets while subscriptions and sessions
+  stay the same, and must see every change at once: a new subscriber, an
+  unsubscribe, a session that leaves or comes back, No Local and ``$share``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from gateway.mapping import outbound_from_message, outbound_from_publish, publish_to_message
+from gateway.mqtt import Publish, Subscription, UnsubAck, Unsubscribe
+
+_SLOTS = ("topic", "payload", "qos", "retain", "client_id", "publish_ms", "expiry", "props")
+
+
+@pytest.mark.parametrize("pub", [
+    Publish(topic="a/b", payload=b"plain", qos=0),
+    Publish(topic="a/b", payload=b"kept", qos=1, packet_id=7, retain=True),
+    Publish(topic="t/\u00e9", payload=b"", qos=2, packet_id=9, message_expiry_interval=30,
+            payload_format_indicator=1, content_type="text/plain", response_topic="r/1",
+            correlation_data=b"\x00\x01", user_properties=(("k", "v"), ("k", "w"), ("\u00e9", ""))),
+])
+def test_the_outbound_of_a_publish_is_what_its_stored_properties_give(pub):
+    msg = publish_to_message(pub, "a", "client-1", 1_700_000_000_123)
+    direct = outbound_from_publish(pub, pub.topic, "client-1", msg.born_timestamp)
+    parsed = outbound_from_message(msg, pub.topic)
+    assert msg.note is pub
+    assert {s: getattr(direct, s) for s in _SLOTS} == {s: getattr(parsed, s) for s in _SLOTS}
+
+
+async def _got(client, n: int = 1) -> list[bytes]:
+    return [(await client.expect(Publish)).payload for _ in range(n)]
+
+
+async def _nothing(client) -> None:
+    with trio.move_on_after(0.3):
+        ev = await client.expect(Publish)
+        raise AssertionError(f"unexpected delivery {ev!r}")
+
+
+async def test_the_router_sees_each_subscription_and_session_change_at_once(gateway_factory, client_cls):
+    async with gateway_factory() as (broker, gw, port):
+        pub, _ = await client_cls.connect(port, "pub")
+        a, _ = await client_cls.connect(port, "a")
+        await a.subscribe("s/#", qos=0)
+        await pub.publish("s/1", b"one", qos=0)
+        assert await _got(a) == [b"one"]
+        b, _ = await client_cls.connect(port, "b")  # a new subscriber of a topic already routed
+        await b.subscribe("s/+", qos=0)
+        await pub.publish("s/1", b"two", qos=0)
+        assert await _got(a) == [b"two"] and await _got(b) == [b"two"]
+        await a.send(Unsubscribe(packet_id=a.next_pid(), topic_filters=("s/#",)))
+        await a.expect(UnsubAck)
+        await pub.publish("s/1", b"three", qos=0)
+        assert await _got(b) == [b"three"]
+        await _nothing(a)
+        await b.disconnect()
+        await pub.publish("s/1", b"four", qos=0)  # b's session is gone (clean start): nobody
+        b2, _ = await client_cls.connect(port, "b")
+        await b2.subscribe("s/1", qos=0)
+        await pub.publish("s/1", b"five", qos=0)
+        assert await _got(b2) == [b"five"]
+
+
+async def test_no_local_and_shared_groups_are_decided_per_message(gateway_factory, client_cls):
+    async with gateway_factory() as (broker, gw, port):
+        me, _ = await client_cls.connect(port, "me")
+        await me.subscribe(Subscription(topic_filter="n/1", qos=0, no_local=True))
+        other, _ = await client_cls.connect(port, "other")
+        await other.publish("n/1", b"theirs", qos=0)
+        assert await _got(me) == [b"theirs"]
+        await me.publish("n/1", b"mine", qos=0)  # same topic, now from the subscriber itself
+        await _nothing(me)
+        await other.publish("n/1", b"theirs again", qos=0)
+        assert await _got(me) == [b"theirs again"]
+        m1, _ = await client_cls.connect(port, "m1")
+        m2, _ = await client_cls.connect(port, "m2")
+        await m1.subscribe("$share/g/sh/1", qos=0)
+        await m2.subscribe("$share/g/sh/1", qos=0)
+        for i in range(4):
+            await other.publish("sh/1", b"%d" % i, qos=0)
+        got1, got2 = await _got(m1, 2), await _got(m2, 2)  # round robin, not one cached member
+        assert sorted(got1 + got2) == [b"0", b"1", b"2", b"3"]
+        await _nothing(m1)
