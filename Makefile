@@ -72,7 +72,7 @@ test: install-dev build
 	$(PY) -m pytest $(ARGS)
 	$(MAKE) --no-print-directory test-pure
 
-PURE_SUITES := tests/gateway/mqtt tests/gateway/wildcard tests/core/store tests/kernels
+PURE_SUITES := tests/gateway/mqtt tests/gateway/wildcard tests/core/store tests/kernels tests/core/broker/test_send_many.py tests/core/broker/test_send_batch_hooks.py
 test-pure: install-dev
 	MQGATE_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_SUITES)
 

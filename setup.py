@@ -21,6 +21,8 @@ KERNELS = [
     "core/store/message.py",
     "core/store/commitlog.py",
     "core/store/consume_queue.py",
+    "core/store/store.py",
+    "core/broker/send_checks.py",
     "core/broker/topic_names.py",
     "core/broker/uniq_key.py",
     "gateway/mqtt/_connection.py",
