@@ -37,9 +37,9 @@ def package_version() -> str:
 def version_line() -> str:
     """``mqgate 0.1.0 (kernels: compiled (18 modules))``: which build of the hot
     paths runs is part of the version a user reports."""
-    from core._kernels import status
+    from core import kernel_status
 
-    return f"mqgate {package_version()} (kernels: {status()})"
+    return f"mqgate {package_version()} (kernels: {kernel_status()})"
 
 
 def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, broker: bool) -> None:

@@ -44,7 +44,6 @@ Rules kept here:
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -52,7 +51,7 @@ from typing import Any
 import trio
 
 from core.broker import Broker, SendStatus
-from core.store.message import PROPERTY_TIMER_OUT_MS
+from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
 from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingError, now_ms, publish_to_message,

@@ -26,14 +26,12 @@ from functools import partial
 
 import trio
 
+from core import TimerMessageService
 from core.broker import Broker
-from core.ha.metadata import SlaveMetadataSync
-from core.ha.node import HANode, ha_routes
-from core.processors.runner import BrokerRemoting
-from core.remoting.client import RemotingClient
-from core.remoting.server import Route
+from core.ha import HANode, SlaveMetadataSync, ha_routes
+from core.processors import BrokerRemoting
+from core.remoting import RemotingClient, Route
 from core.store import truncate_log
-from core.timers import TimerMessageService
 
 from .listeners import listener_specs_from_dict
 
@@ -51,7 +49,7 @@ async def run_broker_node(cfg, role: str, namesrv_addrs: list[str], ports: dict[
     async with trio.open_nursery() as outer:
         node.rc = RemotingClient(outer)
         if broker_cfg.etcd_endpoints:
-            from core.ha.controller import Controller
+            from core.ha import Controller
 
             node.controller = Controller(node, broker_cfg)
             await outer.start(node.controller.run)

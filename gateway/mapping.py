@@ -51,7 +51,7 @@ import time
 import zlib
 
 from core.broker import LMQ_TOPIC_PREFIX, is_system_topic, mqtt_level_to_topic, topic_to_mqtt_level
-from core.store.message import PROPERTY_MQTT_TOPIC, PROPERTY_REAL_TOPIC, Message, StoredMessage
+from core.store import PROPERTY_MQTT_TOPIC, PROPERTY_REAL_TOPIC, Message, StoredMessage
 from gateway.mqtt import Publish, ReasonCode
 from gateway.wildcard import TopicError, validate_topic_name
 

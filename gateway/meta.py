@@ -30,7 +30,7 @@ import logging
 import msgpack
 
 from core.broker import Broker, PERM_READ, PERM_WRITE, PullStatus
-from core.store.message import Message, decode_message
+from core.store import Message, decode_message
 
 log = logging.getLogger("mqgate.gateway")
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from core.broker import SendStatus
-from core.store.message import PROPERTY_TIMER_OUT_MS
+from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_to_message,
                              queue_for, split_delayed)
 from gateway.meta import record

@@ -35,8 +35,8 @@ import struct
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from core.store.message import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Message, decode_message
 from core.broker import LMQ_TOPIC_PREFIX
+from core.store import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Message, decode_message
 from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, Outbound, is_deliverable,
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
 from gateway.mqtt import Publish

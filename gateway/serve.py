@@ -24,11 +24,11 @@ from typing import Any
 
 import trio
 
+from core import TimerConfig
+from core.broker import ConfigError as BrokerConfigError
 from core.broker import configs_from_dict
-from core.broker.config import ConfigError as BrokerConfigError
 from core.namesrv import run_namesrv
-from core.store.timer import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARGIN_SLOTS
-from core.timers import TimerConfig
+from core.store import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARGIN_SLOTS
 
 from .config import ConfigError, ServeConfig
 from .listeners import listener_specs_from_dict

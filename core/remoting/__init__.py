@@ -97,3 +97,14 @@ __all__ = [
     "encode_json",
     "ext_value",
 ]
+
+# The trio parts, imported on first use so that the codec stays importable alone.
+_LAZY = {"RemotingClient": "core.remoting.client", "Route": "core.remoting.server"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'core.remoting' has no attribute {name!r}")

@@ -77,6 +77,9 @@ from .errors import (
 )
 from .message import (
     PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_MQTT_TOPIC,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_OUT_MS,
     EncodedMessage,
     Message,
     MessageFormatError,
@@ -94,11 +97,18 @@ from .names import dir_name
 from .replica import truncate_log
 from .results import GetResult, PutResult, QueryResult, RecoveryReport
 from .store import DELETE_QUEUE_TOPIC, MessageStore
+from .timer import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARGIN_SLOTS
 
 __all__ = [
     "CQ_UNIT_SIZE",
     "DELETE_QUEUE_TOPIC",
+    "MAX_DELAY_FIELD_MS",
+    "PRECISIONS_MS",
     "PROPERTY_INNER_MULTI_DISPATCH",
+    "PROPERTY_MQTT_TOPIC",
+    "PROPERTY_REAL_TOPIC",
+    "PROPERTY_TIMER_OUT_MS",
+    "ROLL_WINDOW_MARGIN_SLOTS",
     "CorruptSegmentError",
     "EncodedMessage",
     "FlushDiskType",
