@@ -82,6 +82,8 @@ def run(targets: list[str], out: Path, *, scale: float = 1.0,
     report.write_jsonl(rows, out / "ratios.jsonl")
     if rows:
         echo(report.format_ratios(rows), file=sys.stderr)
+    (out / "table.md").write_text(report.markdown_table(records, reference))
+    echo(f"table for the README: {out / 'table.md'}", file=sys.stderr)
     path = report.write_html(records, out, reference=reference,
                              title="mqgate standard load test")
     echo(f"report: {path}", file=sys.stderr)

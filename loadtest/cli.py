@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
     b.add_argument("--out", type=Path, default=None)
     b.add_argument("--no-progress", action="store_true")
-    rep = sub.add_parser("report", help="rebuild report.html from DIR/results.jsonl")
+    rep = sub.add_parser("report", help="rebuild report.html and table.md from DIR/results.jsonl")
     rep.add_argument("dir", type=Path)
     rep.add_argument("--reference", default=None)
     return p
@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             return _bench(args)
         records = report.read_jsonl(args.dir / "results.jsonl")
+        if records:
+            reference = args.reference or records[0]["broker"]
+            (args.dir / "table.md").write_text(report.markdown_table(records, reference))
         print(report.write_html(records, args.dir, reference=args.reference))
         return 0
     except runner.NotLoopback as exc:

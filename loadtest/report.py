@@ -8,6 +8,10 @@ Rules it keeps:
   (``python -m loadtest report DIR``).
 - Ratios are ``reference / other`` for the same scenario label, measured in
   the same run; a ratio is None when either side is missing or zero.
+- ``table.md`` is the README's Performance table, one row per scenario and
+  one column per broker, then each other broker's ratio to the reference:
+  delivered msgs/s for throughput, MiB per 1000 connections and connects/s
+  for a storm, p50/p99 for latency runs; a lost message is always shown.
 - Charts use matplotlib's Agg backend (no display) and are written next to
   ``report.html``, which links them by relative name.
 """
@@ -76,6 +80,60 @@ def format_ratios(rows) -> str:
         lines.append(f"{row['label']}: {row['reference']} / {row['other']}: "
                      + (" ".join(parts) or "no comparable metric"))
     return "\n".join(lines)
+
+
+def _md_cell(rec: dict | None) -> str:
+    if rec is None:
+        return "-"
+    if rec.get("error") and rec.get("sent") is None:
+        return rec["error"].split("\n")[0]
+    if rec.get("scenario") == "storm":
+        mib, cps = rec.get("rss_per_1000_mib"), rec.get("connects_per_s")
+        return f"{mib:.2f} MiB/1000, {cps:,.0f} conn/s" if mib is not None and cps else "-"
+    lat = rec.get("latency_ms") or {}
+    if rec.get("scenario") == "latency":
+        text = f"p50 {lat.get('p50', 0):.2f} ms, p99 {lat.get('p99', 0):.2f} ms"
+    else:
+        rate = rec.get("delivered_rate")
+        text = "-" if rate is None else f"{rate:,.0f} msgs/s"
+    return f"{text}, lost {rec.get('lost')}"
+
+
+def _md_ratio(ref: dict | None, other: dict | None) -> str:
+    if ref is None or other is None or (other.get("error") and other.get("sent") is None):
+        return "-"
+    if ref.get("scenario") == "storm":
+        m = [metric(r, "rss_per_1000_mib") for r in (ref, other)]
+        c = [metric(r, "connects_per_s") for r in (ref, other)]
+        if None in m or None in c or not m[1] or not c[1]:
+            return "-"
+        return f"{m[0] / m[1]:.2f}x memory, {c[0] / c[1]:.2f}x conn/s"
+    name = "latency_p99_ms" if ref.get("scenario") == "latency" else "delivered_rate"
+    a, b = metric(ref, name), metric(other, name)
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not b:
+        return "-"
+    return f"{a / b:.2f}x p99" if name == "latency_p99_ms" else f"{a / b:.2f}x"
+
+
+def markdown_table(records, reference: str) -> str:
+    """The README's Performance table for ``records`` (see the module docstring)."""
+    labels: dict[str, dict[str, dict]] = {}
+    order: list[str] = []
+    for rec in records:
+        by = labels.setdefault(rec["label"], {})
+        by[rec["broker"]] = rec
+        if rec["broker"] not in order:
+            order.append(rec["broker"])
+    others = [b for b in order if b != reference]
+    head = ["scenario", *order, *(f"{reference} / {o}" for o in others)]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for label, by in labels.items():
+        any_rec = next(iter(by.values()))
+        cells = [f"{label} {any_rec.get('scenario', '')}"]
+        cells += [_md_cell(by.get(b)) for b in order]
+        cells += [_md_ratio(by.get(reference), by.get(o)) for o in others]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def format_record(rec: dict) -> str:
