@@ -17,7 +17,7 @@ The path of one timer message:
 2. enqueue: the service reads that queue's 20-byte units from its
    checkpointed offset (their tags code is the due time, see
    `core.store.message.queue_tags_code`) and files each in the wheel
-   (`core.store.timer.TimerWheelStore`), without reading the log.
+   (`core.store.timer_wheel.TimerWheelStore`), without reading the log.
 3. dequeue: one precision before each slot time it takes the slot's units
    into an in-memory heap ordered by due time, and at each timer's own due
    time (never before) reads it back from the commit log and sends it to
@@ -74,7 +74,7 @@ from core.store.message import (
     PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_OUT_MS, TIMER_TOPIC, TIMER_TRIGGERS, TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, Message, message_from_entry,
 )
-from core.store.timer import MAGIC_DEFAULT, MAGIC_ROLL, TimerWheelStore
+from core.store.timer_wheel import MAGIC_ROLL, TimerWheelStore
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ from gateway.meta import record, replay
 from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
 from gateway.retained import RetainedIndex
 from gateway.router import Router
-from gateway.server import Connection
+from gateway.connection import Connection
 from gateway.sessions import Delivery, Session, SubOptions, inbound_window
 from gateway.settings import GatewaySettings
 from gateway.sys_topics import GatewayStats, sys_values

@@ -12,7 +12,7 @@ from gateway.mqtt import ConnAck, Connect, ReasonCode
 from gateway.wildcard import TopicError, validate_topic_name
 
 if TYPE_CHECKING:
-    from gateway.server import Connection
+    from gateway.connection import Connection
 
 log = logging.getLogger("mqgate.gateway")
 R = ReasonCode

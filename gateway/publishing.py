@@ -1,5 +1,5 @@
 """The PUBLISH path of a connection: check, map, store (one ``send_many`` per
-read, after one checkpoint: see gateway/server.py), then acknowledge in
+read, after one checkpoint: see gateway/connection.py), then acknowledge in
 arrival order.
 
 * A PUBLISH the store does not take: a 5.0 client gets the failure reason
@@ -32,7 +32,7 @@ from gateway.mqtt import InboundAction, InboundStage, Publish, ReasonCode, Remot
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
-    from gateway.server import Connection
+    from gateway.connection import Connection
 
 log = logging.getLogger("mqgate.gateway")
 R = ReasonCode

@@ -23,7 +23,7 @@ ARCHITECTURE decision 4. Rules kept here:
   there and the connection is live, a QoS 0 message (or a QoS 1/2 one the
   window admits) goes straight into the connection's output at dispatch
   time, so a burst routed in one read is not cut by a queue limit. The
-  output has its own bounds (``gateway.server``): QoS 0 past
+  output has its own bounds (``gateway.connection``): QoS 0 past
   ``maxOutboundBytes``, and past ``maxQueuedMessages`` behind a write the
   client's socket has no room for, is cut (``cut``, counted).
 * ``notify()`` asks the connection to run ``pump`` once more (new queue

@@ -12,7 +12,7 @@ from gateway.sessions import SubOptions
 from gateway.wildcard import TopicError, parse_filter
 
 if TYPE_CHECKING:
-    from gateway.server import Connection
+    from gateway.connection import Connection
 
 log = logging.getLogger("mqgate.gateway")
 R = ReasonCode

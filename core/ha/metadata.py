@@ -57,7 +57,7 @@ class SlaveMetadataSync:
         self.broker = broker
         self.client = client
         self.master_addr = master_addr
-        self.schedule = schedule  # a core.schedule.ScheduleService, or None: delay offsets are not copied
+        self.schedule = schedule  # a core.delay_levels.ScheduleService, or None: delay offsets are not copied
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.wake = wake

@@ -42,7 +42,7 @@ from core.processors.context import BrokerContext
 from core.remoting import RequestCode
 from core.remoting.client import RemotingClient
 from core.remoting.server import RemotingServer, Route
-from core.schedule import DEFAULT_DELAY_LEVELS, ScheduleService
+from core.delay_levels import DEFAULT_DELAY_LEVELS, ScheduleService
 from core.store.message import pack_host
 from core.transactions import TransactionService
 

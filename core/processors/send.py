@@ -24,7 +24,7 @@ Reference 2.1, 2.2, 4.7, 10 (``SendMessageProcessor``). Rules kept here:
   the header's level when > 0), reconsume times + 1, ``RETRY_TOPIC`` and
   ``ORIGIN_MESSAGE_ID`` set; past the maximum (or delay level < 0) it goes
   to ``%DLQ%<group>`` with no delay. The delay itself is the schedule
-  service's put hook (`core.schedule`).
+  service's put hook (`core.delay_levels`).
 - Response codes and remarks come from the broker's `SendResult`; the
   response carries ``msgId`` (offset id, comma-joined for a batch),
   ``queueId``, ``queueOffset`` and ``MSG_REGION``/``TRACE_ON``.

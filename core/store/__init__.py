@@ -97,7 +97,7 @@ from .names import dir_name
 from .replica import truncate_log
 from .results import GetResult, PutResult, QueryResult, RecoveryReport
 from .store import DELETE_QUEUE_TOPIC, MessageStore
-from .timer import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARGIN_SLOTS
+from .timer_wheel import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARGIN_SLOTS
 
 __all__ = [
     "CQ_UNIT_SIZE",

@@ -76,7 +76,6 @@ def recover(store) -> RecoveryReport:
 def _recover(store, abnormal: bool) -> RecoveryReport:
     from .store import DELETE_QUEUE_TOPIC, _SKIP_TX
 
-    cfg = store.config
     cl = store.commitlog
     cp = store._checkpoint
     report = RecoveryReport()

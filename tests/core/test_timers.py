@@ -17,7 +17,7 @@ import trio.testing
 from core.broker import PERM_READ, BrokerConfig, SendStatus, TopicConfig, open_broker
 from core.store import StoreConfig
 from core.store.message import Message
-from core.store.timer import TimerCheckpoint
+from core.store.timer_wheel import TimerCheckpoint
 from core.timers import TIMER_TOPIC, TimerConfig, TimerMessageService
 
 BASE_MS = 1_800_000_000_000

@@ -109,7 +109,7 @@ def test_good_timer_values_reach_the_timer_config(tmp_path):
 def test_the_largest_delay_accepted_fits_the_timer_log(tmp_path):
     """timerMaxDelaySec's bound is the largest whole second a signed 32-bit ms count holds;
     a timer of exactly that delay is written to and read back from a real timer log."""
-    from core.store.timer import TimerWheelStore
+    from core.store.timer_wheel import TimerWheelStore
 
     t = timer_config(tmp_path, "timerMaxDelaySec = 2147483\n")
     assert t.max_delay_s * 1000 <= 2**31 - 1 < (t.max_delay_s + 1) * 1000

@@ -4,7 +4,7 @@ import pytest
 import trio
 
 from core.broker import Broker, BrokerConfig
-from core.schedule import DEFAULT_DELAY_LEVELS, ScheduleService, parse_delay_levels
+from core.delay_levels import DEFAULT_DELAY_LEVELS, ScheduleService, parse_delay_levels
 from core.store import StoreConfig
 from core.store.message import Message
 

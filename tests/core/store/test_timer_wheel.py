@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from core.store.timer import (
+from core.store.timer_wheel import (
     BLANK_SIZE, MAGIC_DEFAULT, MAGIC_ROLL, UNIT_SIZE, TimerCheckpoint, TimerLog,
     TimerWheelStore, normalise_precision,
 )
