@@ -69,6 +69,35 @@ def test_report_is_rebuilt_from_jsonl(tmp_path, mosquitto):
     assert (tmp_path / "qos-latency.png").exists()
 
 
+def test_the_readme_table_has_a_row_per_scenario_and_ratios_to_the_reference(tmp_path, mosquitto):
+    """Two 'brokers' (the same Mosquitto measured twice under two names): a
+    throughput row, a latency row and a storm row, each with its ratio."""
+    recs = []
+    for name in ("a", "b"):
+        recs.append(run_scenario("fan-in", mosquitto.host, mosquitto.port, broker=name, label="S1",
+                                 publishers=2, count=50, qos=0))
+        recs.append(run_scenario("latency", mosquitto.host, mosquitto.port, broker=name, label="L0",
+                                 count=50, rate=500, qos=0))
+        recs.append(run_scenario("storm", mosquitto.host, mosquitto.port, broker=name, label="S5",
+                                 connections=20, count=0, broker_pid=mosquitto.pid))
+    report.write_jsonl(recs, tmp_path / "results.jsonl")
+    assert _cli("report", str(tmp_path)).returncode == 0
+    lines = (tmp_path / "table.md").read_text().splitlines()
+    assert lines[0] == "| scenario | a | b | a / b |"
+    rows = {line.split(" | ")[0].lstrip("| ").split()[0]: line.split(" | ") for line in lines[2:]}
+    assert set(rows) == {"S1", "L0", "S5"}
+    assert "msgs/s, lost 0" in rows["S1"][1] and rows["S1"][3].rstrip(" |").endswith("x")
+    assert "p99" in rows["L0"][1] and rows["L0"][3].rstrip(" |").endswith("x p99")
+    a5, b5 = (r for r in recs if r["label"] == "S5")
+    assert f"{a5['rss_per_1000_mib']:.2f} MiB/1000" in rows["S5"][1]
+    if b5["rss_per_1000_mib"]:  # a second storm on the same Mosquitto may reuse its memory (0 MiB: no ratio)
+        assert rows["S5"][3].startswith(f"{a5['rss_per_1000_mib'] / b5['rss_per_1000_mib']:.2f}x memory")
+    else:
+        assert rows["S5"][3].rstrip(" |") == "-"
+    a1, b1 = (r for r in recs if r["label"] == "S1")
+    assert rows["S1"][3].rstrip(" |") == f"{a1['delivered_rate'] / b1['delivered_rate']:.2f}x"
+
+
 @pytest.mark.parametrize("host", ["8.8.8.8", "10.0.0.1", "192.168.1.1"])
 def test_non_loopback_hosts_are_refused(host):
     with pytest.raises(NotLoopback):
