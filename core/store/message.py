@@ -488,33 +488,38 @@ def decode_message(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_c
         raise MessageFormatError(f"bad magic 0x{magic & 0xFFFFFFFF:08X}", pos)
     if size < 0 or pos + size > end:
         raise MessageFormatError(f"entry size {size} runs past the end of the data", pos)
-    p = pos + _HEAD_BORN.size
-    born_len = 20 if sysflag & BORNHOST_V6_FLAG else 8
-    born_host = bytes(view[p : p + born_len])
-    p += born_len
-    (store_ts,) = struct.unpack_from(">q", view, p)
-    p += 8
-    store_len = 20 if sysflag & STOREHOST_V6_FLAG else 8
-    store_host = bytes(view[p : p + store_len])
-    p += store_len
-    reconsume, prepared, body_len = struct.unpack_from(">iqi", view, p)
-    p += 16
-    if body_len < 0 or p + body_len > pos + size:
-        raise MessageFormatError(f"body length {body_len} does not fit the entry", pos)
-    body = bytes(view[p : p + body_len])
-    p += body_len
-    topic_len = view[p]
-    p += 1
-    topic = bytes(view[p : p + topic_len]).decode()
-    p += topic_len
-    (props_len,) = _SHORT.unpack_from(view, p)
-    p += 2
-    if props_len < 0 or p + props_len > pos + size:
-        raise MessageFormatError(f"properties length {props_len} does not fit the entry", pos)
-    props = decode_properties(bytes(view[p : p + props_len]).decode())
-    p += props_len
-    if p - pos != size or entry_length(sysflag, body_len, topic_len, props_len) != size:
-        raise MessageFormatError(f"total size {size} disagrees with the field lengths", pos)
+    try:
+        p = pos + _HEAD_BORN.size
+        born_len = 20 if sysflag & BORNHOST_V6_FLAG else 8
+        born_host = bytes(view[p : p + born_len])
+        p += born_len
+        (store_ts,) = struct.unpack_from(">q", view, p)
+        p += 8
+        store_len = 20 if sysflag & STOREHOST_V6_FLAG else 8
+        store_host = bytes(view[p : p + store_len])
+        p += store_len
+        reconsume, prepared, body_len = struct.unpack_from(">iqi", view, p)
+        p += 16
+        if body_len < 0 or p + body_len > pos + size:
+            raise MessageFormatError(f"body length {body_len} does not fit the entry", pos)
+        body = bytes(view[p : p + body_len])
+        p += body_len
+        topic_len = view[p]
+        p += 1
+        topic = bytes(view[p : p + topic_len]).decode()
+        p += topic_len
+        (props_len,) = _SHORT.unpack_from(view, p)
+        p += 2
+        if props_len < 0 or p + props_len > pos + size:
+            raise MessageFormatError(f"properties length {props_len} does not fit the entry", pos)
+        props = decode_properties(bytes(view[p : p + props_len]).decode())
+        p += props_len
+        if p - pos != size or entry_length(sysflag, body_len, topic_len, props_len) != size:
+            raise MessageFormatError(f"total size {size} disagrees with the field lengths", pos)
+    except (struct.error, IndexError) as e:  # a length that points past the data
+        raise MessageFormatError(f"entry fields run past the end of the data ({e})", pos) from None
+    except UnicodeDecodeError:
+        raise MessageFormatError("topic or properties are not UTF-8", pos) from None
     if check_crc and body_crc(body) != crc:
         raise MessageFormatError("body CRC mismatch", pos)
     return StoredMessage(
@@ -540,8 +545,11 @@ def message_from_entry(raw: bytes) -> tuple[Message, int]:
             if t + 2 <= size:
                 props_end = t + 2 + ((raw[t] << 8) | raw[t + 1])
                 if props_end == size:
-                    return Message(raw[b + 1 : t].decode(), raw[88:b], queue_id, flag,
-                                   decode_properties(raw[t + 2 : props_end].decode()), sysflag, born_ts,
+                    try:
+                        topic, props = raw[b + 1 : t].decode(), decode_properties(raw[t + 2 : props_end].decode())
+                    except UnicodeDecodeError:
+                        raise MessageFormatError("topic or properties are not UTF-8", 0) from None
+                    return Message(topic, raw[88:b], queue_id, flag, props, sysflag, born_ts,
                                    born_host, store_host, reconsume, prepared), store_ts
     m = decode_message(raw)
     return m.to_message(), m.store_timestamp
@@ -607,7 +615,10 @@ def decode_batch(data: bytes) -> list[tuple[bytes, int, dict[str, str]]]:
         p += 2
         if props_len < 0 or p + props_len != pos + total:
             raise MessageFormatError(f"batch item properties length {props_len} is inconsistent", pos)
-        props = decode_properties(bytes(view[p : p + props_len]).decode())
+        try:
+            props = decode_properties(bytes(view[p : p + props_len]).decode())
+        except UnicodeDecodeError:
+            raise MessageFormatError("batch item properties are not UTF-8", pos) from None
         out.append((body, flag, props))
         pos += total
     return out
