@@ -4,8 +4,9 @@ Subcommands:
     serve      name server + broker + MQTT gateway in one process (the default)
     namesrv    the name server alone
     broker     a broker alone, registering with --namesrv
-    passwd     manage the MQTT password file (argon2 hashes)
-    admin      topics, routes, groups, messages (over the native protocol)
+    passwd     manage the MQTT password file (argon2 hashes); with --admin, the HTTP users file
+    admin      topics, routes, groups, messages (over the native protocol); clients,
+               sessions, retained messages, subscriptions (over the HTTP admin API)
     telemetry  the Spark telemetry job (runs `python -m spark.telemetry`)
 
 `telemetry` is started as a separate Python process on purpose: `spark/` is a
@@ -49,6 +50,8 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
     if mqtt:
         p.add_argument("--mqtt-port", type=int, metavar="PORT", help="MQTT over TCP (default 1883; 0 = off)")
         p.add_argument("--ws-port", type=int, metavar="PORT", help="MQTT over WebSocket, path /mqtt (default 8083; 0 = off)")
+        p.add_argument("--http-port", type=int, metavar="PORT",
+                       help="HTTP: /metrics and the admin API (default 18083 on 127.0.0.1; 0 = off)")
     if namesrv:
         p.add_argument("--namesrv-port", type=int, metavar="PORT", help="name server (default 9876; 0 = off)")
     if broker:
@@ -94,10 +97,18 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["serve"]
     command, rest = argv[0], argv[1:]
     if command == "passwd":
+        if "--admin" in rest:
+            from .http.users import passwd_admin_main
+
+            return passwd_admin_main(rest)
         from .auth import passwd_main
 
         return passwd_main(rest)
     if command == "admin":
+        from .http.cli import http_admin_main, is_http_verb
+
+        if is_http_verb(rest):
+            return http_admin_main(rest)
         from core.admin import admin_main
 
         return admin_main(rest)

@@ -100,12 +100,19 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
         return broker_port
     # any MQTT listener counts (TCP, WebSocket, TLS or WSS): each is on or off by itself
     if role == "serve" and listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
-        from .app import run_mqtt_gateway  # logs each MQTT endpoint it listens on
+        from .app import make_mqtt_gateway  # logs each MQTT endpoint it listens on
 
-        bound = await nursery.start(partial(run_mqtt_gateway, broker, cfg.mqtt, host=cfg.host,
-                                            mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port))
+        gw, specs = make_mqtt_gateway(broker, cfg.mqtt, host=cfg.host, mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port)
+        bound = await nursery.start(gw.run, specs)
         for name, port in (bound or {}).items():
             ports[f"mqtt-{name}"] = port
+        if cfg.http_port != 0:
+            from .http import HttpSettings, run_http
+
+            http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
+            port = await nursery.start(partial(run_http, gw, http, explicit_port=cfg.http_port is not None))
+            if port is not None:
+                ports["http"] = port
     # firing starts once the gateway has restored its sessions and hooks: a timer due during a
     # restart must reach persistent sessions and the retained index like one due later
     await nursery.start(timers.run)

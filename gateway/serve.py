@@ -174,11 +174,24 @@ def check_mqtt_config(cfg: ServeConfig) -> None:
         raise ConfigError(str(e) if str(e).startswith("[mqtt]") else f"[mqtt] {e}") from None
 
 
+def check_http_config(cfg: ServeConfig) -> None:
+    """The ``[http]`` table and its users file: a ConfigError before any port is bound."""
+    from .http import HttpSettings, read_users_file
+    from .http.users import UsersFileError
+
+    settings = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
+    try:
+        read_users_file(settings.users_file)
+    except UsersFileError as e:
+        raise ConfigError(f"[http] usersFile: {e}") from None
+
+
 def run_server(cfg: ServeConfig, role: str = "serve") -> int:
     if role in ("serve", "broker"):
         broker_configs(cfg)  # a bad key is a ConfigError here, before anything starts
     if role == "serve":
         check_mqtt_config(cfg)
+        check_http_config(cfg)
     try:
         trio.run(_main, cfg, role)
     except KeyboardInterrupt:  # a signal that arrived before the receiver was installed
