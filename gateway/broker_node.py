@@ -107,10 +107,13 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
         for name, port in (bound or {}).items():
             ports[f"mqtt-{name}"] = port
         if cfg.http_port != 0:
-            from .http import HttpSettings, run_http
+            from .http import BrokerView, HttpSettings, run_http
 
             http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
-            port = await nursery.start(partial(run_http, gw, http, explicit_port=cfg.http_port is not None))
+            view = BrokerView(broker, ha_status=node.status,
+                              transactions=remoting.transactions.stats if broker_port else None)
+            port = await nursery.start(partial(run_http, gw, http, broker=view,
+                                               explicit_port=cfg.http_port is not None))
             if port is not None:
                 ports["http"] = port
     # firing starts once the gateway has restored its sessions and hooks: a timer due during a

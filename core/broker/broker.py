@@ -37,7 +37,7 @@ from core.store import MessageStore, RecoveryReport, StoreConfig
 from core.store.message import StoredMessage, decode_message, pack_host, parse_offset_msg_id
 
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole, FlushDiskType, store_config_for
-from .flush import CommitLogFlusher
+from .flush import CommitLogFlusher, LatencyHistogram
 from .jsonfile import read_json, write_json_atomic
 from .notify import QueueNotifier
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
@@ -86,6 +86,7 @@ class Broker(SendPath, PullPath):
         self.offsets = ConsumerOffsetTable()
         self._uniq = UniqKeyGenerator(config.broker_ip1)
         self._notifier = QueueNotifier(self.max_offset)
+        self.get_counts: dict[str, int] = {}  # topic -> messages pulled by consumers (pulling._count_gets)
         self._flusher: CommitLogFlusher | None = None
         self._put_hooks: list[tuple[PutHook, frozenset | None]] = []  # (hook, its `when` names or None)
         self._put_always: list[PutHook] = []  # the hooks without `when`, in order
@@ -353,6 +354,11 @@ class Broker(SendPath, PullPath):
     def flushed_offset(self) -> int:
         """Commit-log offset below which every entry is on disk (as seen by the flusher)."""
         return self._flusher.flushed_offset if self._flusher else self.store.flushed_offset
+
+    @property
+    def flush_latency(self) -> LatencyHistogram | None:
+        """Seconds per commit-log fsync of the flusher (None before it runs)."""
+        return self._flusher.latency if self._flusher else None
 
     @property
     def flush_count(self) -> int:

@@ -29,12 +29,32 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 import logging
 from typing import Callable
 
 import trio
 
 log = logging.getLogger(__name__)
+
+
+class LatencyHistogram:
+    """Counts of durations (seconds) per bucket, cumulative like Prometheus's:
+    ``counts[i]`` is how many took at most ``BOUNDS[i]``; read by /metrics."""
+
+    BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(self.BOUNDS)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.sum += seconds
+        for i, bound in enumerate(self.BOUNDS):
+            if seconds <= bound:
+                self.counts[i] += 1
 
 
 class CommitLogFlusher:
@@ -50,6 +70,7 @@ class CommitLogFlusher:
         self.flushed_offset = flushed
         self._fully_flushed = flushed  # offset covered by the last full flush
         self.flush_count = 0
+        self.latency = LatencyHistogram()  # per flush that synced something, not per message
         self._waiters: list[tuple[int, int, trio.Event]] = []  # heap of (offset, seq, event)
         self._seq = itertools.count()
         self._kick = trio.Event()
@@ -86,6 +107,7 @@ class CommitLogFlusher:
                 self._covered(self.flushed_offset)
                 continue
             fn = self._flush if full or self._flush_log is None else self._flush_log
+            started = time.perf_counter()
             try:
                 flushed = await trio.to_thread.run_sync(fn)
             except BaseException:
@@ -96,6 +118,7 @@ class CommitLogFlusher:
             before = self.flushed_offset
             if flushed > before:
                 self.flush_count += 1
+                self.latency.observe(time.perf_counter() - started)
             self._covered(flushed)
             if self._waiters and self.flushed_offset > before:
                 self._kick.set()  # waiters that arrived during that flush need another

@@ -15,9 +15,10 @@ rules in its docstring; docs/OPERATIONS.md is the user's guide.
 """
 
 from gateway.http.cli import HTTP_ADMIN_AREAS, http_admin_main, is_http_verb
+from gateway.http.metrics import BrokerView
 from gateway.http.server import run_http
 from gateway.http.settings import DEFAULT_HTTP_PORT, HTTP_KEYS, HttpSettings
 from gateway.http.users import Users, passwd_admin_main, read_users_file
 
-__all__ = ["DEFAULT_HTTP_PORT", "HTTP_ADMIN_AREAS", "HTTP_KEYS", "HttpSettings", "Users", "http_admin_main",
+__all__ = ["BrokerView", "DEFAULT_HTTP_PORT", "HTTP_ADMIN_AREAS", "HTTP_KEYS", "HttpSettings", "Users", "http_admin_main",
            "is_http_verb", "passwd_admin_main", "read_users_file", "run_http"]

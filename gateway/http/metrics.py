@@ -17,10 +17,14 @@ Rules kept here:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import shutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from core.broker import LMQ_TOPIC_PREFIX
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
@@ -95,8 +99,88 @@ class GatewayCollector:
                                   value=ls.handshake_failures)
 
 
-def make_registry(gw: MQTTGateway) -> CollectorRegistry:
+@dataclass
+class BrokerView:
+    """What the broker series read: the broker, and when they run, the HA node's
+    ``status()`` (replication links) and the transaction service's ``stats()``."""
+
+    broker: Any
+    ha_status: Callable[[], dict] | None = None
+    transactions: Callable[[], dict] | None = None
+
+
+class BrokerCollector:
+    """The broker's series: per broker topic (the topic table, never a session's
+    light message queue), per consumer group and topic, per slave."""
+
+    def __init__(self, view: BrokerView) -> None:
+        self.view = view
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        b = self.view.broker
+        store = b.store
+        puts = CounterMetricFamily("mqgate_broker_topic_puts", "messages stored in a broker topic since it was "
+                                   "created (the sum of its queues' offsets)", labels=["topic"])
+        for name, cfg in sorted(b.topics.all().items()):
+            queues = max(cfg.read_queue_nums, cfg.write_queue_nums)
+            puts.add_metric([name], sum(b.max_offset(name, q) for q in range(queues)))
+        yield puts
+        gets = CounterMetricFamily("mqgate_broker_topic_gets", "messages pulled by consumers since start",
+                                   labels=["topic"])
+        for name, n in sorted(b.get_counts.items()):
+            gets.add_metric([name], n)
+        yield gets
+        lag = GaugeMetricFamily("mqgate_broker_consumer_lag", "messages stored but not yet committed by the "
+                                "consumer group", labels=["group", "topic"])
+        lags: dict[tuple[str, str], int] = {}
+        for group, topic, qid, offset in b.offsets.items():
+            if topic.startswith(LMQ_TOPIC_PREFIX) or group.startswith(LMQ_TOPIC_PREFIX):
+                continue  # an MQTT session's queue: per client, not a series
+            key = (group, topic)
+            lags[key] = lags.get(key, 0) + max(0, b.max_offset(topic, qid) - offset)
+        for (group, topic), n in sorted(lags.items()):
+            lag.add_metric([group, topic], n)
+        yield lag
+        yield GaugeMetricFamily("mqgate_broker_commitlog_bytes", "bytes of commit log held (max - min offset)",
+                                value=store.max_phy_offset - store.min_phy_offset)
+        yield CounterMetricFamily("mqgate_broker_commitlog_written_bytes", "commit-log end offset (bytes ever written)",
+                                  value=store.max_phy_offset)
+        try:
+            disk = shutil.disk_usage(store.root)
+            yield GaugeMetricFamily("mqgate_broker_disk_used_ratio", "used / size of the data directory's disk",
+                                    value=disk.used / disk.total if disk.total else 0.0)
+        except OSError:
+            pass
+        hist = b.flush_latency
+        if hist is not None:
+            buckets = [(repr(bound), n) for bound, n in zip(hist.BOUNDS, hist.counts)] + [("+Inf", hist.count)]
+            family = HistogramMetricFamily("mqgate_broker_flush_seconds", "commit-log fsync time, per flush")
+            family.add_metric([], buckets, sum_value=hist.sum)
+            yield family
+        timers = getattr(b, "timers", None)
+        if timers is not None:
+            yield GaugeMetricFamily("mqgate_broker_timers_pending", "timer messages waiting to fire",
+                                    value=timers.pending)
+        if self.view.transactions is not None:
+            stats = self.view.transactions()
+            yield GaugeMetricFamily("mqgate_broker_transactions_pending", "half messages not yet committed or "
+                                    "rolled back", value=stats["pending"])
+        if self.view.ha_status is not None:
+            slaves = self.view.ha_status().get("slaves") or []
+            repl = GaugeMetricFamily("mqgate_broker_replication_lag_bytes", "commit-log bytes a slave has not "
+                                     "acknowledged", labels=["slave"])
+            for link in slaves:
+                repl.add_metric([str(link["addr"])], link["lagBytes"])
+            yield repl
+
+
+def make_registry(gw: MQTTGateway, broker: BrokerView | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GatewayCollector(gw))
+    if broker is not None:
+        registry.register(BrokerCollector(broker))
     ProcessCollector(registry=registry)
     return registry

@@ -25,7 +25,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from gateway.auth import is_loopback
 from gateway.http.app import AdminApi, make_app
-from gateway.http.metrics import make_registry
+from gateway.http.metrics import BrokerView, make_registry
 from gateway.http.ops import GatewayOps
 from gateway.http.settings import HttpSettings
 from gateway.http.users import Users
@@ -45,10 +45,11 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def run_http(gw, settings: HttpSettings, *, explicit_port: bool = True, users: Users | None = None,
-                   task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve ``/metrics`` and the admin API over ``gw`` until cancelled;
-    ``started(bound port)``, or ``started(None)`` when the default port is taken."""
+async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = None, explicit_port: bool = True,
+                   users: Users | None = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``/metrics`` and the admin API over ``gw`` (and ``broker``'s series)
+    until cancelled; ``started(bound port)``, or ``started(None)`` when the
+    default port is taken."""
     try:
         sock = _bind(settings.host, settings.port)
     except OSError as e:
@@ -60,7 +61,7 @@ async def run_http(gw, settings: HttpSettings, *, explicit_port: bool = True, us
         return
     port = sock.getsockname()[1]
     users = users or Users(settings.users_file, token_ttl=settings.token_ttl)
-    api = AdminApi(GatewayOps(gw), users, make_registry(gw), metrics_auth=settings.metrics_auth)
+    api = AdminApi(GatewayOps(gw), users, make_registry(gw, broker), metrics_auth=settings.metrics_auth)
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None

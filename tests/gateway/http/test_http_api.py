@@ -46,7 +46,7 @@ def server(tmp_path_factory):
     cfg.write_text('[mqtt]\npasswordFile = "mqtt_passwd"\nallowAnonymous = true\nsysInterval = 0\n')
     http = free_port()
     proc = ServeProcess(data, "--config", str(cfg), "--mqtt-port", str(free_port()), "--ws-port", "0",
-                        "--namesrv-port", "0", "--broker-port", "0", "--http-port", str(http),
+                        "--namesrv-port", str(free_port()), "--broker-port", str(free_port()), "--http-port", str(http),
                         env={"PYTHONPATH": str(ROOT)})
     with proc:
         proc.url = f"http://127.0.0.1:{http}"
@@ -168,6 +168,42 @@ def test_metrics_move_when_real_clients_work_and_parse_with_prometheus_client(se
         pub.close()
     r = api(server, "DELETE", "/api/v1/sessions/m-sub")
     assert r.status_code == 200, r.text
+
+
+def test_broker_series_per_broker_topic_and_group_move_with_real_producers_and_consumers(server):
+    from core.client import ConsumeFromWhere, PushConsumer
+
+    before = scrape(server)
+    sess = Paho(mqtt_port(server), "fleet-keeper", clean=False)  # owns a session queue (%LMQ%...)
+    sess.subscribe("fleet/#", 1)
+    pub = Paho(mqtt_port(server), "fleet-pub")
+    for i in range(3):
+        pub.publish(f"fleet/truck{i}/gps", b"1,2", 1)
+    for _ in range(3):
+        sess.messages.get(timeout=10)
+    pub.close()
+    sess.close()
+    seen = []
+    consumer = PushConsumer(f"127.0.0.1:{server.ports['namesrv']}", "ops-billing",
+                            consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    consumer.subscribe("fleet", "*", lambda msgs, ctx: seen.extend(msgs)).start()
+    try:
+        assert wait_for(lambda: len(seen) >= 3, 30)
+    finally:
+        consumer.shutdown()  # commits its offsets
+    after = scrape(server)
+    assert after[("mqgate_broker_topic_puts_total", (("topic", "fleet"),))] - before.get(
+        ("mqgate_broker_topic_puts_total", (("topic", "fleet"),)), 0) == 3
+    assert after[("mqgate_broker_topic_gets_total", (("topic", "fleet"),))] >= 3
+    assert after[("mqgate_broker_consumer_lag", (("group", "ops-billing"), ("topic", "fleet")))] == 0
+    assert after[("mqgate_broker_commitlog_written_bytes_total", ())] > before[
+        ("mqgate_broker_commitlog_written_bytes_total", ())]
+    assert 0 < after[("mqgate_broker_disk_used_ratio", ())] < 1
+    assert ("mqgate_broker_flush_seconds_count", ()) in after
+    assert ("mqgate_broker_timers_pending", ()) in after and ("mqgate_broker_transactions_pending", ()) in after
+    labels = {v for (_n, ls) in after for (_k, v) in ls}
+    assert not [v for v in labels if v.startswith("%LMQ%") or "fleet-keeper" in v or "truck" in v]
+    api(server, "DELETE", "/api/v1/sessions/fleet-keeper")
 
 
 # ---- authentication and malformed requests ---------------------------------------------------
