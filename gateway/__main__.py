@@ -57,7 +57,7 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
     if broker:
         p.add_argument("--broker-port", type=int, metavar="PORT", help="RocketMQ remoting (default 10911; 0 = off)")
         p.add_argument("--flush", choices=("sync", "async"), help="flushDiskType: sync = SYNC_FLUSH, async = ASYNC_FLUSH (default)")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING (default [log] level, else INFO)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,12 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(cfg) -> None:
+    from .logs import LogSettings, setup_logging
+
+    settings = LogSettings.from_dict(cfg.log, level_flag=cfg.log_level_flag)  # ConfigError: exit 2
+    if settings.file:
+        os.makedirs(os.path.dirname(os.path.abspath(settings.file)), exist_ok=True)
+    setup_logging(settings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "spark.telemetry", *rest])
 
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log_level)
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "log_level")}
     try:
         file_data = load_file(args.config) if args.config else None
         cfg = build_serve_config(file_data, flags)
+        cfg.config_file = args.config
+        cfg.log_level_flag = args.log_level
+        _setup_logging(cfg)
     except ConfigError as e:
         print(f"mqgate: {e}", file=sys.stderr)
         return 2

@@ -19,6 +19,9 @@ Layout of the file; every key is optional and documented in README.md::
     [http]                      # /metrics and the admin API (gateway.http.settings)
     port = 18083
 
+    [log]                       # levels per logger, format, file (gateway.logs)
+    level = "INFO"
+
 Rules kept here:
 - A key the file does not know is an error naming the key and its table,
   never silently ignored (a typo must not leave a default in force).
@@ -63,6 +66,9 @@ class ServeConfig:
     mqtt: dict[str, Any] = field(default_factory=dict)
     http_port: int | None = None  # None: the default (18083), which may be taken (then a warning, no HTTP)
     http: dict[str, Any] = field(default_factory=dict)
+    log: dict[str, Any] = field(default_factory=dict)
+    config_file: Path | None = None  # read again on SIGHUP (the [log] levels)
+    log_level_flag: str | None = None  # --log-level, which wins over [log] level, also on SIGHUP
     namesrv_addrs: list[str] = field(default_factory=list)
 
     @property
@@ -70,7 +76,7 @@ class ServeConfig:
         return "SYNC_FLUSH" if self.flush == "sync" else "ASYNC_FLUSH"
 
 
-TABLES = ("broker", "namesrv", "mqtt", "http")
+TABLES = ("broker", "namesrv", "mqtt", "http", "log")
 _TOP_KEYS = {"dataDir", "host", "namesrvAddr", *TABLES}
 
 
@@ -97,7 +103,7 @@ def load_file(path: str | Path) -> dict[str, Any]:
 # the file means the same whatever the working directory of the process.
 PATH_KEYS = {None: ("dataDir",), "broker": ("storePathRootDir",),
              "mqtt": ("certFile", "keyFile", "caFile", "passwordFile", "aclFile"),
-             "http": ("usersFile", "certFile", "keyFile")}
+             "http": ("usersFile", "certFile", "keyFile"), "log": ("file",)}
 
 
 def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -142,6 +148,7 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
     cfg.namesrv = dict(data.get("namesrv", {}))
     cfg.mqtt = dict(data.get("mqtt", {}))
     cfg.http = dict(data.get("http", {}))
+    cfg.log = dict(data.get("log", {}))
     addrs = data.get("namesrvAddr")
     if isinstance(addrs, str):
         cfg.namesrv_addrs = [a for a in addrs.split(";") if a]
