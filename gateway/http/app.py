@@ -20,7 +20,7 @@ Rules kept here:
 - Every answer is JSON except ``/metrics``. An error is
   ``{"error": "<one line>"}`` with its status: 400 malformed request, 401 no
   or bad credentials (with ``WWW-Authenticate``), 403 the role may not do
-  that, 404 no such thing, 405 wrong method, 500 a bug (logged with its
+  that, 404 no such thing, 405 wrong method, 413 a body too large, 500 a bug (logged with its
   traceback on the server; the client sees one line, never a traceback).
 - Credentials: HTTP Basic (``user:password``, checked against the users
   file on each request, cheap after the first) or ``Authorization: Bearer
@@ -48,6 +48,7 @@ from gateway.http.users import User, Users
 
 log = logging.getLogger("mqgate.http")
 
+MAX_BODY = 64 * 1024  # a login body is a few dozen bytes
 MAX_LIMIT = 10_000
 DEFAULT_LIMIT = 1000
 _CHALLENGE = {"WWW-Authenticate": 'Basic realm="mqgate"'}
@@ -139,6 +140,8 @@ class AdminApi:
         if request.headers.get("authorization"):
             user = await self.user(request)
         else:
+            if int(request.headers.get("content-length") or 0) > MAX_BODY:
+                raise ApiError(413, f"the body is larger than {MAX_BODY} bytes")
             try:
                 body = json.loads(await request.body() or b"null")
             except (json.JSONDecodeError, UnicodeDecodeError):

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import socket
+import ssl
+import subprocess
 from functools import partial
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -87,3 +90,32 @@ async def test_the_default_port_taken_is_a_warning_and_a_configured_one_an_error
         assert "is in use" in caplog.text
         with pytest.raises(OSError, match=f"HTTP port {port} on 127.0.0.1"):
             await run_http(None, settings)
+
+
+def _self_signed(d: Path) -> tuple[Path, Path]:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "k.pem", "-out", "c.pem",
+                    "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   cwd=d, check=True, capture_output=True)
+    return d / "c.pem", d / "k.pem"
+
+
+async def test_with_a_certificate_the_api_and_its_tokens_are_served_over_https_only(tmp_path):
+    cert, key = _self_signed(tmp_path)
+    users_file = tmp_path / "users"
+    passwd_admin_main(["--admin", str(users_file), "alice", "-b", "a"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = HttpSettings.from_dict({"certFile": str(cert), "keyFile": str(key), "usersFile": str(users_file)},
+                                      data_dir=tmp_path, port=port)
+    async with trio.open_nursery() as nursery:
+        assert await nursery.start(run_http, None, settings) == port
+        async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(cert))) as client:
+            r = await client.post(f"https://127.0.0.1:{port}/api/v1/login", json={"username": "alice", "password": "a"})
+            assert r.status_code == 200 and r.json()["role"] == "admin"
+            r = await client.post(f"https://127.0.0.1:{port}/api/v1/login", content=b"x" * 70_000)
+            assert r.status_code == 413
+        async with httpx.AsyncClient() as plain:
+            with pytest.raises(httpx.HTTPError):
+                await plain.post(f"http://127.0.0.1:{port}/api/v1/login", json={"username": "alice", "password": "a"})
+        nursery.cancel_scope.cancel()
