@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 import traceback
+from pathlib import Path
 
 from .config import ConfigError, build_serve_config, load_file
 
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         file_data = load_file(args.config) if args.config else None
         cfg = build_serve_config(file_data, flags)
-        cfg.config_file = args.config
+        cfg.config_file = Path(args.config) if args.config else None
         cfg.log_level_flag = args.log_level
         _setup_logging(cfg)
     except ConfigError as e:

@@ -247,5 +247,8 @@ async def _bug(request: Request, exc: Exception) -> Response:
     return error(500, "internal error; the server log has the details")
 
 
-def make_app(api: AdminApi) -> Starlette:
-    return Starlette(routes=api.routes(), exception_handlers={HTTPException: _http_error, Exception: _bug})
+def make_app(api: AdminApi, extra_routes: list | tuple = ()) -> Starlette:
+    """The admin API's routes, then ``extra_routes`` (Starlette ``Route``/``Mount``:
+    the dashboard and the event API join the same server this way)."""
+    return Starlette(routes=[*api.routes(), *extra_routes],
+                     exception_handlers={HTTPException: _http_error, Exception: _bug})

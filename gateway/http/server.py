@@ -10,7 +10,8 @@ Rules kept here (ARCHITECTURE decision 12):
 - HTTPS when ``certFile`` is set (TLS 1.2+, Hypercorn's context). Over plain
   HTTP, credentials and tokens travel in clear: a warning says so when the
   address is reachable from other machines.
-- Hypercorn's own log lines go to the ``mqgate.http`` logger; no access log.
+- Hypercorn's own log lines go to ``mqgate.http.server`` (its start banner dropped); no access log.
+- Other HTTP parts (the dashboard, the event API) join with ``extra_routes``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ from gateway.http.users import Users
 log = logging.getLogger("mqgate.http")
 
 
+class _NoBanner(logging.Filter):
+    """Hypercorn's "Running on ... (CTRL + C to quit)": our own line says where it listens."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Running on")
+
+
+_hypercorn_log = logging.getLogger("mqgate.http.server")
+_hypercorn_log.addFilter(_NoBanner())
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -46,7 +58,8 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = None, explicit_port: bool = True,
-                   users: Users | None = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
+                   users: Users | None = None, extra_routes: list | tuple = (),
+                   task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``/metrics`` and the admin API over ``gw`` (and ``broker``'s series)
     until cancelled; ``started(bound port)``, or ``started(None)`` when the
     default port is taken."""
@@ -65,7 +78,7 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
-    config.errorlog = log
+    config.errorlog = _hypercorn_log
     config.graceful_timeout = 1.0
     if settings.tls:
         config.certfile = settings.cert_file
@@ -78,7 +91,7 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
         log.info("no HTTP users in %s: the admin API refuses every request until one is added "
                  "(mqgate passwd --admin %s USER)", users.path, users.path)
     async with trio.open_nursery() as nursery:
-        await nursery.start(_serve, make_app(api), config)
+        await nursery.start(_serve, make_app(api, extra_routes), config)
         log.info("HTTP (/metrics, /api/v1) listening on %s://%s:%d", scheme, settings.host, port)
         task_status.started(port)
 
