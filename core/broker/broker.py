@@ -33,11 +33,11 @@ from typing import AsyncIterator
 
 import trio
 
-from core.store import MessageStore, RecoveryReport, StoreConfig
+from core.store import LatencyHistogram, MessageStore, RecoveryReport, StoreConfig
 from core.store.message import StoredMessage, decode_message, pack_host, parse_offset_msg_id
 
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole, FlushDiskType, store_config_for
-from .flush import CommitLogFlusher, LatencyHistogram
+from .flush import CommitLogFlusher
 from .jsonfile import read_json, write_json_atomic
 from .notify import QueueNotifier
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable

@@ -107,6 +107,7 @@ class BrokerView:
     broker: Any
     ha_status: Callable[[], dict] | None = None
     transactions: Callable[[], dict] | None = None
+    replication_latency: Callable[[], Any] | None = None  # the master's LatencyHistogram, or None
 
 
 class BrokerCollector:
@@ -156,10 +157,11 @@ class BrokerCollector:
             pass
         hist = b.flush_latency
         if hist is not None:
-            buckets = [(repr(bound), n) for bound, n in zip(hist.BOUNDS, hist.counts)] + [("+Inf", hist.count)]
-            family = HistogramMetricFamily("mqgate_broker_flush_seconds", "commit-log fsync time, per flush")
-            family.add_metric([], buckets, sum_value=hist.sum)
-            yield family
+            yield _histogram("mqgate_broker_flush_seconds", "commit-log fsync time, per flush", hist)
+        hist = self.view.replication_latency() if self.view.replication_latency is not None else None
+        if hist is not None:
+            yield _histogram("mqgate_broker_replication_seconds", "SYNC_MASTER wait for a slave's acknowledgement, "
+                             "per confirmed wait", hist)
         timers = getattr(b, "timers", None)
         if timers is not None:
             yield GaugeMetricFamily("mqgate_broker_timers_pending", "timer messages waiting to fire",
@@ -175,6 +177,13 @@ class BrokerCollector:
             for link in slaves:
                 repl.add_metric([str(link["addr"])], link["lagBytes"])
             yield repl
+
+
+def _histogram(name: str, doc: str, hist) -> HistogramMetricFamily:
+    buckets = [(repr(bound), n) for bound, n in zip(hist.BOUNDS, hist.counts)] + [("+Inf", hist.count)]
+    family = HistogramMetricFamily(name, doc)
+    family.add_metric([], buckets, sum_value=hist.sum)
+    return family
 
 
 def make_registry(gw: MQTTGateway, broker: BrokerView | None = None) -> CollectorRegistry:
