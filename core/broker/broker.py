@@ -87,6 +87,7 @@ class Broker(SendPath, PullPath):
         self._uniq = UniqKeyGenerator(config.broker_ip1)
         self._notifier = QueueNotifier(self.max_offset)
         self.get_counts: dict[str, int] = {}  # topic -> messages pulled by consumers (pulling._count_gets)
+        self.durable_latency = LatencyHistogram()  # seconds a SYNC_FLUSH / SYNC_MASTER send waited (sending)
         self._flusher: CommitLogFlusher | None = None
         self._put_hooks: list[tuple[PutHook, frozenset | None]] = []  # (hook, its `when` names or None)
         self._put_always: list[PutHook] = []  # the hooks without `when`, in order

@@ -158,6 +158,8 @@ class BrokerCollector:
         hist = b.flush_latency
         if hist is not None:
             yield _histogram("mqgate_broker_flush_seconds", "commit-log fsync time, per flush", hist)
+        yield _histogram("mqgate_broker_put_durable_seconds", "SYNC_FLUSH / SYNC_MASTER: time a send (one "
+                         "batch) waited to be flushed and replicated", b.durable_latency)
         hist = self.view.replication_latency() if self.view.replication_latency is not None else None
         if hist is not None:
             yield _histogram("mqgate_broker_replication_seconds", "SYNC_MASTER wait for a slave's acknowledgement, "
