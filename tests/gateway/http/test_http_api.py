@@ -339,3 +339,13 @@ def test_the_cli_says_in_one_line_when_it_cannot_log_in_or_reach_the_server(serv
     assert r.returncode == 1 and r.stderr.startswith("mqgate admin: cannot reach the HTTP API at")
     r = mqgate("admin", "clients", "frob")
     assert r.returncode == 2
+
+
+def test_every_series_operations_md_lists_is_exposed_and_every_exposed_one_is_listed(server):
+    import re
+
+    text = (ROOT / "docs" / "OPERATIONS.md").read_text()
+    documented = {re.sub(r"_total$", "", n) for n in re.findall(r"`((?:mqgate|process)_[a-z_]+)`", text)}
+    exposed = {f.name for f in text_string_to_metric_families(httpx.get(server.url + "/metrics").text)}
+    assert documented - exposed == set()
+    assert {n for n in exposed if n.startswith("mqgate_")} - documented == set()

@@ -119,3 +119,16 @@ async def test_with_a_certificate_the_api_and_its_tokens_are_served_over_https_o
             with pytest.raises(httpx.HTTPError):
                 await plain.post(f"http://127.0.0.1:{port}/api/v1/login", json={"username": "alice", "password": "a"})
         nursery.cancel_scope.cancel()
+
+
+def test_the_grafana_dashboard_uses_only_series_that_operations_md_documents():
+    import json
+    import re
+
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    documented = set(re.findall(r"`((?:mqgate|process)_[a-z_]+)`", (docs / "OPERATIONS.md").read_text()))
+    dashboard = json.loads((docs / "grafana" / "mqgate.json").read_text())
+    used = {name for p in dashboard["panels"] for t in p["targets"]
+            for name in re.findall(r"\b((?:mqgate|process)_[a-z_]+)", t["expr"])}
+    base = {re.sub(r"_(bucket|sum|count)$", "", n) for n in used}
+    assert used and base - documented == set()
