@@ -4,8 +4,9 @@ Subcommands:
     serve      name server + broker + MQTT gateway in one process (the default)
     namesrv    the name server alone
     broker     a broker alone, registering with --namesrv
-    passwd     manage the MQTT password file (argon2 hashes)
-    admin      topics, routes, groups, messages (over the native protocol)
+    passwd     manage the MQTT password file (argon2 hashes); with --admin, the HTTP users file
+    admin      topics, routes, groups, messages (over the native protocol); clients,
+               sessions, retained messages, subscriptions (over the HTTP admin API)
     telemetry  the Spark telemetry job (runs `python -m spark.telemetry`)
 
 `telemetry` is started as a separate Python process on purpose: `spark/` is a
@@ -20,6 +21,7 @@ import logging
 import os
 import sys
 import traceback
+from pathlib import Path
 
 from .config import ConfigError, build_serve_config, load_file
 
@@ -49,12 +51,14 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
     if mqtt:
         p.add_argument("--mqtt-port", type=int, metavar="PORT", help="MQTT over TCP (default 1883; 0 = off)")
         p.add_argument("--ws-port", type=int, metavar="PORT", help="MQTT over WebSocket, path /mqtt (default 8083; 0 = off)")
+        p.add_argument("--http-port", type=int, metavar="PORT",
+                       help="HTTP: /metrics and the admin API (default 18083 on 127.0.0.1; 0 = off)")
     if namesrv:
         p.add_argument("--namesrv-port", type=int, metavar="PORT", help="name server (default 9876; 0 = off)")
     if broker:
         p.add_argument("--broker-port", type=int, metavar="PORT", help="RocketMQ remoting (default 10911; 0 = off)")
         p.add_argument("--flush", choices=("sync", "async"), help="flushDiskType: sync = SYNC_FLUSH, async = ASYNC_FLUSH (default)")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING (default [log] level, else INFO)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,12 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(cfg) -> None:
+    from .logs import LogSettings, setup_logging
+
+    settings = LogSettings.from_dict(cfg.log, level_flag=cfg.log_level_flag)  # ConfigError: exit 2
+    if settings.file:
+        os.makedirs(os.path.dirname(os.path.abspath(settings.file)), exist_ok=True)
+    setup_logging(settings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,10 +99,18 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["serve"]
     command, rest = argv[0], argv[1:]
     if command == "passwd":
+        if "--admin" in rest:
+            from .http.users import passwd_admin_main
+
+            return passwd_admin_main(rest)
         from .auth import passwd_main
 
         return passwd_main(rest)
     if command == "admin":
+        from .http.cli import http_admin_main, is_http_verb
+
+        if is_http_verb(rest):
+            return http_admin_main(rest)
         from core.admin import admin_main
 
         return admin_main(rest)
@@ -110,11 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "spark.telemetry", *rest])
 
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log_level)
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "log_level")}
     try:
         file_data = load_file(args.config) if args.config else None
         cfg = build_serve_config(file_data, flags)
+        cfg.config_file = Path(args.config) if args.config else None
+        cfg.log_level_flag = args.log_level
+        _setup_logging(cfg)
     except ConfigError as e:
         print(f"mqgate: {e}", file=sys.stderr)
         return 2

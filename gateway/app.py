@@ -512,6 +512,18 @@ def _log_anonymous_access(settings: Mapping[str, Any], hosts: Sequence[str], gs:
         log.warning("no MQTT client can connect: anonymous access is off and there is no [mqtt] passwordFile")
 
 
+def make_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host: str = "127.0.0.1",
+                      mqtt_port: int = 1883, ws_port: int = 8083,
+                      listeners: Sequence[ListenerSpec] | None = None) -> tuple[MQTTGateway, list[ListenerSpec]]:
+    """The gateway and its listener specs, not running yet (``run_mqtt_gateway``
+    runs them; ``gateway.broker_node`` also hands the gateway to the HTTP server)."""
+    specs = list(listeners) if listeners is not None else _specs(settings, host, mqtt_port, ws_port)
+    hosts = sorted({s.host for s in specs if s.enabled})
+    gs = GatewaySettings.from_dict(settings, hosts=hosts)
+    _log_anonymous_access(settings, hosts, gs)
+    return MQTTGateway(broker, gs), specs
+
+
 async def run_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host: str = "127.0.0.1",
                            mqtt_port: int = 1883, ws_port: int = 8083,
                            listeners: Sequence[ListenerSpec] | None = None,
@@ -523,9 +535,6 @@ async def run_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host:
     for OS-chosen ports); when given, ``host``/``mqtt_port``/``ws_port`` and the
     table's listener keys are not used.
     """
-    specs = list(listeners) if listeners is not None else _specs(settings, host, mqtt_port, ws_port)
-    hosts = sorted({s.host for s in specs if s.enabled})
-    gs = GatewaySettings.from_dict(settings, hosts=hosts)
-    _log_anonymous_access(settings, hosts, gs)
-    gw = MQTTGateway(broker, gs)
+    gw, specs = make_mqtt_gateway(broker, settings, host=host, mqtt_port=mqtt_port, ws_port=ws_port,
+                                  listeners=listeners)
     await gw.run(specs, task_status=task_status)

@@ -41,7 +41,9 @@ ANSWER_GRACE_S = 0.2
 
 
 async def run_broker_node(cfg, role: str, namesrv_addrs: list[str], ports: dict[str, int], broker_configs,
-                          *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+                          *, reloader=None, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """``reloader`` (``gateway.reloading.Reloader``, optional): the gateway's files
+    that SIGHUP reads again are registered there while the gateway runs."""
     broker_cfg, store_cfg, timer_cfg = broker_configs(cfg)
     node = HANode(broker_cfg, store_cfg.store_path_root_dir)
     broker_port = cfg.broker_port
@@ -63,7 +65,7 @@ async def run_broker_node(cfg, role: str, namesrv_addrs: list[str], ports: dict[
                 node.cut_to = None
             async with trio.open_nursery() as nursery:
                 broker_port = await _start_parts(nursery, node, cfg, role, namesrv_addrs, ports, broker_port,
-                                                 store_cfg, timer_cfg)
+                                                 store_cfg, timer_cfg, reloader)
                 if not started:
                     started = True
                     task_status.started()
@@ -75,7 +77,7 @@ async def run_broker_node(cfg, role: str, namesrv_addrs: list[str], ports: dict[
 
 
 async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, namesrv_addrs: list[str],
-                       ports: dict[str, int], broker_port: int, store_cfg, timer_cfg) -> int:
+                       ports: dict[str, int], broker_port: int, store_cfg, timer_cfg, reloader=None) -> int:
     run_cfg = node.run_config()
     broker = await nursery.start(Broker(run_cfg, store_cfg).run)
     log.info("store at %s opened (%s)", cfg.data_dir, broker.recovery_report)
@@ -100,12 +102,29 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
         return broker_port
     # any MQTT listener counts (TCP, WebSocket, TLS or WSS): each is on or off by itself
     if role == "serve" and listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
-        from .app import run_mqtt_gateway  # logs each MQTT endpoint it listens on
+        from .app import make_mqtt_gateway  # logs each MQTT endpoint it listens on
 
-        bound = await nursery.start(partial(run_mqtt_gateway, broker, cfg.mqtt, host=cfg.host,
-                                            mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port))
+        gw, specs = make_mqtt_gateway(broker, cfg.mqtt, host=cfg.host, mqtt_port=cfg.mqtt_port, ws_port=cfg.ws_port)
+        bound = await nursery.start(gw.run, specs)
         for name, port in (bound or {}).items():
             ports[f"mqtt-{name}"] = port
+        if reloader is not None:
+            reloader.add("MQTT password file", gw.settings.authenticator.reload)
+            reloader.add("ACL file", gw.settings.acl.reload)
+        if cfg.http_port != 0:
+            from .http import BrokerView, HttpSettings, Users, run_http
+
+            http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
+            view = BrokerView(broker, ha_status=node.status,
+                              transactions=remoting.transactions.stats if broker_port else None,
+                              replication_latency=lambda: node.service.latency if node.service else None)
+            users = Users(http.users_file, token_ttl=http.token_ttl)
+            port = await nursery.start(partial(run_http, gw, http, broker=view, users=users,
+                                               explicit_port=cfg.http_port is not None))
+            if reloader is not None and port is not None:
+                reloader.add("HTTP users file", users.reload)
+            if port is not None:
+                ports["http"] = port
     # firing starts once the gateway has restored its sessions and hooks: a timer due during a
     # restart must reach persistent sessions and the retained index like one due later
     await nursery.start(timers.run)

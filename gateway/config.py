@@ -16,6 +16,12 @@ Layout of the file; every key is optional and documented in README.md::
     port = 1883
     wsPort = 8083
 
+    [http]                      # /metrics and the admin API (gateway.http.settings)
+    port = 18083
+
+    [log]                       # levels per logger, format, file (gateway.logs)
+    level = "INFO"
+
 Rules kept here:
 - A key the file does not know is an error naming the key and its table,
   never silently ignored (a typo must not leave a default in force).
@@ -58,6 +64,11 @@ class ServeConfig:
     broker: dict[str, Any] = field(default_factory=dict)
     namesrv: dict[str, Any] = field(default_factory=dict)
     mqtt: dict[str, Any] = field(default_factory=dict)
+    http_port: int | None = None  # None: the default (18083), which may be taken (then a warning, no HTTP)
+    http: dict[str, Any] = field(default_factory=dict)
+    log: dict[str, Any] = field(default_factory=dict)
+    config_file: Path | None = None  # read again on SIGHUP (the [log] levels)
+    log_level_flag: str | None = None  # --log-level, which wins over [log] level, also on SIGHUP
     namesrv_addrs: list[str] = field(default_factory=list)
 
     @property
@@ -65,7 +76,8 @@ class ServeConfig:
         return "SYNC_FLUSH" if self.flush == "sync" else "ASYNC_FLUSH"
 
 
-_TOP_KEYS = {"dataDir", "host", "broker", "namesrv", "mqtt", "namesrvAddr"}
+TABLES = ("broker", "namesrv", "mqtt", "http", "log")
+_TOP_KEYS = {"dataDir", "host", "namesrvAddr", *TABLES}
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
@@ -80,7 +92,7 @@ def load_file(path: str | Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"configuration file {path}: unknown top-level key(s) {sorted(unknown)}; "
                           f"known: {sorted(_TOP_KEYS)}")
-    for table in ("broker", "namesrv", "mqtt"):
+    for table in TABLES:
         if table in data and not isinstance(data[table], dict):
             raise ConfigError(f"configuration file {path}: [{table}] must be a table")
     return resolve_paths(data, Path(path).resolve().parent)
@@ -90,7 +102,8 @@ def load_file(path: str | Path) -> dict[str, Any]:
 # configuration file's folder (like nginx and Mosquitto's include_dir), so
 # the file means the same whatever the working directory of the process.
 PATH_KEYS = {None: ("dataDir",), "broker": ("storePathRootDir",),
-             "mqtt": ("certFile", "keyFile", "caFile", "passwordFile", "aclFile")}
+             "mqtt": ("certFile", "keyFile", "caFile", "passwordFile", "aclFile"),
+             "http": ("usersFile", "certFile", "keyFile"), "log": ("file",)}
 
 
 def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -134,6 +147,8 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
     cfg.broker = dict(data.get("broker", {}))
     cfg.namesrv = dict(data.get("namesrv", {}))
     cfg.mqtt = dict(data.get("mqtt", {}))
+    cfg.http = dict(data.get("http", {}))
+    cfg.log = dict(data.get("log", {}))
     addrs = data.get("namesrvAddr")
     if isinstance(addrs, str):
         cfg.namesrv_addrs = [a for a in addrs.split(";") if a]
@@ -145,6 +160,8 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
         raise ConfigError(f"[namesrv] unknown key {key!r}; the only key of [namesrv] is 'listenPort'")
     cfg.mqtt_port = _port(cfg.mqtt.pop("port", cfg.mqtt_port), "[mqtt] port")
     cfg.ws_port = _port(cfg.mqtt.pop("wsPort", cfg.ws_port), "[mqtt] wsPort")
+    if "port" in cfg.http:
+        cfg.http_port = _port(cfg.http.pop("port"), "[http] port")
     fdt = cfg.broker.pop("flushDiskType", None)
     if fdt is not None:
         if fdt not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
@@ -155,7 +172,7 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
         cfg.data_dir = Path(flags["data_dir"])
     if flags.get("host") is not None:
         cfg.host = flags["host"]
-    for name in ("mqtt_port", "ws_port", "namesrv_port", "broker_port"):
+    for name in ("mqtt_port", "ws_port", "namesrv_port", "broker_port", "http_port"):
         if flags.get(name) is not None:
             setattr(cfg, name, _port(flags[name], "--" + name.replace("_", "-")))
     if flags.get("flush") is not None:

@@ -35,6 +35,7 @@ async def accept_connect(conn: Connection, c: Connect) -> None:
     result = await gw.settings.authenticator.authenticate(c.username, c.password, conn.info.certificate)
     if not result.ok:
         bad_pw = c.username is not None and gw.settings.authenticator.password_file is not None
+        gw.stats.auth_failures += 1
         return _refuse(conn, R.BAD_USER_NAME_OR_PASSWORD if bad_pw else R.NOT_AUTHORIZED, "authentication failed")
     conn.username = result.username if result.username is not None else c.username
     cid = c.client_id

@@ -210,6 +210,7 @@ class Connection:
                 sess.untrack(pid)
             return
         gw.stats.sent += 1
+        gw.stats.sent_qos[d.qos] += 1
         if self.out is _NO_OUTPUT:
             self.out = []
         if not d.qos and self._writing:
@@ -286,6 +287,7 @@ class Connection:
             try:
                 with trio.fail_after(self.gw.settings.session.write_timeout):
                     await self.stream.send_all(data)
+                self.gw.stats.bytes_out += len(data)
             finally:
                 self._writing = False
 
@@ -424,6 +426,7 @@ class Connection:
             data = b""
         if not data:
             self.peer_closed = True
+        self.gw.stats.bytes_in += len(data)
         return data
 
     async def _turn(self, data: bytes) -> None:

@@ -56,6 +56,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     configs = {}  # broker topic -> config, resolved once per batch
     for pub in batch:
         gw.stats.received += 1
+        gw.stats.received_qos[pub.qos] += 1
         try:
             action = inbound.on_publish(pub)
         except RemoteProtocolError as e:
@@ -175,6 +176,7 @@ def check_publish(conn: Connection, pub: Publish) -> tuple[str, str, int | None]
             raise MappingError("clients may not publish to $SYS topics", R.NOT_AUTHORIZED)
     if not conn.acl.check("publish", topic):
         log.info("client %s: publish on %r denied by the ACL", conn.client_id, topic)
+        gw.stats.denied += 1
         raise MappingError(f"publish to {topic!r} not authorized", R.NOT_AUTHORIZED)
     if pub.retain and not gw.settings.session.retain_available:
         raise RemoteProtocolError("retained messages are not available", R.RETAIN_NOT_SUPPORTED)

@@ -12,6 +12,8 @@ Rules kept here:
   flushes the log and removes the ``abort`` marker (a clean shutdown); then
   the embedded name server stops. A second signal during shutdown is
   ignored; the shutdown itself is bounded in time.
+- SIGHUP reloads the MQTT password file, the ACL file, the HTTP users file
+  and the ``[log]`` levels (``gateway.reloading``); connections stay.
 - The embedded name server, when on, is always one of the broker's name
   servers, before any given with ``--namesrv`` or ``namesrvAddr``.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from functools import partial
 from typing import Any
 
 import trio
@@ -32,6 +35,7 @@ from core.store import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARGIN_SLO
 
 from .config import ConfigError, ServeConfig
 from .listeners import listener_specs_from_dict
+from .reloading import Reloader
 
 log = logging.getLogger("mqgate")
 
@@ -103,6 +107,28 @@ def broker_configs(cfg: ServeConfig):
     return broker_cfg, store_cfg, timer_cfg
 
 
+async def _reload_on_hangup(reloader: Reloader, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """SIGHUP: password file, ACL, HTTP users and log levels read again (``gateway.reloading``);
+    nothing else changes and no connection is dropped."""
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        task_status.started()
+        async for _signum in signals:
+            log.info("SIGHUP received: reloading")
+            # on the event loop, not a thread: the parts' state is read there without locks
+            # (the files are small, and a SIGHUP is rare)
+            reloader.reload()
+
+
+def _log_levels_reload(cfg: ServeConfig):
+    def reload() -> None:
+        from .config import load_file
+        from .logs import LogSettings, apply_levels
+
+        table = load_file(cfg.config_file).get("log", {}) if cfg.config_file else {}
+        apply_levels(LogSettings.from_dict(table, level_flag=cfg.log_level_flag))
+    return reload
+
+
 async def _stop_on_signal(stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
@@ -113,7 +139,7 @@ async def _stop_on_signal(stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNO
 
 
 async def serve(cfg: ServeConfig, role: str = "serve", *, stop: trio.Event | None = None,
-                task_status=trio.TASK_STATUS_IGNORED) -> None:
+                reloader: Reloader | None = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run the parts of ``role`` until ``stop`` is set (or until cancelled);
     ``started`` reports the bound ports.
 
@@ -131,7 +157,7 @@ async def serve(cfg: ServeConfig, role: str = "serve", *, stop: trio.Event | Non
             namesrv_addrs.insert(0, f"{local}:{ports['namesrv']}")
         async with trio.open_nursery() as nursery:
             if role in ("serve", "broker"):
-                await _start_broker(nursery, cfg, role, namesrv_addrs, ports)
+                await _start_broker(nursery, cfg, role, namesrv_addrs, ports, reloader)
             if not ports:
                 log.warning("nothing to serve: every listener is off (port 0); see docs/CONFIG.md for the ports")
             log.info("ready: %s", " ".join(f"{k}={v}" for k, v in ports.items()) or "nothing to serve")
@@ -142,21 +168,24 @@ async def serve(cfg: ServeConfig, role: str = "serve", *, stop: trio.Event | Non
 
 
 async def _start_broker(nursery: trio.Nursery, cfg: ServeConfig, role: str, namesrv_addrs: list[str],
-                        ports: dict[str, int]) -> None:
+                        ports: dict[str, int], reloader: Reloader | None = None) -> None:
     from .broker_node import run_broker_node
 
     broker_cfg, _store_cfg, _timer_cfg = broker_configs(cfg)
     for addr in broker_cfg.namesrv_addr.split(";"):  # [broker] namesrvAddr counts too
         if addr and addr not in namesrv_addrs:
             namesrv_addrs.append(addr)
-    await nursery.start(run_broker_node, cfg, role, namesrv_addrs, ports, broker_configs)
+    await nursery.start(partial(run_broker_node, cfg, role, namesrv_addrs, ports, broker_configs, reloader=reloader))
 
 
 async def _main(cfg: ServeConfig, role: str) -> None:
     stop = trio.Event()
+    reloader = Reloader()
+    reloader.add("log levels", _log_levels_reload(cfg))
     async with trio.open_nursery() as nursery:
         await nursery.start(_stop_on_signal, stop)
-        await serve(cfg, role, stop=stop)
+        await nursery.start(_reload_on_hangup, reloader)
+        await serve(cfg, role, stop=stop, reloader=reloader)
         nursery.cancel_scope.cancel()
 
 
@@ -174,11 +203,24 @@ def check_mqtt_config(cfg: ServeConfig) -> None:
         raise ConfigError(str(e) if str(e).startswith("[mqtt]") else f"[mqtt] {e}") from None
 
 
+def check_http_config(cfg: ServeConfig) -> None:
+    """The ``[http]`` table and its users file: a ConfigError before any port is bound."""
+    from .http import HttpSettings, read_users_file
+    from .http.users import UsersFileError
+
+    settings = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
+    try:
+        read_users_file(settings.users_file)
+    except UsersFileError as e:
+        raise ConfigError(f"[http] usersFile: {e}") from None
+
+
 def run_server(cfg: ServeConfig, role: str = "serve") -> int:
     if role in ("serve", "broker"):
         broker_configs(cfg)  # a bad key is a ConfigError here, before anything starts
     if role == "serve":
         check_mqtt_config(cfg)
+        check_http_config(cfg)
     try:
         trio.run(_main, cfg, role)
     except KeyboardInterrupt:  # a signal that arrived before the receiver was installed

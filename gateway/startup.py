@@ -40,7 +40,8 @@ def _port_owners(cfg: ServeConfig) -> dict[int, str]:
                        (cfg.ws_port, "MQTT over WebSocket, --ws-port or [mqtt] wsPort"),
                        (cfg.mqtt_port, "MQTT over TCP, --mqtt-port or [mqtt] port"),
                        (cfg.broker_port, "broker remoting, --broker-port or [broker] listenPort"),
-                       (cfg.namesrv_port, "name server, --namesrv-port or [namesrv] listenPort")):
+                       (cfg.namesrv_port, "name server, --namesrv-port or [namesrv] listenPort"),
+                       (cfg.http_port, "HTTP API and /metrics, --http-port or [http] port")):
         if isinstance(port, int) and port:
             owners[port] = what
     return owners

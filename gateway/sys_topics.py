@@ -36,7 +36,7 @@ $SYS/broker/errors/protocol                 connections closed for a protocol
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 VERSION = "mqgate 0.1.0"
 
@@ -52,6 +52,13 @@ class GatewayStats:
     expired: int = 0
     protocol_errors: int = 0
     store_errors: int = 0
+    # read by /metrics (gateway.http.metrics) at scrape time, never published in $SYS
+    received_qos: list[int] = field(default_factory=lambda: [0, 0, 0])  # PUBLISH received, by QoS
+    sent_qos: list[int] = field(default_factory=lambda: [0, 0, 0])  # PUBLISH sent, by QoS
+    bytes_in: int = 0  # bytes read from clients
+    bytes_out: int = 0  # bytes written to clients
+    auth_failures: int = 0  # CONNECTs refused for bad credentials
+    denied: int = 0  # PUBLISHes refused by the ACL
 
 
 def sys_values(gw, uptime_s: float) -> dict[str, str]:

@@ -27,5 +27,6 @@ line in `cli`.
 """
 
 from core.admin.cli import admin_main, run_admin
+from core.admin.render import table
 
-__all__ = ["admin_main", "run_admin"]
+__all__ = ["admin_main", "run_admin", "table"]

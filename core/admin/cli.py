@@ -56,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mqgate admin", description="administration over the RocketMQ protocol",
         epilog="Global options may come anywhere on the line. mqadmin's verb names and flags work too "
-               "(mqgate admin topicStatus -t T). docs/ADMIN.md has every verb next to mqadmin's.")
+               "(mqgate admin topicStatus -t T). docs/ADMIN.md has every verb next to mqadmin's. "
+               "The MQTT side (clients, sessions, retained, subscriptions) goes through the gateway's "
+               "HTTP admin API: mqgate admin clients --help, docs/OPERATIONS.md.")
     p.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
                    help="name servers, host:port;host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")

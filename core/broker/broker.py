@@ -33,7 +33,7 @@ from typing import AsyncIterator
 
 import trio
 
-from core.store import MessageStore, RecoveryReport, StoreConfig
+from core.store import LatencyHistogram, MessageStore, RecoveryReport, StoreConfig
 from core.store.message import StoredMessage, decode_message, pack_host, parse_offset_msg_id
 
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole, FlushDiskType, store_config_for
@@ -86,6 +86,8 @@ class Broker(SendPath, PullPath):
         self.offsets = ConsumerOffsetTable()
         self._uniq = UniqKeyGenerator(config.broker_ip1)
         self._notifier = QueueNotifier(self.max_offset)
+        self.get_counts: dict[str, int] = {}  # topic -> messages pulled by consumers (pulling._count_gets)
+        self.durable_latency = LatencyHistogram()  # seconds a SYNC_FLUSH / SYNC_MASTER send waited (sending)
         self._flusher: CommitLogFlusher | None = None
         self._put_hooks: list[tuple[PutHook, frozenset | None]] = []  # (hook, its `when` names or None)
         self._put_always: list[PutHook] = []  # the hooks without `when`, in order
@@ -353,6 +355,11 @@ class Broker(SendPath, PullPath):
     def flushed_offset(self) -> int:
         """Commit-log offset below which every entry is on disk (as seen by the flusher)."""
         return self._flusher.flushed_offset if self._flusher else self.store.flushed_offset
+
+    @property
+    def flush_latency(self) -> LatencyHistogram | None:
+        """Seconds per commit-log fsync of the flusher (None before it runs)."""
+        return self._flusher.latency if self._flusher else None
 
     @property
     def flush_count(self) -> int:

@@ -30,9 +30,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import time
 from typing import Callable
 
 import trio
+
+from core.store import LatencyHistogram
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ class CommitLogFlusher:
         self.flushed_offset = flushed
         self._fully_flushed = flushed  # offset covered by the last full flush
         self.flush_count = 0
+        self.latency = LatencyHistogram()  # per flush that synced something, not per message
         self._waiters: list[tuple[int, int, trio.Event]] = []  # heap of (offset, seq, event)
         self._seq = itertools.count()
         self._kick = trio.Event()
@@ -86,6 +90,7 @@ class CommitLogFlusher:
                 self._covered(self.flushed_offset)
                 continue
             fn = self._flush if full or self._flush_log is None else self._flush_log
+            started = time.perf_counter()
             try:
                 flushed = await trio.to_thread.run_sync(fn)
             except BaseException:
@@ -96,6 +101,7 @@ class CommitLogFlusher:
             before = self.flushed_offset
             if flushed > before:
                 self.flush_count += 1
+                self.latency.observe(time.perf_counter() - started)
             self._covered(flushed)
             if self._waiters and self.flushed_offset > before:
                 self._kick.set()  # waiters that arrived during that flush need another

@@ -30,6 +30,7 @@ Rules kept here:
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterable, Protocol
 
 import trio
@@ -197,6 +198,7 @@ class SendPath(SendChecks):
     async def _await_durable(self, end: int, results: list[SendResult]) -> None:
         """SYNC_FLUSH: wait for the group commit; SYNC_MASTER: then for a slave."""
         assert self._flusher is not None
+        started = time.perf_counter()  # only sends that wait get here: ASYNC_FLUSH to an ASYNC_MASTER never does
         deadline = trio.current_time() + self._sync_flush_timeout_s
         status = SendStatus.SEND_OK
         if self._sync_flush and not await self._flusher.wait_flushed(end, deadline):
@@ -211,6 +213,7 @@ class SendPath(SendChecks):
                 status, remark = SendStatus.FLUSH_SLAVE_TIMEOUT, "replication to the slave timed out"
             elif self.fenced:  # replicated, but maybe not to the group's next master
                 status, remark = SendStatus.FLUSH_SLAVE_TIMEOUT, "the broker lost its master lease while replicating"
+        self.durable_latency.observe(time.perf_counter() - started)
         if status is not SendStatus.SEND_OK:
             for r in results:
                 if r.status is SendStatus.SEND_OK:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from core.store import MessageStore, ReplicaError
+from core.store import LatencyHistogram, MessageStore, ReplicaError
 
 from .wire import HAProtocolError, ReportDecoder, encode_frame
 
@@ -67,6 +67,7 @@ class HAService:
         self._acked = trio.Event()
         self.port: int | None = None
         self.confirmed = 0  # highest end offset a SYNC wait saw replicated (the controller publishes it)
+        self.latency = LatencyHistogram()  # seconds of each SYNC_MASTER wait that a slave confirmed (/metrics)
 
     @classmethod
     def from_config(cls, store: MessageStore, config) -> "HAService":
@@ -101,11 +102,13 @@ class HAService:
             await trio.lowlevel.checkpoint()
             return None
         self._written.set()  # entries with no queue unit (markers, halves) are not announced
+        started = time.perf_counter()
         with trio.move_on_at(deadline):
             while self.acked_offset < end_offset:
                 event = self._acked
                 await event.wait()
             self.confirmed = max(self.confirmed, end_offset)
+            self.latency.observe(time.perf_counter() - started)
             return True
         return False
 

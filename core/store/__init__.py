@@ -93,6 +93,7 @@ from .message import (
     tags_code,
 )
 from .java_hash import java_string_hash
+from .latency import LatencyHistogram
 from .names import dir_name
 from .replica import truncate_log
 from .results import GetResult, PutResult, QueryResult, RecoveryReport
@@ -101,6 +102,7 @@ from .timer_wheel import MAX_DELAY_FIELD_MS, PRECISIONS_MS, ROLL_WINDOW_MARGIN_S
 
 __all__ = [
     "CQ_UNIT_SIZE",
+    "LatencyHistogram",
     "DELETE_QUEUE_TOPIC",
     "MAX_DELAY_FIELD_MS",
     "PRECISIONS_MS",

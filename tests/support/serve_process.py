@@ -26,6 +26,8 @@ class ServeProcess:
         """``data_dir_flag=False``: no ``--data-dir`` (the config file's ``dataDir``
         or the default is used; ``data_dir`` then only places the log)."""
         self.data_dir = Path(data_dir)
+        if role == "serve" and "--http-port" not in args:
+            args = (*args, "--http-port", "0")  # tests never take the default HTTP port (18083) by accident
         self.args = [sys.executable, "-m", "gateway", role, *(("--data-dir", str(data_dir)) if data_dir_flag else ()),
                      *args]
         self.cwd = cwd

@@ -148,6 +148,8 @@ async def test_sync_master_answers_by_what_its_slaves_report(configs):
                 senders.start_soon(send_one, i)
         assert {r.status for r in results} == {SendStatus.SEND_OK}
         assert ha.confirmed == broker.store.max_phy_offset
+        assert ha.latency.count == 20 and ha.latency.counts[-1] == 20 and 0 < ha.latency.sum < 20  # /metrics
+        assert broker.durable_latency.count >= 20  # every send of a SYNC_MASTER waits (/metrics)
         acker.cancel()  # connected, silent: FLUSH_SLAVE_TIMEOUT after slaveTimeout (0.3 s)
         start = trio.current_time()
         r = await broker.send(Message("T", b"z"))

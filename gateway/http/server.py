@@ -1,0 +1,100 @@
+"""The one HTTP server of a gateway process: Starlette under Hypercorn's trio worker.
+
+Rules kept here (ARCHITECTURE decision 12):
+- It runs in the gateway's nursery (started with ``nursery.start``: bound
+  before the "ready" line) and stops with it; it never blocks the MQTT side.
+- The socket is bound here, then handed to Hypercorn (``fd://``), so a bind
+  failure is ours to explain: the default port (not configured) already in
+  use is a warning and the process runs without HTTP; a configured port in
+  use stops the start like any other listener's.
+- HTTPS when ``certFile`` is set (TLS 1.2+, Hypercorn's context). Over plain
+  HTTP, credentials and tokens travel in clear: a warning says so when the
+  address is reachable from other machines.
+- Hypercorn's own log lines go to ``mqgate.http.server`` (its start banner dropped); no access log.
+- Other HTTP parts (the dashboard, the event API) join with ``extra_routes``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+
+from gateway.auth import is_loopback
+from gateway.http.app import AdminApi, make_app
+from gateway.http.metrics import BrokerView, make_registry
+from gateway.http.ops import GatewayOps
+from gateway.http.settings import HttpSettings
+from gateway.http.users import Users
+
+log = logging.getLogger("mqgate.http")
+
+
+class _NoBanner(logging.Filter):
+    """Hypercorn's "Running on ... (CTRL + C to quit)": our own line says where it listens."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Running on")
+
+
+_hypercorn_log = logging.getLogger("mqgate.http.server")
+_hypercorn_log.addFilter(_NoBanner())
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = None, explicit_port: bool = True,
+                   users: Users | None = None, extra_routes: list | tuple = (),
+                   task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``/metrics`` and the admin API over ``gw`` (and ``broker``'s series)
+    until cancelled; ``started(bound port)``, or ``started(None)`` when the
+    default port is taken."""
+    try:
+        sock = _bind(settings.host, settings.port)
+    except OSError as e:
+        if explicit_port or e.errno != errno.EADDRINUSE:
+            raise OSError(e.errno, f"HTTP port {settings.port} on {settings.host}: {e.strerror}") from None
+        log.warning("HTTP port %d on %s is in use (another mqgate?): no /metrics and no admin API in this "
+                    "process; set [http] port (0 = off) to choose", settings.port, settings.host)
+        task_status.started(None)
+        return
+    port = sock.getsockname()[1]
+    users = users or Users(settings.users_file, token_ttl=settings.token_ttl)
+    api = AdminApi(GatewayOps(gw), users, make_registry(gw, broker), metrics_auth=settings.metrics_auth)
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = None
+    config.errorlog = _hypercorn_log
+    config.graceful_timeout = 1.0
+    if settings.tls:
+        config.certfile = settings.cert_file
+        config.keyfile = settings.key_file or settings.cert_file
+    scheme = "https" if settings.tls else "http"
+    if not settings.tls and not is_loopback(settings.host):
+        log.warning("HTTP API on %s without [http] certFile: passwords and tokens travel in clear",
+                    settings.host)
+    if not len(users):
+        log.info("no HTTP users in %s: the admin API refuses every request until one is added "
+                 "(mqgate passwd --admin %s USER)", users.path, users.path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_serve, make_app(api, extra_routes), config)
+        log.info("HTTP (/metrics, /api/v1) listening on %s://%s:%d", scheme, settings.host, port)
+        task_status.started(port)
+
+
+async def _serve(app, config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    await hypercorn_serve(app, config, task_status=task_status)
