@@ -32,34 +32,27 @@ reader given a user schema that names a subset of these columns (same
 types), e.g. ``.schema("mqtt_topic string, body binary")``, decodes only
 those; an unasked properties map or body costs nothing.
 
-Options (names are case-insensitive; validated on the driver):
-
-- ``path``: the data directory (holds ``commitlog/``, or ``store/commitlog/``
-  as under ``mqgate serve``'s data directory); given by ``load(path)``.
-- ``topics``: comma-separated broker topics (first MQTT levels) to keep.
-- ``mqttTopicFilter``: an MQTT filter with ``+`` / ``#``; rows without an
-  MQTT topic are dropped when it is set.
-- ``startingTimestamp`` / ``endingTimestamp``: keep store timestamps in
-  [start, end); epoch milliseconds or ISO-8601 (naive means UTC).
-- ``includeSystemTopics`` (default ``false``): when false, topics starting
-  with ``%RETRY%``, ``%DLQ%``, ``SCHEDULE_TOPIC_XXXX``, ``rmq_sys_``,
-  ``RMQ_SYS_``, ``%LMQ%``, ``%MQGATE%`` (our own markers) and entries whose transaction type is PREPARED or
-  ROLLBACK are left out.
-- ``maxBytesPerPartition`` (default 64m): the largest byte range one task
-  reads; a plain byte count or with a k / m / g suffix. A single larger entry
-  still forms a partition of its own.
-- Streaming only: ``startingOffsets`` = ``earliest`` (default), ``latest`` or
-  a commit-log position; ``maxBytesPerTrigger`` caps one micro-batch;
-  ``failOnDataLoss`` (default ``true``): when the segments a query has yet
-  to read were deleted (retention), fail the query rather than skip to the
-  oldest segment left.
+Options (names are case-insensitive; checked on the driver against the
+closed list in `spark.options`, so an unknown, misspelt or Kafka-only option
+is an error): ``path`` (``load(path)``), ``topics``, ``mqttTopicFilter``,
+``startingTimestamp`` / ``endingTimestamp`` (row filters on store time),
+``includeSystemTopics``, ``maxBytesPerPartition``, ``startingOffsets``,
+``endingOffsets`` (batch only), ``failOnDataLoss``, ``maxBytesPerTrigger``
+(streaming only). docs/SPARK.md documents each, with its default and errors.
 
 Rules kept here:
 - Partitions are `spark.plan.LogRange` byte ranges of whole, valid entries
   wrapped in `InputPartition`; every entry of the scanned span is in exactly
   one of them. Files are opened only in ``read()``.
-- The batch reader reads a snapshot: the readable end when it is planned. A
-  torn or unfinished last entry is not part of it.
+- A batch DataFrame is planned once (Spark keeps the partitions of a Python
+  data source with the DataFrame), so its partitions are the ranges planned
+  then plus one *tail* partition that walks, when it runs, from the planned
+  end to the readable end (or ``endingOffsets``) of that moment: every action
+  reads to the log end, as Kafka batch reads do. A torn or unfinished last
+  entry is never part of a read.
+- A planned range whose segment was deleted by retention is data loss
+  (`plan.DataLossError` with ``failOnDataLoss``, else logged and skipped),
+  never a ``FileNotFoundError``.
 - Streaming offsets are ``{"pos": <commit-log position>}``, always an entry
   boundary (or a BLANK / segment end) reached by a walk; a micro-batch is
   [start, end), so a restarted query neither skips nor repeats entries.
@@ -70,25 +63,20 @@ Rules kept here:
 
 from __future__ import annotations
 
-import json
+import logging
 import os
-import re
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, SupportsTriggerAvailableNow
 
-from . import plan, topicfilter
-from .decode import ARROW_SCHEMA, COLUMNS, RowFilter, decode_range
+from . import plan, positions
+from .decode import COLUMNS, RowFilter, decode_range
+from .options import BATCH, SCHEMA, STREAM, ScanOptions  # noqa: F401  (SCHEMA, ScanOptions: re-exported)
 
-SCHEMA = (
-    "topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, "
-    "born_ts timestamp, store_ts timestamp, tags string, keys string, "
-    "properties map<string,string>, mqtt_topic string, body binary"
-)
-DEFAULT_MAX_BYTES_PER_PARTITION = 64 << 20
+log = logging.getLogger("spark.commitlog")
 
 
 class CommitLogDataSource(DataSource):
@@ -102,10 +90,10 @@ class CommitLogDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema) -> "CommitLogReader":
-        return CommitLogReader(ScanOptions.parse(self.options, schema))
+        return CommitLogReader(ScanOptions.parse(self.options, schema, BATCH))
 
     def streamReader(self, schema) -> "CommitLogStreamReader":
-        return CommitLogStreamReader(ScanOptions.parse(self.options, schema))
+        return CommitLogStreamReader(ScanOptions.parse(self.options, schema, STREAM))
 
 
 def register(session) -> None:
@@ -113,103 +101,13 @@ def register(session) -> None:
     session.dataSource.register(CommitLogDataSource)
 
 
-class ScanOptions:
-    """Validated options; plain attributes only, so it pickles to readers."""
+@dataclass(frozen=True, slots=True)
+class TailRange:
+    """From ``start`` (a boundary planned earlier) to the readable end when read, or ``stop``."""
 
-    def __init__(self, path: str, rows: RowFilter, max_bytes: int, starting: str | int, max_bytes_per_trigger: int | None,
-                 columns: tuple[str, ...] = COLUMNS, fail_on_data_loss: bool = True):
-        self.path = path
-        self.fail_on_data_loss = fail_on_data_loss
-        self.columns = columns
-        self.rows = rows
-        self.max_bytes = max_bytes
-        self.starting = starting
-        self.max_bytes_per_trigger = max_bytes_per_trigger
-
-    @classmethod
-    def parse(cls, options, schema=None) -> "ScanOptions":
-        opts = {k.lower(): v for k, v in dict(options).items()}
-        path = opts.get("path")
-        if not path:
-            raise ValueError("commitlog: give the data directory, e.g. load('/path/to/data')")
-        if not os.path.isdir(path):
-            raise ValueError(f"commitlog: data directory {path!r} does not exist")
-        if not os.path.isdir(os.path.join(path, "commitlog")) and os.path.isdir(os.path.join(path, "store", "commitlog")):
-            path = os.path.join(path, "store")  # the data directory of `mqgate serve`
-        topics = None
-        if opts.get("topics"):
-            topics = tuple(t.strip() for t in opts["topics"].split(",") if t.strip())
-        mqtt_regex = None
-        if opts.get("mqtttopicfilter"):
-            try:
-                mqtt_regex = topicfilter.to_regex(opts["mqtttopicfilter"])
-            except topicfilter.FilterError as e:
-                raise ValueError(f"commitlog: mqttTopicFilter: {e}") from None
-        rows = RowFilter(
-            topics=topics,
-            mqtt_regex=mqtt_regex,
-            start_ms=_timestamp_ms(opts.get("startingtimestamp"), "startingTimestamp"),
-            end_ms=_timestamp_ms(opts.get("endingtimestamp"), "endingTimestamp"),
-            include_system=_bool(opts.get("includesystemtopics", "false"), "includeSystemTopics"),
-        )
-        max_bytes = _bytes(opts.get("maxbytesperpartition"), "maxBytesPerPartition") or DEFAULT_MAX_BYTES_PER_PARTITION
-        starting: str | int = opts.get("startingoffsets", "earliest").strip().lower()
-        if starting not in ("earliest", "latest"):
-            try:
-                starting = int(json.loads(starting)["pos"]) if starting.startswith("{") else int(starting)
-            except (ValueError, KeyError, TypeError):
-                raise ValueError(f"commitlog: startingOffsets must be earliest, latest or a position: {starting!r}") from None
-        per_trigger = _bytes(opts.get("maxbytespertrigger"), "maxBytesPerTrigger")
-        fail = _bool(opts.get("failondataloss", "true"), "failOnDataLoss")
-        if max_bytes > 1 << 30:
-            raise ValueError("commitlog: maxBytesPerPartition must be at most 1g")
-        return cls(path, rows, max_bytes, starting, per_trigger, _columns(schema), fail)
-
-
-def _columns(schema) -> tuple[str, ...]:
-    """The columns a (possibly user-given) schema asks for; each must be one of ours, same type."""
-    if schema is None:
-        return COLUMNS
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    asked = to_arrow_schema(schema, timezone="UTC")
-    for f in asked:
-        if f.name not in COLUMNS or not ARROW_SCHEMA.field(f.name).equals(f):
-            raise ValueError(
-                f"commitlog: a user schema may only pick columns of {SCHEMA!r} with their types; got {f.name} {f.type}"
-            )
-    return tuple(asked.names)
-
-
-def _timestamp_ms(value: str | None, name: str) -> int | None:
-    if value is None or value == "":
-        return None
-    value = value.strip()
-    if re.fullmatch(r"-?\d+", value):
-        return int(value)
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"commitlog: {name} must be epoch milliseconds or ISO-8601: {value!r}") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
-
-
-def _bool(value: str, name: str) -> bool:
-    v = str(value).strip().lower()
-    if v not in ("true", "false"):
-        raise ValueError(f"commitlog: {name} must be true or false: {value!r}")
-    return v == "true"
-
-
-def _bytes(value: str | None, name: str) -> int | None:
-    if value is None or value == "":
-        return None
-    m = re.fullmatch(r"\s*(\d+)\s*([kmg]?)b?\s*", str(value).lower())
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"commitlog: {name} must be a positive byte count (k/m/g suffix allowed): {value!r}")
-    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2)]
+    path: str
+    start: int
+    stop: int | None
 
 
 def read_range(part: InputPartition, rows: RowFilter, columns: tuple[str, ...] = COLUMNS) -> Iterator:
@@ -228,13 +126,48 @@ def read_range(part: InputPartition, rows: RowFilter, columns: tuple[str, ...] =
 class CommitLogReader(DataSourceReader):
     def __init__(self, options: ScanOptions):
         self.options = options
+        o = options
+        # resolved once, on the driver: a bad position fails the read at once
+        self.start = positions.resolve(o.path, o.starting, "startingOffsets")
+        self.stop = positions.resolve(o.path, o.ending, "endingOffsets")
+        self.rows = positions.row_bounds(o.path, o.rows, o.starting, o.ending)
+        if self.stop is not None and self.stop < self.start:
+            raise ValueError(f"commitlog: endingOffsets ({self.stop}) is before startingOffsets ({self.start})")
 
     def partitions(self):
-        ranges, _end = plan.plan(self.options.path, None, None, self.options.max_bytes)
-        return [InputPartition(r) for r in ranges]
+        o = self.options
+        start = self.start
+        if start < plan.log_start(o.path):
+            start = positions.data_loss(o.path, start, o.fail_on_data_loss, "startingOffsets")
+        ranges, end = plan.plan(o.path, start, self.stop, o.max_bytes)
+        parts = [InputPartition(r) for r in ranges]
+        if self.stop is None or end < self.stop:
+            parts.append(InputPartition(TailRange(o.path, end, self.stop)))
+        return parts
 
     def read(self, partition):
-        return read_range(partition, self.options.rows, self.options.columns)
+        return read_planned(partition.value, self.options, self.rows)
+
+
+def read_planned(r, o: ScanOptions, rows: RowFilter) -> Iterator:
+    """Decode a `plan.LogRange` or a `TailRange`; a deleted segment is data loss."""
+    if r is None:
+        return
+    if isinstance(r, TailRange):
+        start = r.start
+        if start < plan.log_start(r.path):
+            start = positions.data_loss(r.path, start, o.fail_on_data_loss, "the tail of a batch read")
+        ranges, _end = plan.plan(r.path, start, r.stop, o.max_bytes)
+    else:
+        ranges = [r]
+    for one in ranges:
+        try:
+            yield from read_range(InputPartition(one), rows, o.columns)
+        except FileNotFoundError:
+            if o.fail_on_data_loss:
+                raise plan.DataLossError(o.path, one.start, plan.log_start(o.path), one.count) from None
+            log.warning("commitlog: positions %d..%d were deleted by retention before they were read; "
+                        "skipped %d messages (failOnDataLoss=false)", one.start, one.end, one.count)
 
 
 class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -242,14 +175,18 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.options = options
         self._target: int | None = None  # availableNow: do not go past this
         self._planned: tuple[int, int, list] | None = None  # (start, end, ranges) of the last walk
+        if any(off == -1 for _t, _q, off in options.starting.queues):
+            # a restart would move "latest" on: only a whole-log latest is kept in the checkpoint
+            raise ValueError("commitlog: startingOffsets: -1 (latest) in per-queue JSON is for batch reads; "
+                             "a stream takes startingOffsets=latest")
+        self.rows = positions.row_bounds(options.path, options.rows, options.starting, options.ending)
 
     def initialOffset(self) -> dict:
-        path = self.options.path
-        if self.options.starting == "earliest":
-            return {"pos": plan.log_start(path)}
-        if self.options.starting == "latest":
-            return {"pos": plan.tail_end(path)}
-        return {"pos": int(self.options.starting)}
+        o = self.options
+        pos = positions.resolve(o.path, o.starting, "startingOffsets")
+        if pos < plan.log_start(o.path):
+            pos = positions.data_loss(o.path, pos, o.fail_on_data_loss, "startingOffsets")
+        return {"pos": pos}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger:
@@ -297,7 +234,7 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [InputPartition(r) for r in ranges]
 
     def read(self, partition):
-        return read_range(partition, self.options.rows, self.options.columns)
+        return read_range(partition, self.rows, self.options.columns)
 
     def commit(self, end: dict) -> None:
         pass

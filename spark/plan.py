@@ -57,13 +57,15 @@ class CorruptLogError(Exception):
 class DataLossError(Exception):
     """A reader's position lies in segments that were deleted."""
 
-    def __init__(self, data_dir: str, position: int, oldest: int):
+    def __init__(self, data_dir: str, position: int, oldest: int, skipped: int | None = None):
+        count = f" ({skipped} messages)" if skipped is not None else ""
         super().__init__(
-            f"{data_dir}: commit-log position {position} was deleted (the oldest segment starts at {oldest}); "
-            "set failOnDataLoss=false to continue from there"
+            f"commitlog: {data_dir}: positions {position}..{oldest}{count} were deleted by retention "
+            f"(data loss; the oldest segment starts at {oldest}); set failOnDataLoss=false to continue from there"
         )
         self.position = position
         self.oldest = oldest
+        self.skipped = skipped
 
 
 @dataclass(frozen=True, slots=True)
