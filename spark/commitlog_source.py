@@ -130,7 +130,7 @@ class CommitLogReader(DataSourceReader):
         # resolved once, on the driver: a bad position fails the read at once
         self.start = positions.resolve(o.path, o.starting, "startingOffsets")
         self.stop = positions.resolve(o.path, o.ending, "endingOffsets")
-        self.rows = positions.row_bounds(o.path, o.rows, o.starting, o.ending)
+        self.rows = positions.row_bounds(o.rows, o.starting, o.ending)
         if self.stop is not None and self.stop < self.start:
             raise ValueError(f"commitlog: endingOffsets ({self.stop}) is before startingOffsets ({self.start})")
 
@@ -175,11 +175,7 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.options = options
         self._target: int | None = None  # availableNow: do not go past this
         self._planned: tuple[int, int, list] | None = None  # (start, end, ranges) of the last walk
-        if any(off == -1 for _t, _q, off in options.starting.queues):
-            # a restart would move "latest" on: only a whole-log latest is kept in the checkpoint
-            raise ValueError("commitlog: startingOffsets: -1 (latest) in per-queue JSON is for batch reads; "
-                             "a stream takes startingOffsets=latest")
-        self.rows = positions.row_bounds(options.path, options.rows, options.starting, options.ending)
+        self.rows = positions.row_bounds(options.rows, options.starting, options.ending)
 
     def initialOffset(self) -> dict:
         o = self.options

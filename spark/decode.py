@@ -78,9 +78,9 @@ class RowFilter:
     end_ms: int | None = None  # store timestamp, exclusive
     include_system: bool = False
     # per-queue bounds (Kafka-style JSON positions): rows of (topic, queue id)
-    # are kept from queue offset >= offset and commit-log position >= pos ...
-    queue_from: tuple[tuple[str, int, int, int], ...] = ()
-    # ... and below queue offset
+    # are kept from a queue offset on ...
+    queue_from: tuple[tuple[str, int, int], ...] = ()
+    # ... and below one
     queue_until: tuple[tuple[str, int, int], ...] = ()
 
 
@@ -137,7 +137,7 @@ def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, co
     if "topic" in columns or not flt.include_system or flt.topics is not None or by_queue:
         topic = cols["topic"] = _strings(b, f.topic_pos, f.topic_len)
         if by_queue:
-            keep &= _queue_bounds(topic, f, origin, flt)
+            keep &= _queue_bounds(topic, f, flt)
         if not flt.include_system or flt.topics is not None:
             # evaluate topic predicates once per distinct topic
             enc = pc.dictionary_encode(topic)
@@ -175,12 +175,12 @@ def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, co
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns]))
 
 
-def _queue_bounds(topic: pa.Array, f: EntryFields, origin: int, flt: RowFilter) -> np.ndarray:
+def _queue_bounds(topic: pa.Array, f: EntryFields, flt: RowFilter) -> np.ndarray:
     """Rows inside the per-queue bounds of ``flt`` (queues it does not name are all inside)."""
     keep = np.ones(len(f.start), dtype=bool)
-    for t, qid, off, pos in flt.queue_from:
+    for t, qid, off in flt.queue_from:
         mine = pc.equal(topic, t).to_numpy(zero_copy_only=False) & (f.queue_id == qid)
-        keep &= ~mine | ((f.queue_offset >= off) & (f.start + origin >= pos))
+        keep &= ~mine | (f.queue_offset >= off)
     for t, qid, off in flt.queue_until:
         mine = pc.equal(topic, t).to_numpy(zero_copy_only=False) & (f.queue_id == qid)
         keep &= ~mine | (f.queue_offset < off)

@@ -102,15 +102,21 @@ class Position:
     queues: tuple[tuple[str, int, int], ...] = ()
 
 
-def parse_position(text: str | None, name: str, default: str) -> Position:
+def parse_position(text: str | None, name: str, default: str, mode: str) -> Position:
+    """A position as Kafka's source takes it; as there, a batch read cannot start at ``latest``."""
     raw = (text if text is not None and text.strip() else default).strip()
     low = raw.lower()
     ending = name == "endingOffsets"
-    allowed = ("latest",) if ending else ("earliest", "latest")
+    allowed = ("latest",) if ending else ("earliest",) if mode == BATCH else ("earliest", "latest")
     shape = (f"{' or '.join(allowed)}, a commit-log position, {{\"timestamp\": ms}} or per-queue JSON "
              f"{{\"topic\": {{\"0\": offset}}}}")
     if low in allowed:
         return Position(low)
+    if low == "latest":
+        raise ValueError("commitlog: startingOffsets=latest is for streams; a batch read would be empty")
+    if low == "earliest":
+        raise ValueError("commitlog: endingOffsets=earliest would make the read empty; give latest, "
+                         "a position, a timestamp or per-queue offsets")
     if re.fullmatch(r"\d+", raw):
         return Position("pos", int(raw))
     try:
@@ -134,6 +140,10 @@ def parse_position(text: str | None, name: str, default: str) -> Position:
                                  f"-2 (earliest) or -1 (latest): {off!r}")
             if ending and off == -2:
                 raise ValueError(f"commitlog: {name}: -2 (earliest) cannot end a read (queue {topic}/{qid})")
+            if not ending and off == -1:
+                # a restart would move a per-queue "latest" on; Kafka's batch reads refuse it too
+                raise ValueError(f"commitlog: {name}: -1 (latest) cannot start a queue (queue {topic}/{qid}); "
+                                 "a stream can start the whole log at latest")
             queues.append((str(topic), int(qid), off))
     return Position("queues", queues=tuple(queues))
 
@@ -187,8 +197,8 @@ class ScanOptions:
         max_bytes = _bytes(opts.get("maxbytesperpartition"), "maxBytesPerPartition") or DEFAULT_MAX_BYTES_PER_PARTITION
         if max_bytes > 1 << 30:
             raise ValueError("commitlog: maxBytesPerPartition must be at most 1g")
-        starting = parse_position(opts.get("startingoffsets"), "startingOffsets", "earliest")
-        ending = parse_position(opts.get("endingoffsets"), "endingOffsets", "latest")
+        starting = parse_position(opts.get("startingoffsets"), "startingOffsets", "earliest", mode)
+        ending = parse_position(opts.get("endingoffsets"), "endingOffsets", "latest", mode)
         per_trigger = _bytes(opts.get("maxbytespertrigger"), "maxBytesPerTrigger")
         fail = _bool(opts.get("failondataloss", "true"), "failOnDataLoss")
         return cls(path, rows, max_bytes, starting, per_trigger, columns(schema), fail, ending)

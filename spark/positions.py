@@ -115,21 +115,10 @@ def resolve(data_dir: str, p: Position, name: str) -> int | None:
     return plan.log_start(data_dir) if name == "startingOffsets" else None  # per-queue: row bounds
 
 
-def row_bounds(data_dir: str, rows: RowFilter, starting: Position, ending: Position) -> RowFilter:
-    """``rows`` with the per-queue bounds of Kafka-style JSON positions."""
-    lower, upper = [], []
-    if starting.kind == "queues":
-        tail = None
-        for topic, qid, off in starting.queues:
-            if off == -2:
-                continue
-            if off == -1:  # latest: what is written from now on
-                tail = plan.tail_end(data_dir) if tail is None else tail
-                lower.append((topic, qid, 0, tail))
-            else:
-                lower.append((topic, qid, off, 0))
-    if ending.kind == "queues":
-        upper = [(topic, qid, off) for topic, qid, off in ending.queues if off >= 0]
+def row_bounds(rows: RowFilter, starting: Position, ending: Position) -> RowFilter:
+    """``rows`` with the per-queue bounds of Kafka-style JSON positions (-2 and -1: no bound)."""
+    lower = [(topic, qid, off) for topic, qid, off in starting.queues if off >= 0]
+    upper = [(topic, qid, off) for topic, qid, off in ending.queues if off >= 0]
     if not lower and not upper:
         return rows
     return dataclasses.replace(rows, queue_from=tuple(lower), queue_until=tuple(upper))
