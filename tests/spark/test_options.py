@@ -66,3 +66,15 @@ def test_errors_surface_through_spark_before_any_row(spark, data, tmp_path):
         finally:
             q.stop()
     assert read().option("topics", "orders").load(str(data)).count() == 10
+
+
+def test_every_option_is_documented_with_its_default():
+    import pathlib
+    import re
+
+    from spark.options import OPTIONS
+
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "SPARK.md").read_text()
+    table = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", doc.split("## Options", 1)[1], re.M))
+    assert sorted(table) == sorted(OPTIONS)
+    assert all(v.strip() for v in table.values())
