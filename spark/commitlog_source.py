@@ -138,7 +138,7 @@ class CommitLogReader(DataSourceReader):
         o = self.options
         start = self.start
         if start < plan.log_start(o.path):
-            start = positions.data_loss(o.path, start, o.fail_on_data_loss, "startingOffsets")
+            start, _n = positions.data_loss(o.path, start, o.fail_on_data_loss, "startingOffsets")
         ranges, end = plan.plan(o.path, start, self.stop, o.max_bytes)
         parts = [InputPartition(r) for r in ranges]
         if self.stop is None or end < self.stop:
@@ -156,7 +156,7 @@ def read_planned(r, o: ScanOptions, rows: RowFilter) -> Iterator:
     if isinstance(r, TailRange):
         start = r.start
         if start < plan.log_start(r.path):
-            start = positions.data_loss(r.path, start, o.fail_on_data_loss, "the tail of a batch read")
+            start, _n = positions.data_loss(r.path, start, o.fail_on_data_loss, "the tail of a batch read")
         ranges, _end = plan.plan(r.path, start, r.stop, o.max_bytes)
     else:
         ranges = [r]
@@ -171,18 +171,43 @@ def read_planned(r, o: ScanOptions, rows: RowFilter) -> Iterator:
 
 
 class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"pos": N}``; see the module docstring.
+
+    Data loss (a start below the oldest segment) is met in `latestOffset`
+    for a new batch and in `partitions` for a batch planned before a
+    restart; either raises `plan.DataLossError` or moves up to the oldest
+    data, counting the skipped messages once per gap. `reportLatestOffset`
+    shows the readable end, the lag behind it and that count in the query's
+    progress (``sources[].latestOffset``).
+    """
+
     def __init__(self, options: ScanOptions):
         self.options = options
         self._target: int | None = None  # availableNow: do not go past this
         self._planned: tuple[int, int, list] | None = None  # (start, end, ranges) of the last walk
         self.rows = positions.row_bounds(options.rows, options.starting, options.ending)
+        self._skipped = 0  # messages skipped to data loss since this query (re)started
+        self._counted_to = 0  # _skipped counts the deleted messages below this position
+        self._end: int | None = None  # the end of the newest batch
 
     def initialOffset(self) -> dict:
         o = self.options
         pos = positions.resolve(o.path, o.starting, "startingOffsets")
         if pos < plan.log_start(o.path):
-            pos = positions.data_loss(o.path, pos, o.fail_on_data_loss, "startingOffsets")
+            pos = self._lost(pos, "startingOffsets")
         return {"pos": pos}
+
+    def _lost(self, pos: int, what: str) -> int:
+        """``pos`` was deleted: raise, or the oldest position left (the skip counted once)."""
+        o = self.options
+        oldest = plan.log_start(o.path)
+        if pos < self._counted_to and not o.fail_on_data_loss:
+            pos = self._counted_to  # a planned batch and the next one can start in the same gap
+        if pos < oldest:
+            oldest, n = positions.data_loss(o.path, pos, o.fail_on_data_loss, what)
+            self._skipped += n
+            self._counted_to = oldest
+        return oldest
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger:
@@ -194,16 +219,14 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = int(start["pos"])
-        oldest = plan.log_start(self.options.path)
-        if begin < oldest:
-            if self.options.fail_on_data_loss:
-                raise plan.DataLossError(self.options.path, begin, oldest)
-            begin = oldest
+        if begin < plan.log_start(self.options.path):
+            begin = self._lost(begin, "the next micro-batch")
         stop = self._target
         if isinstance(limit, ReadMaxBytes):
             cap = begin + limit.max_bytes
             stop = cap if stop is None else min(stop, cap)
         if stop is not None and stop <= begin:
+            self._end = begin
             return {"pos": begin}
         ranges, end = plan.plan(self.options.path, begin, stop, self.options.max_bytes)
         if end == begin and isinstance(limit, ReadMaxBytes):
@@ -215,10 +238,21 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 end = first.start + (int(sizes[1]) if len(sizes) > 1 else first.end - first.start)
                 ranges = None
         self._planned = (begin, end, ranges) if ranges is not None else None
+        self._end = end
         return {"pos": end}
+
+    def reportLatestOffset(self) -> dict:
+        latest = plan.tail_end(self.options.path)
+        out = {"pos": latest, "skippedMessages": self._skipped}
+        if self._end is not None:
+            out["lagBytes"] = max(0, latest - self._end)
+        return out
 
     def partitions(self, start: dict, end: dict):
         begin, stop = int(start["pos"]), int(end["pos"])
+        if begin < plan.log_start(self.options.path):
+            # a batch planned before retention deleted its start (a restart re-runs it)
+            begin = self._lost(begin, f"the micro-batch {begin}..{stop}")
         if stop <= begin:
             return []
         if self._planned and self._planned[0] == begin and self._planned[1] == stop:
@@ -230,7 +264,7 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [InputPartition(r) for r in ranges]
 
     def read(self, partition):
-        return read_range(partition, self.rows, self.options.columns)
+        return read_planned(partition.value, self.options, self.rows)
 
     def commit(self, end: dict) -> None:
         pass

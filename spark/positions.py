@@ -130,12 +130,12 @@ def skipped_messages(data_dir: str, lo: int, hi: int) -> int:
     return int(np.searchsorted(pos, hi))
 
 
-def data_loss(data_dir: str, pos: int, fail: bool, what: str) -> int:
-    """``pos`` lies below the oldest segment: raise, or log the skip and return the oldest position."""
+def data_loss(data_dir: str, pos: int, fail: bool, what: str) -> tuple[int, int]:
+    """``pos`` lies below the oldest segment: raise, or log the skip; (the oldest position, messages skipped)."""
     oldest = plan.log_start(data_dir)
     n = skipped_messages(data_dir, pos, oldest)
     if fail:
         raise plan.DataLossError(data_dir, pos, oldest, n)
     log.warning("commitlog: %s: positions %d..%d were deleted by retention; skipped %d messages "
                 "(failOnDataLoss=false)", what, pos, oldest, n)
-    return oldest
+    return oldest, n
