@@ -37,8 +37,8 @@ closed list in `spark.options`, so an unknown, misspelt or Kafka-only option
 is an error): ``path`` (``load(path)``), ``topics``, ``mqttTopicFilter``,
 ``startingTimestamp`` / ``endingTimestamp`` (row filters on store time),
 ``includeSystemTopics``, ``maxBytesPerPartition``, ``startingOffsets``,
-``endingOffsets`` (batch only), ``failOnDataLoss``, ``maxBytesPerTrigger``
-(streaming only). docs/SPARK.md documents each, with its default and errors.
+``endingOffsets`` (batch only), ``failOnDataLoss``, ``minPartitions``,
+``maxBytesPerTrigger`` and ``maxOffsetsPerTrigger`` (streaming only). docs/SPARK.md documents each, with its default and errors.
 
 Rules kept here:
 - Partitions are `spark.plan.LogRange` byte ranges of whole, valid entries
@@ -70,7 +70,13 @@ from typing import Iterator
 
 import numpy as np
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from . import plan, positions
 from .decode import COLUMNS, RowFilter, decode_range
@@ -139,7 +145,7 @@ class CommitLogReader(DataSourceReader):
         start = self.start
         if start < plan.log_start(o.path):
             start, _n = positions.data_loss(o.path, start, o.fail_on_data_loss, "startingOffsets")
-        ranges, end = plan.plan(o.path, start, self.stop, o.max_bytes)
+        ranges, end = plan.plan(o.path, start, self.stop, o.max_bytes, o.min_partitions)
         parts = [InputPartition(r) for r in ranges]
         if self.stop is None or end < self.stop:
             parts.append(InputPartition(TailRange(o.path, end, self.stop)))
@@ -210,6 +216,8 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return oldest
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
         if self.options.max_bytes_per_trigger:
             return ReadMaxBytes(self.options.max_bytes_per_trigger)
         return ReadAllAvailable()
@@ -218,20 +226,31 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target = plan.tail_end(self.options.path)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        o = self.options
         begin = int(start["pos"])
-        if begin < plan.log_start(self.options.path):
+        if begin < plan.log_start(o.path):
             begin = self._lost(begin, "the next micro-batch")
-        stop = self._target
+        # Spark passes one limit; with both options set, the other one comes from the options
+        max_rows = max_bytes = None
+        if not isinstance(limit, ReadAllAvailable):
+            max_rows, max_bytes = o.max_offsets_per_trigger, o.max_bytes_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
         if isinstance(limit, ReadMaxBytes):
-            cap = begin + limit.max_bytes
-            stop = cap if stop is None else min(stop, cap)
+            max_bytes = limit.max_bytes
+        stop = self._target
+        if max_bytes:
+            stop = begin + max_bytes if stop is None else min(stop, begin + max_bytes)
         if stop is not None and stop <= begin:
             self._end = begin
             return {"pos": begin}
-        ranges, end = plan.plan(self.options.path, begin, stop, self.options.max_bytes)
-        if end == begin and isinstance(limit, ReadMaxBytes):
+        if max_rows:
+            ranges, end = plan.plan_entries(o.path, begin, stop, max_rows, o.max_bytes, o.min_partitions)
+        else:
+            ranges, end = plan.plan(o.path, begin, stop, o.max_bytes, o.min_partitions)
+        if end == begin and max_bytes:
             # the next entry is larger than the cap: take it alone
-            ranges, end = plan.plan(self.options.path, begin, self._target, self.options.max_bytes)
+            ranges, end = plan.plan(o.path, begin, self._target, o.max_bytes)
             if ranges:
                 first = ranges[0]
                 sizes = first.starts_in_range()
@@ -258,7 +277,8 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._planned and self._planned[0] == begin and self._planned[1] == stop:
             ranges = self._planned[2]
         else:
-            ranges, reached = plan.plan(self.options.path, begin, stop, self.options.max_bytes)
+            ranges, reached = plan.plan(self.options.path, begin, stop, self.options.max_bytes,
+                                        self.options.min_partitions)
             if reached != stop:
                 raise plan.CorruptLogError(self.options.path, stop, f"log ends at {reached}, before the planned end")
         return [InputPartition(r) for r in ranges]

@@ -40,6 +40,8 @@ OPTIONS = {
     "endingOffsets": (BATCH,),
     "failOnDataLoss": BOTH,
     "maxBytesPerTrigger": (STREAM,),
+    "maxOffsetsPerTrigger": (STREAM,),
+    "minPartitions": BOTH,
 }
 _BY_LOWER = {k.lower(): k for k in OPTIONS}
 
@@ -52,13 +54,11 @@ KAFKA_OPTIONS = {
     "startingoffsetsbytimestamp": 'use startingOffsets={"timestamp": ...}',
     "endingoffsetsbytimestamp": 'use endingOffsets={"timestamp": ...}',
     "startingoffsetsbytimestampstrategy": 'use startingOffsets={"timestamp": ...}',
-    "minpartitions": "use maxBytesPerPartition",
     "includeheaders": "properties are always read",
     "groupidprefix": "there is no consumer group",
     "kafka.group.id": "there is no consumer group",
     "minoffsetspertrigger": "not supported",
     "maxtriggerdelay": "not supported",
-    "maxoffsetspertrigger": "not supported",
 }
 
 DEFAULT_MAX_BYTES_PER_PARTITION = 64 << 20
@@ -153,7 +153,8 @@ class ScanOptions:
 
     def __init__(self, path: str, rows: RowFilter, max_bytes: int, starting: Position, max_bytes_per_trigger: int | None,
                  columns: tuple[str, ...] = COLUMNS, fail_on_data_loss: bool = True,
-                 ending: Position = Position("latest")):
+                 ending: Position = Position("latest"), max_offsets_per_trigger: int | None = None,
+                 min_partitions: int = 1):
         self.path = path
         self.fail_on_data_loss = fail_on_data_loss
         self.columns = columns
@@ -162,6 +163,8 @@ class ScanOptions:
         self.starting = starting
         self.ending = ending
         self.max_bytes_per_trigger = max_bytes_per_trigger
+        self.max_offsets_per_trigger = max_offsets_per_trigger
+        self.min_partitions = min_partitions
 
     @classmethod
     def parse(cls, options, schema=None, mode: str = BATCH) -> "ScanOptions":
@@ -201,7 +204,11 @@ class ScanOptions:
         ending = parse_position(opts.get("endingoffsets"), "endingOffsets", "latest", mode)
         per_trigger = _bytes(opts.get("maxbytespertrigger"), "maxBytesPerTrigger")
         fail = _bool(opts.get("failondataloss", "true"), "failOnDataLoss")
-        return cls(path, rows, max_bytes, starting, per_trigger, columns(schema), fail, ending)
+        per_trigger_rows = _count(opts.get("maxoffsetspertrigger"), "maxOffsetsPerTrigger")
+        # the planning worker runs on the driver's machine: in local mode, every core
+        min_parts = _count(opts.get("minpartitions"), "minPartitions") or os.cpu_count() or 1
+        return cls(path, rows, max_bytes, starting, per_trigger, columns(schema), fail, ending, per_trigger_rows,
+                   min_parts)
 
 
 SCHEMA = (
@@ -247,6 +254,15 @@ def _bool(value: str, name: str) -> bool:
     if v not in ("true", "false"):
         raise ValueError(f"commitlog: {name} must be true or false: {value!r}")
     return v == "true"
+
+
+def _count(value: str | None, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    v = str(value).strip()
+    if not re.fullmatch(r"\d+", v) or int(v) <= 0:
+        raise ValueError(f"commitlog: {name} must be a positive whole number: {value!r}")
+    return int(v)
 
 
 def _bytes(value: str | None, name: str) -> int | None:
