@@ -142,13 +142,21 @@ class CommitLogReader(DataSourceReader):
 
     def partitions(self):
         o = self.options
-        start = self.start
+        start, stop = self.start, self.stop
         if start < plan.log_start(o.path):
             start, _n = positions.data_loss(o.path, start, o.fail_on_data_loss, "startingOffsets")
-        ranges, end = plan.plan(o.path, start, self.stop, o.max_bytes, o.min_partitions)
+        # store times never decrease along a log the store wrote (it stamps max(now, last)):
+        # the startingTimestamp / endingTimestamp row filters are also seeks
+        if self.rows.start_ms is not None:
+            start = max(start, positions.seek_time(o.path, self.rows.start_ms))
+        if self.rows.end_ms is not None:
+            at = positions.seek_time(o.path, self.rows.end_ms)
+            if at < plan.tail_end(o.path):  # an entry at or after the bound exists: nothing later is inside
+                stop = max(start, at if stop is None else min(stop, at))
+        ranges, end = plan.plan(o.path, start, stop, o.max_bytes, o.min_partitions)
         parts = [InputPartition(r) for r in ranges]
-        if self.stop is None or end < self.stop:
-            parts.append(InputPartition(TailRange(o.path, end, self.stop)))
+        if stop is None or end < stop:
+            parts.append(InputPartition(TailRange(o.path, end, stop)))
         return parts
 
     def read(self, partition):

@@ -64,3 +64,15 @@ def test_a_small_batch_read_uses_every_core(spark, make_store, tmp_path):
     per_task = df.rdd.glom().map(len).collect()
     assert sum(per_task) == 30 and len([n for n in per_task if n]) >= min(2, os.cpu_count() or 1)
     assert sorted(r.commitlog_offset for r in df.collect()) == store.positions
+
+
+def test_progress_reports_the_lag_behind_the_log_end(spark, make_store, tmp_path):
+    store = _store(make_store, tmp_path / "data", 100)
+    q = _run(spark, tmp_path / "data", tmp_path / "ckpt", lambda df, _id: df.count(), maxOffsetsPerTrigger="40")
+    seen = [(json.loads(p["sources"][0]["endOffset"])["pos"], json.loads(p["sources"][0]["latestOffset"]))
+            for p in q.recentProgress if p["numInputRows"]]
+    end_of_log = store.positions[-1] + (store.positions[-1] - store.positions[-2])
+    assert [latest["pos"] for _end, latest in seen] == [end_of_log] * 3
+    assert [latest["lagBytes"] for _end, latest in seen] == [end_of_log - end for end, _latest in seen]
+    assert seen[0][1]["lagBytes"] > 0 and seen[-1][1]["lagBytes"] == 0
+    assert all(latest["skippedMessages"] == 0 for _end, latest in seen)
