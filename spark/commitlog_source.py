@@ -65,6 +65,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -105,6 +108,21 @@ class CommitLogDataSource(DataSource):
 def register(session) -> None:
     """Make ``format("commitlog")`` available in ``session``."""
     session.dataSource.register(CommitLogDataSource)
+
+
+def ignore_terminal_interrupts() -> None:
+    """In a Spark Python worker, ignore SIGINT; anywhere else, do nothing.
+
+    A Ctrl-C in a terminal reaches every process of its group. Spark's JVM
+    ignores it, but ``pyspark.daemon`` gives the workers it forks Python's
+    default handler back, so a worker reading the log would die with
+    KeyboardInterrupt in the middle of a task and fail the micro-batch that
+    the driver is about to stop cleanly. A driver's main module is never a
+    ``pyspark.`` one, so it keeps its handler.
+    """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", "").startswith("pyspark.") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +183,7 @@ class CommitLogReader(DataSourceReader):
 
 def read_planned(r, o: ScanOptions, rows: RowFilter) -> Iterator:
     """Decode a `plan.LogRange` or a `TailRange`; a deleted segment is data loss."""
+    ignore_terminal_interrupts()
     if r is None:
         return
     if isinstance(r, TailRange):
@@ -196,6 +215,7 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     """
 
     def __init__(self, options: ScanOptions):
+        ignore_terminal_interrupts()  # built in the worker that answers Spark's offset calls
         self.options = options
         self._target: int | None = None  # availableNow: do not go past this
         self._planned: tuple[int, int, list] | None = None  # (start, end, ranges) of the last walk

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Iterator
 
@@ -61,6 +63,9 @@ def parse_batches(batches: Iterator[pa.RecordBatch], device_level: int,
     Payload decoding is a per-message Python step (json / msgpack); the
     rows it builds are collected column-wise.
     """
+    from .commitlog_source import ignore_terminal_interrupts
+
+    ignore_terminal_interrupts()
     for batch in batches:
         cols = {name: [] for name in _PARSED_ARROW.names}
         offsets = batch.column("commitlog_offset").to_pylist()
@@ -198,25 +203,72 @@ def run_stream(session, args) -> None:
         .option("checkpointLocation", os.path.join(ckpt, "rejects"))
         .trigger(**trigger).queryName("telemetry_rejects").start(),
     ]
-    try:
-        if args.once:
-            for q in queries:
-                q.awaitTermination()
-        else:
-            while all(q.isActive for q in queries):
-                time.sleep(5)
+    with StopRequest() as stop:
+        try:
+            # --once: until both have read what is there; else until one fails (or a stop)
+            running = any if args.once else all
+            while running(q.isActive for q in queries) and not stop.requested.wait(1 if args.once else 5):
+                if args.once:
+                    continue
                 for q in queries:
                     p = q.lastProgress
                     if p and p.get("numInputRows"):
                         print(f"{q.name}: batch {p['batchId']}: {p['numInputRows']} rows", file=sys.stderr)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        for q in queries:
-            q.stop()
-        for q in queries:
-            if q.exception():
-                raise q.exception()
+        finally:
+            _stop(queries, stop.requested.is_set())
+    errors = [q.exception() for q in queries if q.exception()]
+    if errors and stop.requested.is_set():
+        # the checkpoint holds the batch as planned but not committed: the next start re-runs it
+        first = str(errors[0]).strip().splitlines()[0]
+        print(f"mqgate telemetry: stopped by {stop.name} while a micro-batch ran ({first[:160]}); "
+              "the next start redoes it from the checkpoint", file=sys.stderr)
+    elif errors:
+        raise errors[0]
+
+
+STOP_GRACE_S = 60  # how long a stop waits for running micro-batches to end
+
+
+class StopRequest:
+    """SIGINT and SIGTERM, while a stream runs, ask for a stop (a second one stops waiting).
+
+    PySpark's own SIGINT handler cancels every running job: the micro-batch
+    under way dies with whatever its tasks were doing (job cancelled, an
+    interrupted read, or a half-read serialized task such as
+    java.io.OptionalDataException) and the query ends with that error. Here
+    the signal only sets `requested`; the caller lets running batches end
+    and stops the queries itself. Handlers can be set in the main thread only.
+    """
+
+    def __init__(self):
+        self.requested = threading.Event()
+        self.name = ""
+        self._old: dict = {}
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _handle(self, signum, _frame) -> None:
+        if self.requested.is_set():
+            raise KeyboardInterrupt  # asked twice: stop waiting for the batch
+        self.name = signal.Signals(signum).name
+        self.requested.set()
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+
+def _stop(queries, requested: bool) -> None:
+    """Stop the queries, after letting a running micro-batch end (up to STOP_GRACE_S) when asked to."""
+    deadline = time.monotonic() + STOP_GRACE_S
+    for q in queries:
+        # Spark's stop interrupts the running batch's tasks; between batches it interrupts nothing
+        while requested and q.isActive and q.status["isTriggerActive"] and time.monotonic() < deadline:
+            q.awaitTermination(0.2)
+        q.stop()
 
 
 def summary(session, out: str, limit: int = 20) -> str:
