@@ -234,8 +234,8 @@ class StopRequest:
 
     PySpark's own SIGINT handler cancels every running job: the micro-batch
     under way dies with whatever its tasks were doing (job cancelled, an
-    interrupted read, or a half-read serialized task such as
-    java.io.OptionalDataException) and the query ends with that error. Here
+    interrupted read; the java.io.OptionalDataException once reported fits a
+    task cut off mid-read) and the query ends with that error. Here
     the signal only sets `requested`; the caller lets running batches end
     and stops the queries itself. Handlers can be set in the main thread only.
     """
