@@ -32,34 +32,27 @@ reader given a user schema that names a subset of these columns (same
 types), e.g. ``.schema("mqtt_topic string, body binary")``, decodes only
 those; an unasked properties map or body costs nothing.
 
-Options (names are case-insensitive; validated on the driver):
-
-- ``path``: the data directory (holds ``commitlog/``, or ``store/commitlog/``
-  as under ``mqgate serve``'s data directory); given by ``load(path)``.
-- ``topics``: comma-separated broker topics (first MQTT levels) to keep.
-- ``mqttTopicFilter``: an MQTT filter with ``+`` / ``#``; rows without an
-  MQTT topic are dropped when it is set.
-- ``startingTimestamp`` / ``endingTimestamp``: keep store timestamps in
-  [start, end); epoch milliseconds or ISO-8601 (naive means UTC).
-- ``includeSystemTopics`` (default ``false``): when false, topics starting
-  with ``%RETRY%``, ``%DLQ%``, ``SCHEDULE_TOPIC_XXXX``, ``rmq_sys_``,
-  ``RMQ_SYS_``, ``%LMQ%``, ``%MQGATE%`` (our own markers) and entries whose transaction type is PREPARED or
-  ROLLBACK are left out.
-- ``maxBytesPerPartition`` (default 64m): the largest byte range one task
-  reads; a plain byte count or with a k / m / g suffix. A single larger entry
-  still forms a partition of its own.
-- Streaming only: ``startingOffsets`` = ``earliest`` (default), ``latest`` or
-  a commit-log position; ``maxBytesPerTrigger`` caps one micro-batch;
-  ``failOnDataLoss`` (default ``true``): when the segments a query has yet
-  to read were deleted (retention), fail the query rather than skip to the
-  oldest segment left.
+Options (names are case-insensitive; checked on the driver against the
+closed list in `spark.options`, so an unknown, misspelt or Kafka-only option
+is an error): ``path`` (``load(path)``), ``topics``, ``mqttTopicFilter``,
+``startingTimestamp`` / ``endingTimestamp`` (row filters on store time),
+``includeSystemTopics``, ``maxBytesPerPartition``, ``startingOffsets``,
+``endingOffsets`` (batch only), ``failOnDataLoss``, ``minPartitions``,
+``maxBytesPerTrigger`` and ``maxOffsetsPerTrigger`` (streaming only). docs/SPARK.md documents each, with its default and errors.
 
 Rules kept here:
 - Partitions are `spark.plan.LogRange` byte ranges of whole, valid entries
   wrapped in `InputPartition`; every entry of the scanned span is in exactly
   one of them. Files are opened only in ``read()``.
-- The batch reader reads a snapshot: the readable end when it is planned. A
-  torn or unfinished last entry is not part of it.
+- A batch DataFrame is planned once (Spark keeps the partitions of a Python
+  data source with the DataFrame), so its partitions are the ranges planned
+  then plus one *tail* partition that walks, when it runs, from the planned
+  end to the readable end (or ``endingOffsets``) of that moment: every action
+  reads to the log end, as Kafka batch reads do. A torn or unfinished last
+  entry is never part of a read.
+- A planned range whose segment was deleted by retention is data loss
+  (`plan.DataLossError` with ``failOnDataLoss``, else logged and skipped),
+  never a ``FileNotFoundError``.
 - Streaming offsets are ``{"pos": <commit-log position>}``, always an entry
   boundary (or a BLANK / segment end) reached by a walk; a micro-batch is
   [start, end), so a restarted query neither skips nor repeats entries.
@@ -70,25 +63,29 @@ Rules kept here:
 
 from __future__ import annotations
 
-import json
+import logging
 import os
-import re
-from datetime import datetime, timezone
+import signal
+import sys
+import threading
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, SupportsTriggerAvailableNow
-
-from . import plan, topicfilter
-from .decode import ARROW_SCHEMA, COLUMNS, RowFilter, decode_range
-
-SCHEMA = (
-    "topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, "
-    "born_ts timestamp, store_ts timestamp, tags string, keys string, "
-    "properties map<string,string>, mqtt_topic string, body binary"
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
-DEFAULT_MAX_BYTES_PER_PARTITION = 64 << 20
+
+from . import plan, positions
+from .decode import COLUMNS, RowFilter, decode_range
+from .options import BATCH, SCHEMA, STREAM, ScanOptions  # noqa: F401  (SCHEMA, ScanOptions: re-exported)
+
+log = logging.getLogger("spark.commitlog")
 
 
 class CommitLogDataSource(DataSource):
@@ -102,10 +99,10 @@ class CommitLogDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema) -> "CommitLogReader":
-        return CommitLogReader(ScanOptions.parse(self.options, schema))
+        return CommitLogReader(ScanOptions.parse(self.options, schema, BATCH))
 
     def streamReader(self, schema) -> "CommitLogStreamReader":
-        return CommitLogStreamReader(ScanOptions.parse(self.options, schema))
+        return CommitLogStreamReader(ScanOptions.parse(self.options, schema, STREAM))
 
 
 def register(session) -> None:
@@ -113,103 +110,28 @@ def register(session) -> None:
     session.dataSource.register(CommitLogDataSource)
 
 
-class ScanOptions:
-    """Validated options; plain attributes only, so it pickles to readers."""
+def ignore_terminal_interrupts() -> None:
+    """In a Spark Python worker, ignore SIGINT; anywhere else, do nothing.
 
-    def __init__(self, path: str, rows: RowFilter, max_bytes: int, starting: str | int, max_bytes_per_trigger: int | None,
-                 columns: tuple[str, ...] = COLUMNS, fail_on_data_loss: bool = True):
-        self.path = path
-        self.fail_on_data_loss = fail_on_data_loss
-        self.columns = columns
-        self.rows = rows
-        self.max_bytes = max_bytes
-        self.starting = starting
-        self.max_bytes_per_trigger = max_bytes_per_trigger
-
-    @classmethod
-    def parse(cls, options, schema=None) -> "ScanOptions":
-        opts = {k.lower(): v for k, v in dict(options).items()}
-        path = opts.get("path")
-        if not path:
-            raise ValueError("commitlog: give the data directory, e.g. load('/path/to/data')")
-        if not os.path.isdir(path):
-            raise ValueError(f"commitlog: data directory {path!r} does not exist")
-        if not os.path.isdir(os.path.join(path, "commitlog")) and os.path.isdir(os.path.join(path, "store", "commitlog")):
-            path = os.path.join(path, "store")  # the data directory of `mqgate serve`
-        topics = None
-        if opts.get("topics"):
-            topics = tuple(t.strip() for t in opts["topics"].split(",") if t.strip())
-        mqtt_regex = None
-        if opts.get("mqtttopicfilter"):
-            try:
-                mqtt_regex = topicfilter.to_regex(opts["mqtttopicfilter"])
-            except topicfilter.FilterError as e:
-                raise ValueError(f"commitlog: mqttTopicFilter: {e}") from None
-        rows = RowFilter(
-            topics=topics,
-            mqtt_regex=mqtt_regex,
-            start_ms=_timestamp_ms(opts.get("startingtimestamp"), "startingTimestamp"),
-            end_ms=_timestamp_ms(opts.get("endingtimestamp"), "endingTimestamp"),
-            include_system=_bool(opts.get("includesystemtopics", "false"), "includeSystemTopics"),
-        )
-        max_bytes = _bytes(opts.get("maxbytesperpartition"), "maxBytesPerPartition") or DEFAULT_MAX_BYTES_PER_PARTITION
-        starting: str | int = opts.get("startingoffsets", "earliest").strip().lower()
-        if starting not in ("earliest", "latest"):
-            try:
-                starting = int(json.loads(starting)["pos"]) if starting.startswith("{") else int(starting)
-            except (ValueError, KeyError, TypeError):
-                raise ValueError(f"commitlog: startingOffsets must be earliest, latest or a position: {starting!r}") from None
-        per_trigger = _bytes(opts.get("maxbytespertrigger"), "maxBytesPerTrigger")
-        fail = _bool(opts.get("failondataloss", "true"), "failOnDataLoss")
-        if max_bytes > 1 << 30:
-            raise ValueError("commitlog: maxBytesPerPartition must be at most 1g")
-        return cls(path, rows, max_bytes, starting, per_trigger, _columns(schema), fail)
+    A Ctrl-C in a terminal reaches every process of its group. Spark's JVM
+    ignores it, but ``pyspark.daemon`` gives the workers it forks Python's
+    default handler back, so a worker reading the log would die with
+    KeyboardInterrupt in the middle of a task and fail the micro-batch that
+    the driver is about to stop cleanly. A driver's main module is never a
+    ``pyspark.`` one, so it keeps its handler.
+    """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", "").startswith("pyspark.") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _columns(schema) -> tuple[str, ...]:
-    """The columns a (possibly user-given) schema asks for; each must be one of ours, same type."""
-    if schema is None:
-        return COLUMNS
-    from pyspark.sql.pandas.types import to_arrow_schema
+@dataclass(frozen=True, slots=True)
+class TailRange:
+    """From ``start`` (a boundary planned earlier) to the readable end when read, or ``stop``."""
 
-    asked = to_arrow_schema(schema, timezone="UTC")
-    for f in asked:
-        if f.name not in COLUMNS or not ARROW_SCHEMA.field(f.name).equals(f):
-            raise ValueError(
-                f"commitlog: a user schema may only pick columns of {SCHEMA!r} with their types; got {f.name} {f.type}"
-            )
-    return tuple(asked.names)
-
-
-def _timestamp_ms(value: str | None, name: str) -> int | None:
-    if value is None or value == "":
-        return None
-    value = value.strip()
-    if re.fullmatch(r"-?\d+", value):
-        return int(value)
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"commitlog: {name} must be epoch milliseconds or ISO-8601: {value!r}") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
-
-
-def _bool(value: str, name: str) -> bool:
-    v = str(value).strip().lower()
-    if v not in ("true", "false"):
-        raise ValueError(f"commitlog: {name} must be true or false: {value!r}")
-    return v == "true"
-
-
-def _bytes(value: str | None, name: str) -> int | None:
-    if value is None or value == "":
-        return None
-    m = re.fullmatch(r"\s*(\d+)\s*([kmg]?)b?\s*", str(value).lower())
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"commitlog: {name} must be a positive byte count (k/m/g suffix allowed): {value!r}")
-    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2)]
+    path: str
+    start: int
+    stop: int | None
 
 
 def read_range(part: InputPartition, rows: RowFilter, columns: tuple[str, ...] = COLUMNS) -> Iterator:
@@ -228,30 +150,102 @@ def read_range(part: InputPartition, rows: RowFilter, columns: tuple[str, ...] =
 class CommitLogReader(DataSourceReader):
     def __init__(self, options: ScanOptions):
         self.options = options
+        o = options
+        # resolved once, on the driver: a bad position fails the read at once
+        self.start = positions.resolve(o.path, o.starting, "startingOffsets")
+        self.stop = positions.resolve(o.path, o.ending, "endingOffsets")
+        self.rows = positions.row_bounds(o.rows, o.starting, o.ending)
+        if self.stop is not None and self.stop < self.start:
+            raise ValueError(f"commitlog: endingOffsets ({self.stop}) is before startingOffsets ({self.start})")
 
     def partitions(self):
-        ranges, _end = plan.plan(self.options.path, None, None, self.options.max_bytes)
-        return [InputPartition(r) for r in ranges]
+        o = self.options
+        start, stop = self.start, self.stop
+        if start < plan.log_start(o.path):
+            start, _n = positions.data_loss(o.path, start, o.fail_on_data_loss, "startingOffsets")
+        # store times never decrease along a log the store wrote (it stamps max(now, last)):
+        # the startingTimestamp / endingTimestamp row filters are also seeks
+        if self.rows.start_ms is not None:
+            start = max(start, positions.seek_time(o.path, self.rows.start_ms))
+        if self.rows.end_ms is not None:
+            at = positions.seek_time(o.path, self.rows.end_ms)
+            if at < plan.tail_end(o.path):  # an entry at or after the bound exists: nothing later is inside
+                stop = max(start, at if stop is None else min(stop, at))
+        ranges, end = plan.plan(o.path, start, stop, o.max_bytes, o.min_partitions)
+        parts = [InputPartition(r) for r in ranges]
+        if stop is None or end < stop:
+            parts.append(InputPartition(TailRange(o.path, end, stop)))
+        return parts
 
     def read(self, partition):
-        return read_range(partition, self.options.rows, self.options.columns)
+        return read_planned(partition.value, self.options, self.rows)
+
+
+def read_planned(r, o: ScanOptions, rows: RowFilter) -> Iterator:
+    """Decode a `plan.LogRange` or a `TailRange`; a deleted segment is data loss."""
+    ignore_terminal_interrupts()
+    if r is None:
+        return
+    if isinstance(r, TailRange):
+        start = r.start
+        if start < plan.log_start(r.path):
+            start, _n = positions.data_loss(r.path, start, o.fail_on_data_loss, "the tail of a batch read")
+        ranges, _end = plan.plan(r.path, start, r.stop, o.max_bytes)
+    else:
+        ranges = [r]
+    for one in ranges:
+        try:
+            yield from read_range(InputPartition(one), rows, o.columns)
+        except FileNotFoundError:
+            if o.fail_on_data_loss:
+                raise plan.DataLossError(o.path, one.start, plan.log_start(o.path), one.count) from None
+            log.warning("commitlog: positions %d..%d were deleted by retention before they were read; "
+                        "skipped %d messages (failOnDataLoss=false)", one.start, one.end, one.count)
 
 
 class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"pos": N}``; see the module docstring.
+
+    Data loss (a start below the oldest segment) is met in `latestOffset`
+    for a new batch and in `partitions` for a batch planned before a
+    restart; either raises `plan.DataLossError` or moves up to the oldest
+    data, counting the skipped messages once per gap. `reportLatestOffset`
+    shows the readable end, the lag behind it and that count in the query's
+    progress (``sources[].latestOffset``).
+    """
+
     def __init__(self, options: ScanOptions):
+        ignore_terminal_interrupts()  # built in the worker that answers Spark's offset calls
         self.options = options
         self._target: int | None = None  # availableNow: do not go past this
         self._planned: tuple[int, int, list] | None = None  # (start, end, ranges) of the last walk
+        self.rows = positions.row_bounds(options.rows, options.starting, options.ending)
+        self._skipped = 0  # messages skipped to data loss since this query (re)started
+        self._counted_to = 0  # _skipped counts the deleted messages below this position
+        self._end: int | None = None  # the end of the newest batch
 
     def initialOffset(self) -> dict:
-        path = self.options.path
-        if self.options.starting == "earliest":
-            return {"pos": plan.log_start(path)}
-        if self.options.starting == "latest":
-            return {"pos": plan.tail_end(path)}
-        return {"pos": int(self.options.starting)}
+        o = self.options
+        pos = positions.resolve(o.path, o.starting, "startingOffsets")
+        if pos < plan.log_start(o.path):
+            pos = self._lost(pos, "startingOffsets")
+        return {"pos": pos}
+
+    def _lost(self, pos: int, what: str) -> int:
+        """``pos`` was deleted: raise, or the oldest position left (the skip counted once)."""
+        o = self.options
+        oldest = plan.log_start(o.path)
+        if pos < self._counted_to and not o.fail_on_data_loss:
+            pos = self._counted_to  # a planned batch and the next one can start in the same gap
+        if pos < oldest:
+            oldest, n = positions.data_loss(o.path, pos, o.fail_on_data_loss, what)
+            self._skipped += n
+            self._counted_to = oldest
+        return oldest
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
         if self.options.max_bytes_per_trigger:
             return ReadMaxBytes(self.options.max_bytes_per_trigger)
         return ReadAllAvailable()
@@ -260,44 +254,65 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target = plan.tail_end(self.options.path)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        o = self.options
         begin = int(start["pos"])
-        oldest = plan.log_start(self.options.path)
-        if begin < oldest:
-            if self.options.fail_on_data_loss:
-                raise plan.DataLossError(self.options.path, begin, oldest)
-            begin = oldest
-        stop = self._target
+        if begin < plan.log_start(o.path):
+            begin = self._lost(begin, "the next micro-batch")
+        # Spark passes one limit; with both options set, the other one comes from the options
+        max_rows = max_bytes = None
+        if not isinstance(limit, ReadAllAvailable):
+            max_rows, max_bytes = o.max_offsets_per_trigger, o.max_bytes_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
         if isinstance(limit, ReadMaxBytes):
-            cap = begin + limit.max_bytes
-            stop = cap if stop is None else min(stop, cap)
+            max_bytes = limit.max_bytes
+        stop = self._target
+        if max_bytes:
+            stop = begin + max_bytes if stop is None else min(stop, begin + max_bytes)
         if stop is not None and stop <= begin:
+            self._end = begin
             return {"pos": begin}
-        ranges, end = plan.plan(self.options.path, begin, stop, self.options.max_bytes)
-        if end == begin and isinstance(limit, ReadMaxBytes):
+        if max_rows:
+            ranges, end = plan.plan_entries(o.path, begin, stop, max_rows, o.max_bytes, o.min_partitions)
+        else:
+            ranges, end = plan.plan(o.path, begin, stop, o.max_bytes, o.min_partitions)
+        if end == begin and max_bytes:
             # the next entry is larger than the cap: take it alone
-            ranges, end = plan.plan(self.options.path, begin, self._target, self.options.max_bytes)
+            ranges, end = plan.plan(o.path, begin, self._target, o.max_bytes)
             if ranges:
                 first = ranges[0]
                 sizes = first.starts_in_range()
                 end = first.start + (int(sizes[1]) if len(sizes) > 1 else first.end - first.start)
                 ranges = None
         self._planned = (begin, end, ranges) if ranges is not None else None
+        self._end = end
         return {"pos": end}
+
+    def reportLatestOffset(self) -> dict:
+        latest = plan.tail_end(self.options.path)
+        out = {"pos": latest, "skippedMessages": self._skipped}
+        if self._end is not None:
+            out["lagBytes"] = max(0, latest - self._end)
+        return out
 
     def partitions(self, start: dict, end: dict):
         begin, stop = int(start["pos"]), int(end["pos"])
+        if begin < plan.log_start(self.options.path):
+            # a batch planned before retention deleted its start (a restart re-runs it)
+            begin = self._lost(begin, f"the micro-batch {begin}..{stop}")
         if stop <= begin:
             return []
         if self._planned and self._planned[0] == begin and self._planned[1] == stop:
             ranges = self._planned[2]
         else:
-            ranges, reached = plan.plan(self.options.path, begin, stop, self.options.max_bytes)
+            ranges, reached = plan.plan(self.options.path, begin, stop, self.options.max_bytes,
+                                        self.options.min_partitions)
             if reached != stop:
                 raise plan.CorruptLogError(self.options.path, stop, f"log ends at {reached}, before the planned end")
         return [InputPartition(r) for r in ranges]
 
     def read(self, partition):
-        return read_range(partition, self.options.rows, self.options.columns)
+        return read_planned(partition.value, self.options, self.rows)
 
     def commit(self, end: dict) -> None:
         pass

@@ -77,6 +77,11 @@ class RowFilter:
     start_ms: int | None = None  # store timestamp, inclusive
     end_ms: int | None = None  # store timestamp, exclusive
     include_system: bool = False
+    # per-queue bounds (Kafka-style JSON positions): rows of (topic, queue id)
+    # are kept from a queue offset on ...
+    queue_from: tuple[tuple[str, int, int], ...] = ()
+    # ... and below one
+    queue_until: tuple[tuple[str, int, int], ...] = ()
 
 
 def decode_range(
@@ -128,8 +133,11 @@ def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, co
     if flt.end_ms is not None:
         keep &= store_ms < flt.end_ms
     cols: dict[str, pa.Array] = {}
-    if "topic" in columns or not flt.include_system or flt.topics is not None:
+    by_queue = bool(flt.queue_from or flt.queue_until)
+    if "topic" in columns or not flt.include_system or flt.topics is not None or by_queue:
         topic = cols["topic"] = _strings(b, f.topic_pos, f.topic_len)
+        if by_queue:
+            keep &= _queue_bounds(topic, f, flt)
         if not flt.include_system or flt.topics is not None:
             # evaluate topic predicates once per distinct topic
             enc = pc.dictionary_encode(topic)
@@ -165,6 +173,18 @@ def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, co
     }
     arrays = [cols[c] if c in cols else fixed[c]() for c in columns]
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([ARROW_SCHEMA.field(c) for c in columns]))
+
+
+def _queue_bounds(topic: pa.Array, f: EntryFields, flt: RowFilter) -> np.ndarray:
+    """Rows inside the per-queue bounds of ``flt`` (queues it does not name are all inside)."""
+    keep = np.ones(len(f.start), dtype=bool)
+    for t, qid, off in flt.queue_from:
+        mine = pc.equal(topic, t).to_numpy(zero_copy_only=False) & (f.queue_id == qid)
+        keep &= ~mine | (f.queue_offset >= off)
+    for t, qid, off in flt.queue_until:
+        mine = pc.equal(topic, t).to_numpy(zero_copy_only=False) & (f.queue_id == qid)
+        keep &= ~mine | (f.queue_offset < off)
+    return keep
 
 
 def _properties(b: np.ndarray, f: EntryFields, want_map: bool, wanted: list[str]) -> dict[str, pa.Array]:

@@ -9,6 +9,10 @@ Rules kept here:
   (not booleans), finite; nested objects are flattened with ``.`` (so
   ``{"env": {"t": 1}}`` gives field ``env.t``); lists, strings and nulls are
   not fields. A payload with no numeric field is rejected.
+- Which numeric fields are metrics is a `MetricFields` choice (globs to
+  include, globs to leave out; by default every field but ``ts``,
+  ``timestamp``, ``time`` and ``seq``); a payload with none is rejected and
+  the reason names the numeric fields it had.
 - Every failure is a `PayloadError` whose ``reason`` is one short line; the
   caller turns it into a reject row. Nothing here raises anything else for
   any input bytes.
@@ -16,12 +20,40 @@ Rules kept here:
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
+from dataclasses import dataclass
 
 import msgpack
 
 MAX_DEPTH = 8
+DEFAULT_IGNORED = ("ts", "timestamp", "time", "seq")  # times and counters, not measurements
+
+
+@dataclass(frozen=True, slots=True)
+class MetricFields:
+    """Which numeric fields (flattened names) are metrics: matching ``include`` and not ``exclude``.
+
+    Patterns are exact names or shell globs (``env.*``), matched case-sensitively.
+    """
+
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = DEFAULT_IGNORED
+
+    @classmethod
+    def parse(cls, include: str | None, exclude: str | None) -> "MetricFields":
+        def split(text, default):
+            return default if text is None else tuple(p.strip() for p in text.split(",") if p.strip())
+
+        return cls(split(include, ("*",)), split(exclude, DEFAULT_IGNORED))
+
+    def is_metric(self, name: str) -> bool:
+        return (any(fnmatch.fnmatchcase(name, p) for p in self.include)
+                and not any(fnmatch.fnmatchcase(name, p) for p in self.exclude))
+
+
+ALL_FIELDS = MetricFields(("*",), ())
 
 
 class PayloadError(ValueError):
@@ -46,6 +78,16 @@ def payload_format(body: bytes, content_type: str | None) -> str:
     if not head:
         raise PayloadError("empty payload")
     raise PayloadError(f"unknown payload format (first byte 0x{head[0]:02x}, content type {content_type!r})")
+
+
+def metrics(body: bytes, content_type: str | None, fields: MetricFields) -> dict[str, float]:
+    """The numeric fields of one payload that ``fields`` calls metrics; `PayloadError` if none."""
+    found = numeric_fields(body, content_type)
+    out = {k: v for k, v in found.items() if fields.is_metric(k)}
+    if not out:
+        names = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
+        raise PayloadError(f"no metric field (numeric fields: {names})")
+    return out
 
 
 def numeric_fields(body: bytes, content_type: str | None = None) -> dict[str, float]:

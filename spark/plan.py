@@ -57,13 +57,15 @@ class CorruptLogError(Exception):
 class DataLossError(Exception):
     """A reader's position lies in segments that were deleted."""
 
-    def __init__(self, data_dir: str, position: int, oldest: int):
+    def __init__(self, data_dir: str, position: int, oldest: int, skipped: int | None = None):
+        count = f" ({skipped} messages)" if skipped is not None else ""
         super().__init__(
-            f"{data_dir}: commit-log position {position} was deleted (the oldest segment starts at {oldest}); "
-            "set failOnDataLoss=false to continue from there"
+            f"commitlog: {data_dir}: positions {position}..{oldest}{count} were deleted by retention "
+            f"(data loss; the oldest segment starts at {oldest}); set failOnDataLoss=false to continue from there"
         )
         self.position = position
         self.oldest = oldest
+        self.skipped = skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,8 +311,16 @@ def readable_end(scans: list[SegmentScan], default: int) -> int:
     return end
 
 
-def split_ranges(scans: list[SegmentScan], max_bytes: int) -> list[LogRange]:
-    """Cut each segment's entries into ranges of at most ``max_bytes`` (>= 1 entry each)."""
+def split_ranges(scans: list[SegmentScan], max_bytes: int, min_parts: int = 1) -> list[LogRange]:
+    """Cut each segment's entries into ranges of at most ``max_bytes`` (>= 1 entry each).
+
+    With ``min_parts``, a scan too small to give that many ranges is cut
+    finer (as evenly as whole entries allow), so that a small read still
+    keeps that many tasks busy.
+    """
+    total = sum(int(s.stop - s.starts[0]) for s in scans if len(s.starts))
+    if min_parts > 1 and total:
+        max_bytes = max(1, min(max_bytes, -(-total // min_parts)))
     out: list[LogRange] = []
     for scan in scans:
         n = len(scan.starts)
@@ -322,21 +332,58 @@ def split_ranges(scans: list[SegmentScan], max_bytes: int) -> list[LogRange]:
             budget = (rel_end[first] - scan.sizes[first]) + max_bytes
             last = int(np.searchsorted(rel_end, budget, side="right"))
             last = max(last, first + 1)
-            sizes = scan.sizes[first:last]
-            out.append(LogRange(
-                path=scan.segment.path, base=scan.segment.base,
-                start=int(scan.starts[first]), end=int(scan.starts[last - 1] + sizes[-1]),
-                count=last - first, sizes=zlib.compress(sizes.tobytes(), 1),
-            ))
+            out.append(_range(scan, first, last))
             first = last
     return out
 
 
-def plan(data_dir: str, start: int | None, stop: int | None, max_bytes: int) -> tuple[list[LogRange], int]:
+def _range(scan: SegmentScan, first: int, last: int) -> LogRange:
+    sizes = scan.sizes[first:last]
+    return LogRange(
+        path=scan.segment.path, base=scan.segment.base,
+        start=int(scan.starts[first]), end=int(scan.starts[last - 1] + sizes[-1]),
+        count=last - first, sizes=zlib.compress(sizes.tobytes(), 1),
+    )
+
+
+def plan(data_dir: str, start: int | None, stop: int | None, max_bytes: int,
+         min_parts: int = 1) -> tuple[list[LogRange], int]:
     """Ranges covering [start, stop) (or to the readable end) and the end reached."""
     scans = scan_log(data_dir, start, stop)
     begin = start if start is not None else log_start(data_dir)
-    return split_ranges(scans, max_bytes), readable_end(scans, begin)
+    return split_ranges(scans, max_bytes, min_parts), readable_end(scans, begin)
+
+
+def plan_entries(data_dir: str, start: int, stop: int | None, max_entries: int, max_bytes: int,
+                 min_parts: int = 1) -> tuple[list[LogRange], int]:
+    """Like `plan`, for at most the first ``max_entries`` entries from ``start``.
+
+    The walk is bounded by a byte guess that grows until it holds enough
+    entries or reaches the end, so a small cap over a long backlog does not
+    walk the whole backlog.
+    """
+    tail = tail_end(data_dir)
+    guess = max(max_entries * 512, 64 << 10)
+    while True:
+        limit = start + guess
+        if stop is not None:
+            limit = min(limit, stop)
+        at_end = limit >= tail or (stop is not None and limit == stop)
+        scans = scan_log(data_dir, start, None if limit >= tail and stop is None else limit)
+        found = sum(len(s.starts) for s in scans)
+        if found >= max_entries or at_end:
+            break
+        guess *= 4
+    kept, left = [], max_entries
+    for scan in scans:
+        if left <= 0:
+            break
+        if len(scan.starts) > left:
+            scan = SegmentScan(scan.segment, scan.start, scan.starts[:left], scan.sizes[:left],
+                               int(scan.starts[left - 1] + scan.sizes[left - 1]), "limit")
+        left -= len(scan.starts)
+        kept.append(scan)
+    return split_ranges(kept, max_bytes, min_parts), readable_end(kept, start)
 
 
 def tail_end(data_dir: str) -> int:

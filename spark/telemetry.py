@@ -1,7 +1,8 @@
 """Telemetry aggregation over the commit log (``mqgate telemetry`` runs this module).
 
     python -m spark.telemetry --data-dir DIR --out DIR [--filter 'devices/+/telemetry']
-        [--device-level 2] [--window '1 minute'] [--stream [--once] [--watermark '2 minutes']]
+        [--device-level 2] [--window '1 minute'] [--metrics 'temp,env.*'] [--ignore-fields 'ts,seq']
+        [--stream [--once] [--watermark '2 minutes']]
 
 Rules kept here:
 - Input is every message with an MQTT topic matching ``--filter`` (default
@@ -12,14 +13,17 @@ Rules kept here:
   1: for ``devices/d7/telemetry`` level 1 is ``devices`` and level 2 (the
   default) is ``d7``.
 - Payloads are parsed by `spark.payload` (JSON or msgpack, content type
-  property ``contentType`` first). For every numeric field, per device per
-  tumbling window: count, min, max, avg and last (the value with the latest
-  event time, ties broken by log position).
+  property ``contentType`` first). For every metric field (``--metrics``
+  globs, minus ``--ignore-fields`` globs: by default every numeric field but
+  ``ts``, ``timestamp``, ``time`` and ``seq``), per device per tumbling
+  window: count, min, max, avg and last (the value with the latest event
+  time, ties broken by log position).
 - A message that cannot be used (bad payload, topic too short) becomes one
   row of ``<out>/rejects`` with its reason; the job never fails on data.
 - Output: ``<out>/aggregates`` and ``<out>/rejects``, parquet partitioned by
   ``date`` (UTC date of the window start / of the event time). A batch run
-  overwrites both; a streaming run appends, with a watermark (default
+  overwrites both, and an output without rows is one empty parquet file
+  with the schema, so that it can still be read; a streaming run appends, with a watermark (default
   ``2 minutes``): a window is written once the watermark passes its end, so
   the newest windows stay open until later data arrives. Streaming
   checkpoints live in ``<out>/_checkpoints`` unless ``--checkpoint`` says
@@ -30,13 +34,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Iterator
 
 import pyarrow as pa
 
-from .payload import PayloadError, numeric_fields
+from .payload import DEFAULT_IGNORED, MetricFields, PayloadError, metrics
 
 PARSED_SCHEMA = (
     "commitlog_offset bigint, ts timestamp, mqtt_topic string, device string, "
@@ -50,12 +56,16 @@ _PARSED_ARROW = pa.schema([
 CONTENT_TYPE_PROPERTY = "contentType"
 
 
-def parse_batches(batches: Iterator[pa.RecordBatch], device_level: int) -> Iterator[pa.RecordBatch]:
+def parse_batches(batches: Iterator[pa.RecordBatch], device_level: int,
+                  fields: MetricFields = MetricFields()) -> Iterator[pa.RecordBatch]:
     """mapInArrow step: messages to one row per numeric field, or one reject row.
 
     Payload decoding is a per-message Python step (json / msgpack); the
     rows it builds are collected column-wise.
     """
+    from .commitlog_source import ignore_terminal_interrupts
+
+    ignore_terminal_interrupts()
     for batch in batches:
         cols = {name: [] for name in _PARSED_ARROW.names}
         offsets = batch.column("commitlog_offset").to_pylist()
@@ -72,19 +82,19 @@ def parse_batches(batches: Iterator[pa.RecordBatch], device_level: int) -> Itera
                 device = levels[device_level - 1]
                 if not device:
                     raise PayloadError(f"MQTT topic level {device_level} is empty")
-                fields = numeric_fields(body or b"", ctype)
+                found = metrics(body or b"", ctype, fields)
             except PayloadError as e:
                 for name, v in zip(_PARSED_ARROW.names, (off, t, topic, device, None, None, e.reason, body)):
                     cols[name].append(v)
                 continue
-            for name, value in fields.items():
+            for name, value in found.items():
                 for col, v in zip(_PARSED_ARROW.names, (off, t, topic, device, name, value, None, None)):
                     cols[col].append(v)
         arrays = [pa.array(cols[name], type=_PARSED_ARROW.field(name).type) for name in _PARSED_ARROW.names]
         yield pa.RecordBatch.from_arrays(arrays, schema=_PARSED_ARROW)
 
 
-def parsed(df, device_level: int):
+def parsed(df, device_level: int, fields: MetricFields = MetricFields()):
     """The source's rows, parsed: (commitlog_offset, ts, mqtt_topic, device, field, value, reason, body)."""
     from pyspark.sql import functions as F
 
@@ -97,7 +107,7 @@ def parsed(df, device_level: int):
         "body",
     )
     level = device_level
-    return src.mapInArrow(lambda it: parse_batches(it, level), PARSED_SCHEMA)
+    return src.mapInArrow(lambda it: parse_batches(it, level, fields), PARSED_SCHEMA)
 
 
 def aggregates(rows, window: str):
@@ -128,6 +138,17 @@ def _utc_date(ts):
     return F.date_from_unix_date(F.floor(F.unix_seconds(ts) / 86400).cast("int"))
 
 
+# the outputs' schemas, for reading a streaming output that has no file yet
+# (Spark infers a schema only from files its sink log lists)
+AGGREGATES_SCHEMA = (
+    "device string, window_start timestamp, window_end timestamp, field string, count bigint, "
+    "min double, max double, avg double, last double, date date"
+)
+REJECTS_SCHEMA = (
+    "commitlog_offset bigint, ts timestamp, mqtt_topic string, device string, reason string, body binary, date date"
+)
+
+
 def rejects(rows):
     from pyspark.sql import functions as F
 
@@ -151,16 +172,24 @@ def _source(reader, args):
 
 
 def run_batch(session, args) -> None:
-    rows = parsed(_source(session.read, args), args.device_level).persist()
+    rows = parsed(_source(session.read, args), args.device_level, _fields(args)).persist()
     try:
-        aggregates(rows, args.window).write.mode("overwrite").partitionBy("date").parquet(os.path.join(args.out, "aggregates"))
-        rejects(rows).write.mode("overwrite").partitionBy("date").parquet(os.path.join(args.out, "rejects"))
+        for name, df in (("aggregates", aggregates(rows, args.window)), ("rejects", rejects(rows))):
+            path = os.path.join(args.out, name)
+            df.write.mode("overwrite").partitionBy("date").parquet(path)
+            if not _has_parquet(path):
+                # no rows: partitionBy wrote no file, and a reader could not tell the schema
+                df.limit(0).write.mode("overwrite").parquet(path)
     finally:
         rows.unpersist()
 
 
+def _fields(args) -> MetricFields:
+    return MetricFields.parse(args.metrics, args.ignore_fields)
+
+
 def run_stream(session, args) -> None:
-    rows = parsed(_source(session.readStream, args), args.device_level)
+    rows = parsed(_source(session.readStream, args), args.device_level, _fields(args))
     ckpt = args.checkpoint or os.path.join(args.out, "_checkpoints")
     trigger = {"availableNow": True} if args.once else {"processingTime": args.trigger_interval}
     agg = aggregates(rows.withWatermark("ts", args.watermark), args.window)
@@ -174,25 +203,72 @@ def run_stream(session, args) -> None:
         .option("checkpointLocation", os.path.join(ckpt, "rejects"))
         .trigger(**trigger).queryName("telemetry_rejects").start(),
     ]
-    try:
-        if args.once:
-            for q in queries:
-                q.awaitTermination()
-        else:
-            while all(q.isActive for q in queries):
-                time.sleep(5)
+    with StopRequest() as stop:
+        try:
+            # --once: until both have read what is there; else until one fails (or a stop)
+            running = any if args.once else all
+            while running(q.isActive for q in queries) and not stop.requested.wait(1 if args.once else 5):
+                if args.once:
+                    continue
                 for q in queries:
                     p = q.lastProgress
                     if p and p.get("numInputRows"):
                         print(f"{q.name}: batch {p['batchId']}: {p['numInputRows']} rows", file=sys.stderr)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        for q in queries:
-            q.stop()
-        for q in queries:
-            if q.exception():
-                raise q.exception()
+        finally:
+            _stop(queries, stop.requested.is_set())
+    errors = [q.exception() for q in queries if q.exception()]
+    if errors and stop.requested.is_set():
+        # the checkpoint holds the batch as planned but not committed: the next start re-runs it
+        first = str(errors[0]).strip().splitlines()[0]
+        print(f"mqgate telemetry: stopped by {stop.name} while a micro-batch ran ({first[:160]}); "
+              "the next start redoes it from the checkpoint", file=sys.stderr)
+    elif errors:
+        raise errors[0]
+
+
+STOP_GRACE_S = 60  # how long a stop waits for running micro-batches to end
+
+
+class StopRequest:
+    """SIGINT and SIGTERM, while a stream runs, ask for a stop (a second one stops waiting).
+
+    PySpark's own SIGINT handler cancels every running job: the micro-batch
+    under way dies with whatever its tasks were doing (job cancelled, an
+    interrupted read; the java.io.OptionalDataException once reported fits a
+    task cut off mid-read) and the query ends with that error. Here
+    the signal only sets `requested`; the caller lets running batches end
+    and stops the queries itself. Handlers can be set in the main thread only.
+    """
+
+    def __init__(self):
+        self.requested = threading.Event()
+        self.name = ""
+        self._old: dict = {}
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _handle(self, signum, _frame) -> None:
+        if self.requested.is_set():
+            raise KeyboardInterrupt  # asked twice: stop waiting for the batch
+        self.name = signal.Signals(signum).name
+        self.requested.set()
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+
+def _stop(queries, requested: bool) -> None:
+    """Stop the queries, after letting a running micro-batch end (up to STOP_GRACE_S) when asked to."""
+    deadline = time.monotonic() + STOP_GRACE_S
+    for q in queries:
+        # Spark's stop interrupts the running batch's tasks; between batches it interrupts nothing
+        while requested and q.isActive and q.status["isTriggerActive"] and time.monotonic() < deadline:
+            q.awaitTermination(0.2)
+        q.stop()
 
 
 def summary(session, out: str, limit: int = 20) -> str:
@@ -263,6 +339,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--filter", default="#", help="MQTT topic filter of telemetry messages (default #)")
     p.add_argument("--topics", default=None, help="comma-separated broker topics to scan (default all)")
     p.add_argument("--device-level", type=int, default=2, help="MQTT topic level holding the device id, from 1 (default 2)")
+    p.add_argument("--metrics", default=None,
+                   help="comma-separated payload fields (flattened names, globs allowed: env.*) that are metrics "
+                        "(default: every numeric field)")
+    p.add_argument("--ignore-fields", default=None,
+                   help=f"comma-separated fields (globs allowed) that are never metrics (default {','.join(DEFAULT_IGNORED)}; "
+                        "'' for none)")
     p.add_argument("--window", default="1 minute", help="tumbling window length (default '1 minute')")
     p.add_argument("--stream", action="store_true", help="run as a streaming query")
     p.add_argument("--once", action="store_true", help="with --stream: process what is there now, then stop")

@@ -81,7 +81,7 @@ def test_torn_tail_and_empty_log(spark, log_writer, tmp_path):
     w.write_raw(b"\x00\x00\x01\x00\xda\xa3\x20\xa7" + b"\x01" * 30)
     assert spark.read.format("commitlog").load(str(tmp_path)).count() == 20
     empty = tmp_path / "empty"
-    empty.mkdir()
+    (empty / "commitlog").mkdir(parents=True)  # a store that has written nothing yet (no commitlog/: an error)
     assert spark.read.format("commitlog").load(str(empty)).count() == 0
 
 

@@ -183,3 +183,63 @@ def test_a_data_dir_without_a_commit_log_is_one_line_before_spark_starts(tmp_pat
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == f"mqgate telemetry: error: --data-dir {tmp_path / 'nodata'}: no commitlog/ there (the directory mqgate serve --data-dir wrote)"
+
+
+def _fields_log(store):
+    for i in range(12):
+        body = json.dumps({"ts": T0 + i, "seq": i, "temp": 20 + i, "env": {"lux": i, "hum": 2 * i}}).encode()
+        assert store.append(Message(topic="devices", body=body, properties={"mqttTopic": f"devices/d{i % 2}/telemetry"},
+                                    born_timestamp=T0 + i * 1000)).ok
+
+
+@pytest.mark.parametrize("flags, want", [
+    ([], {"temp", "env.lux", "env.hum"}),  # ts and seq are not metrics by default
+    (["--metrics", "temp,env.*"], {"temp", "env.lux", "env.hum"}),
+    (["--metrics", "env.*", "--ignore-fields", "env.hum"], {"env.lux"}),
+    (["--ignore-fields", ""], {"ts", "seq", "temp", "env.lux", "env.hum"}),
+])
+def test_which_fields_are_metrics_is_configurable(spark, make_store, tmp_path, flags, want):
+    data, out = tmp_path / "data", tmp_path / "out"
+    _fields_log(make_store(data))
+    assert telemetry.main(["--data-dir", str(data), "--out", str(out), *flags], session=spark) == 0
+    fields = {r.field for r in spark.read.parquet(str(out / "aggregates")).select("field").distinct().collect()}
+    assert fields == want
+
+
+def test_a_payload_without_metric_fields_is_a_reject_naming_its_fields(spark, make_store, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    store = make_store(data)
+    store.append(Message(topic="devices", body=b'{"ts": 5, "seq": 1}', properties={"mqttTopic": "devices/d1/telemetry"},
+                         born_timestamp=T0))
+    store.append(Message(topic="devices", body=b'{"t": 2}', properties={"mqttTopic": "devices/d1/telemetry"}, born_timestamp=T0))
+    telemetry.main(["--data-dir", str(data), "--out", str(out)], session=spark)
+    assert [r.reason for r in spark.read.parquet(str(out / "rejects")).collect()] == [
+        "no metric field (numeric fields: seq, ts)"]
+
+
+def test_empty_outputs_are_readable(spark, make_store, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    _fields_log(make_store(data))  # nothing to reject
+    assert telemetry.main(["--data-dir", str(data), "--out", str(out)], session=spark) == 0
+    rejects = spark.read.parquet(str(out / "rejects"))
+    assert rejects.count() == 0
+    assert set(rejects.columns) == {"commitlog_offset", "ts", "mqtt_topic", "device", "reason", "body", "date"}
+    # and no aggregates either (a filter nothing matches)
+    assert telemetry.main(["--data-dir", str(data), "--out", str(out), "--filter", "none/#"], session=spark) == 0
+    assert spark.read.parquet(str(out / "aggregates")).count() == 0
+    assert spark.read.parquet(str(out / "rejects")).count() == 0
+
+
+def test_empty_outputs_of_a_stream_run_are_readable_with_their_schema(spark, make_store, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    _fields_log(make_store(data))
+    assert telemetry.main(["--data-dir", str(data), "--out", str(out), "--stream", "--once"], session=spark) == 0
+    rejects = spark.read.schema(telemetry.REJECTS_SCHEMA).parquet(str(out / "rejects"))
+    assert rejects.count() == 0
+    assert spark.read.schema(telemetry.AGGREGATES_SCHEMA).parquet(str(out / "aggregates")).count() == 0
+    # the schemas are those of the outputs
+    assert telemetry.main(["--data-dir", str(data), "--out", str(out / "b")], session=spark) == 0
+    for name, ddl in (("rejects", telemetry.REJECTS_SCHEMA), ("aggregates", telemetry.AGGREGATES_SCHEMA)):
+        got = spark.read.parquet(str(out / "b" / name)).schema
+        assert sorted(got.simpleString()[7:-1].split(",")) == sorted(
+            spark.createDataFrame([], ddl).schema.simpleString()[7:-1].split(",")), name
