@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import getpass
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -48,11 +49,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+FD_LIMIT = 1 << 20  # what a broker may open: a 100,000-connection storm needs more than the usual 1024-20000
+
+
 def _die_with_parent() -> None:
+    """In the broker's child process: die with the load tool, and open as many
+    files as the machine lets a process (the hard limit, raised as far as
+    ``fs.nr_open`` when the tool runs with the privilege to)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except OSError:
         pass
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+    except (ValueError, OSError):
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def mosquitto_binary() -> str | None:

@@ -28,6 +28,7 @@ from .procstat import ProcSampler, rss_bytes, steady_rss
 from .progress import ProgressBar
 
 SCHEMA = "mqgate-loadtest/1"
+SOURCE_LIMIT = 20_000  # storm connections one source address carries; beyond, they are spread (worker.RunConfig)
 RECORD_KEYS = (
     "schema", "scenario", "label", "broker", "host", "port", "params", "ok", "error",
     "timed_out", "started_at", "wall_s", "run_s", "sent", "expected", "delivered",
@@ -87,7 +88,9 @@ def run(s: scenarios.Scenario, host: str, port: int, *, broker: str = "target",
     cfg = worker.RunConfig(host=host, port=port, qos=s.qos, payload=s.payload,
                            inflight=s.inflight, version=s.protocol, mode=s.mode,
                            deadline_ns=deadline_ns - int(min(2.0, s.timeout / 10) * 1e9),
-                           drain=s.drain, bucket=s.bucket)
+                           drain=s.drain, bucket=s.bucket,
+                           spread_sources=(s.name == "storm" and s.connections > SOURCE_LIMIT
+                                           and host == "127.0.0.1"))
     sampler = ProcSampler(broker_pid)
     # the storm's figure is RSS per connection: the baseline waits for a broker still starting up
     rss_before = None if not broker_pid else steady_rss(broker_pid) if s.name == "storm" else rss_bytes(broker_pid)

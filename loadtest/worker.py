@@ -27,6 +27,7 @@ import signal
 import socket
 import time
 import traceback
+import zlib
 from array import array
 from dataclasses import dataclass
 
@@ -47,6 +48,10 @@ class RunConfig:
     drain: float
     bucket: float
     connect_timeout: float = 10.0
+    # Spread connections over source addresses 127.0.0.2-127.0.0.65: one
+    # source address gives at most ~28,000 connections to one port (the
+    # ephemeral port range); a 100,000-connection storm needs more.
+    spread_sources: bool = False
 
 
 def _detach_from_terminal() -> None:
@@ -131,7 +136,12 @@ def _connect_batch(specs, cfg: RunConfig) -> list:
     """Open a few connections at once: send every CONNECT, then read CONNACKs."""
     socks = []
     for spec in specs:
-        sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
+        if cfg.spread_sources:
+            source = (f"127.0.0.{2 + zlib.crc32(spec.client_id.encode()) % 64}", 0)
+            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout,
+                                            source_address=source)
+        else:
+            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
         sock.sendall(codec.connect(spec.client_id, version=cfg.version, keepalive=0))
         socks.append(sock)
     for sock, spec in zip(socks, specs):

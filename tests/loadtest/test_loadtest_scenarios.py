@@ -109,3 +109,24 @@ def test_amqtt_fan_out_qos0(amqtt):
     rec = _run(amqtt, "fan-out", subscribers=2, count=100, qos=0)
     assert rec["ok"] and rec["duplicated"] == 0
     assert rec["delivered"] + rec["lost"] == rec["expected"] == 200
+
+
+def test_a_storm_past_one_source_address_spreads_its_connections(mosquitto, monkeypatch):
+    """Past ~28,000 connections one source address runs out of ports; a storm
+    that large connects from 127.0.0.2-65 (here the threshold is lowered)."""
+    from loadtest import runner, worker
+    from loadtest.scenarios import ClientSpec
+
+    cfg = worker.RunConfig(host=mosquitto.host, port=mosquitto.port, qos=0, payload=0, inflight=1, version=4,
+                           mode="raw", deadline_ns=0, drain=0, bucket=0.1, spread_sources=True)
+    socks = worker._connect_batch([ClientSpec("idle", f"spread-{i}") for i in range(32)], cfg)
+    try:
+        sources = {s.getsockname()[0] for s in socks}
+        assert len(sources) > 1 and all(a.startswith("127.0.0.") and 2 <= int(a.rsplit(".", 1)[1]) <= 65
+                                        for a in sources)
+    finally:
+        for s in socks:
+            s.close()
+    monkeypatch.setattr(runner, "SOURCE_LIMIT", 50)
+    rec = _run(mosquitto, "storm", connections=100, count=0, workers=2)
+    assert rec["ok"] and rec["connections"] == 100
