@@ -32,6 +32,19 @@ def cpu_seconds(pid: int) -> float | None:
     return (utime + stime + cutime + cstime) / _TICKS
 
 
+def open_files_limit(pid: int) -> int | None:
+    """The soft limit on open files of process ``pid`` (None if unknown or unlimited)."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    soft = line.split()[3]
+                    return None if soft == "unlimited" else int(soft)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def rss_bytes(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as f:

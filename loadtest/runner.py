@@ -24,10 +24,11 @@ import uuid
 from datetime import datetime, timezone
 
 from . import accounting, scenarios, worker
-from .procstat import ProcSampler, rss_bytes, steady_rss
+from .procstat import ProcSampler, open_files_limit, rss_bytes, steady_rss
 from .progress import ProgressBar
 
 SCHEMA = "mqgate-loadtest/1"
+FD_MARGIN = 100  # files a broker needs besides its connections (store, listeners, logs)
 SOURCE_LIMIT = 20_000  # storm connections one source address carries; beyond, they are spread (worker.RunConfig)
 RECORD_KEYS = (
     "schema", "scenario", "label", "broker", "host", "port", "params", "ok", "error",
@@ -78,6 +79,11 @@ def run(s: scenarios.Scenario, host: str, port: int, *, broker: str = "target",
     """Run ``s`` against host:port; the result record (see RECORD_KEYS)."""
     require_loopback(host)
     rec = empty_record(s, broker, host, port)
+    limit = open_files_limit(broker_pid) if broker_pid and s.name == "storm" else None
+    if limit is not None and s.connections + FD_MARGIN > limit:
+        rec["error"] = (f"{broker} may open {limit} files (its limit; raising the hard limit needs "
+                        f"CAP_SYS_RESOURCE), too few for a storm of {s.connections} connections")
+        return rec
     run_id = uuid.uuid4().hex[:8]
     plan = scenarios.build(s, run_id)
     shares = scenarios.split(plan.clients, scenarios.default_workers(s, os.cpu_count() or 2))

@@ -130,3 +130,13 @@ def test_a_storm_past_one_source_address_spreads_its_connections(mosquitto, monk
     monkeypatch.setattr(runner, "SOURCE_LIMIT", 50)
     rec = _run(mosquitto, "storm", connections=100, count=0, workers=2)
     assert rec["ok"] and rec["connections"] == 100
+
+
+def test_a_storm_larger_than_the_brokers_file_limit_says_so_before_it_starts(mosquitto):
+    from loadtest.procstat import open_files_limit
+
+    limit = open_files_limit(mosquitto.pid)
+    assert limit, "Mosquitto's limit on open files is readable"
+    rec = _run(mosquitto, "storm", connections=limit, count=0, workers=2)
+    assert not rec["ok"] and rec["connections"] is None
+    assert f"may open {limit} files" in rec["error"] and f"storm of {limit} connections" in rec["error"]
