@@ -29,7 +29,7 @@ from .progress import ProgressBar
 
 SCHEMA = "mqgate-loadtest/1"
 FD_MARGIN = 100  # files a broker needs besides its connections (store, listeners, logs)
-SOURCE_LIMIT = 20_000  # storm connections one source address carries; beyond, they are spread (worker.RunConfig)
+SOURCE_LIMIT = 10_000  # storm connections one source address carries (TIME_WAITs of earlier runs share its ports); beyond, they are spread (worker.RunConfig)
 RECORD_KEYS = (
     "schema", "scenario", "label", "broker", "host", "port", "params", "ok", "error",
     "timed_out", "started_at", "wall_s", "run_s", "sent", "expected", "delivered",
