@@ -21,9 +21,15 @@ Prints one JSON object (messages per second):
   trio-level group commit), for ASYNC_FLUSH and SYNC_FLUSH; plus
   ``send_many`` of 32 from one task (the gateway's batched path).
   Sends/s, and for SYNC_FLUSH flushes/s and messages per flush.
+- ``sql92``: the cost per message of a broker-side SQL92 filter, in ns, for
+  a simple (``temp > 30``) and a compound expression: ``evaluate_ns`` (the
+  compiled expression on a properties dict), ``entry_ns`` (what a pull
+  pays per scanned entry: properties read from the raw entry, then the
+  expression), and ``get_messages`` of 32 over the whole queue with the
+  filter against without (scanned entries per second, and their ratio).
 
 ``--only`` runs some sections (``async``, ``sync``, ``sync_event_loop_model``,
-``reads``, ``broker``); ``--repeat N`` runs each N times and reports every run.
+``reads``, ``broker``, ``sql92``); ``--repeat N`` runs each N times and reports every run.
 
 This is the one file of ``loadtest`` that imports project code (the issue
 asks for the store benchmark here).
@@ -41,8 +47,8 @@ import time
 
 import trio
 
-from core.broker import BrokerConfig, SendStatus, TopicConfig, open_broker
-from core.store import EncodedMessage, FlushDiskType, Message, MessageStore, StoreConfig
+from core.broker import BrokerConfig, SendStatus, TopicConfig, open_broker, parse_subscription
+from core.store import EncodedMessage, FlushDiskType, Message, MessageStore, StoreConfig, entry_properties
 
 
 def _store(root: str, flush: FlushDiskType) -> MessageStore:
@@ -262,7 +268,56 @@ def bench_broker(root: str, seconds: float) -> dict:
     }
 
 
-SECTIONS = ("async", "sync", "sync_event_loop_model", "reads", "broker")
+SECTIONS = ("async", "sync", "sync_event_loop_model", "reads", "broker", "sql92")
+
+
+SQL92_EXPRESSIONS = {
+    "simple": "temp > 30",
+    "compound": "temp > 30 AND site IN ('lab', 'farm') AND (TAGS IS NOT NULL OR alarm = 'on')",
+}
+
+
+def bench_sql92(root: str, n: int) -> dict:
+    s = _store(root, FlushDiskType.ASYNC_FLUSH)
+    for i in range(n):
+        props = {"TAGS": "t%d" % (i % 4), "temp": str(i % 60), "site": ("lab", "farm", "sea")[i % 3]}
+        s.append(Message(topic="Sql", body=b"x" * 100, queue_id=0, properties=props))
+    s.flush()
+    raws = s.get_messages("Sql", 0, 0, 1000).messages
+    props = [entry_properties(r) for r in raws]
+    out: dict = {}
+
+    def scan(entry_filter) -> tuple[int, float]:
+        t, off, scanned, kept = time.perf_counter(), 0, 0, 0
+        while off < n:
+            r = s.get_messages("Sql", 0, off, 32, entry_filter=entry_filter)
+            scanned += r.next_begin_offset - off
+            kept += len(r.messages)
+            off = r.next_begin_offset
+        return kept, scanned / (time.perf_counter() - t)
+
+    _, plain_rate = scan(None)
+    for name, text in SQL92_EXPRESSIONS.items():
+        sub = parse_subscription("Sql", text, "SQL92")
+        sql, entry_filter = sub.sql, sub.entry_filter()
+        rounds = max(1, 200_000 // len(props))
+        t = time.perf_counter()
+        for _ in range(rounds):
+            for p in props:
+                sql.matches(p)
+        evaluate_ns = (time.perf_counter() - t) / (rounds * len(props)) * 1e9
+        t = time.perf_counter()
+        for _ in range(rounds):
+            for raw in raws:
+                entry_filter(raw)
+        entry_ns = (time.perf_counter() - t) / (rounds * len(raws)) * 1e9
+        kept, rate = scan(entry_filter)
+        out[name] = {"expression": text, "evaluate_ns": round(evaluate_ns), "entry_ns": round(entry_ns),
+                     "matched": kept, "get_messages_scanned_per_s": round(rate),
+                     "vs_no_filter": round(rate / plain_rate, 3)}
+    out["no_filter_get_messages_scanned_per_s"] = round(plain_rate)
+    s.shutdown()
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -281,6 +336,7 @@ def main(argv: list[str] | None = None) -> None:
         "sync_event_loop_model": lambda: {f"{k}_in_flight": bench_sync_event_loop(root, k, seconds) for k in (16, 64)},
         "reads": lambda: bench_reads(root, n),
         "broker": lambda: bench_broker(root, seconds),
+        "sql92": lambda: bench_sql92(root, n // 5),
     }
     try:
         root = os.path.join(base, "store")

@@ -58,7 +58,9 @@ broker.recovery_report, broker.store (the MessageStore), broker.store_host, brok
 broker.config_dir, broker.replicator (core/ha sets it on a SYNC_MASTER).
 
 Names: `validate_topic`, `mqtt_level_to_topic`, `mqtt_topic_to_topic`, `topic_to_mqtt_level`,
-`retry_topic`, `dlq_topic`; tag expressions: `parse_subscription` -> `SubscriptionData`.
+`retry_topic`, `dlq_topic`; tag and SQL92 expressions: `parse_subscription` -> `SubscriptionData`
+(SQL92 alone: `compile_sql92` -> `Sql92Filter`, `Sql92Error`; `property_filter_refusal` is 4.x's remark
+when ``enablePropertyFilter`` is off).
 """
 
 from .broker import LMQ_TOPIC_PREFIX, Broker, Replicator, open_broker
@@ -68,7 +70,11 @@ from .config import (
 )
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
 from .results import PullResult, PullStatus, QueryResult, SendResult, SendStatus
-from .subscription import SUB_ALL, SubscriptionData, SubscriptionParseError, parse_subscription
+from .sql92 import Sql92Error, Sql92Filter, compile_sql92
+from .subscription import (
+    EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData, SubscriptionParseError, parse_subscription,
+    property_filter_refusal,
+)
 from .topic_names import mqtt_level_to_topic, mqtt_topic_to_topic, topic_to_mqtt_level
 from .topics import (
     DEFAULT_TOPIC, DLQ_GROUP_TOPIC_PREFIX, OFFSET_MOVED_EVENT, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_QUEUE_NUMS,
@@ -82,6 +88,7 @@ __all__ = [
     "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY",
     "SendResult", "SendStatus", "PullResult", "PullStatus", "QueryResult",
     "SubscriptionData", "SubscriptionParseError", "parse_subscription", "SUB_ALL",
+    "EXPRESSION_TAG", "EXPRESSION_SQL92", "property_filter_refusal", "compile_sql92", "Sql92Filter", "Sql92Error",
     "TopicConfig", "TopicFilterType", "TopicTable", "DataVersion", "validate_topic", "is_system_topic",
     "retry_topic", "dlq_topic", "DEFAULT_TOPIC", "RETRY_GROUP_TOPIC_PREFIX", "DLQ_GROUP_TOPIC_PREFIX",
     "SCHEDULE_TOPIC", "SCHEDULE_QUEUE_NUMS", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",

@@ -77,6 +77,7 @@ class BrokerConfig:
     auto_create_subscription_group: bool = _key("autoCreateSubscriptionGroup", "create unknown consumer groups on first use", True)
     long_polling_enable: bool = _key("longPollingEnable", "park an empty pull until a message lands or its suspend timeout", True)
     short_polling_time_mills: int = _key("shortPollingTimeMills", "ms an empty pull waits when long polling is off", 1000)
+    enable_property_filter: bool = _key("enablePropertyFilter", "let consumers filter by SQL92 expressions on message properties; off, such pulls get SYSTEM_ERROR", False)
     max_message_size: int = _key("maxMessageSize", "largest body accepted, bytes (MESSAGE_ILLEGAL above)", 4 * 1024 * 1024)
     file_reserved_time: int = _key("fileReservedTime", "hours a commit-log segment is kept", 72)
     delete_when: str = _key("deleteWhen", "hours of the day ('04', '01;04') when expired segments are deleted; '*' = any hour", "04")

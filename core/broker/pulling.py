@@ -3,8 +3,8 @@
 Rules kept here:
 - A pull maps the store's `GetMessageStatus` to the codes and
   ``nextBeginOffset`` of reference 2.5 (``_GET_TO_PULL``).
-- A pull that finds nothing (19), or finds only entries its tag filter
-  rejects, and may suspend, parks on the queue's dispatch event until its
+- A pull that finds nothing (19), or finds only entries its tag or SQL92
+  filter rejects (SQL92: on the properties read from the commit log), and may suspend, parks on the queue's dispatch event until its
   deadline (``suspendTimeoutMillis``, or ``shortPollingTimeMills`` when
   long polling is off) and re-reads after each wake-up from where the last
   read stopped; at the deadline it answers its last result.
@@ -35,7 +35,7 @@ from core.store.message import PHYSICALOFFSET_POS
 from .config import PERM_READ, BrokerRole
 from .notify import DispatchListener
 from .results import PullResult, PullStatus
-from .subscription import SubscriptionData, SubscriptionParseError, parse_subscription
+from .subscription import SubscriptionData, SubscriptionParseError, parse_subscription, property_filter_refusal
 
 LMQ_TOPIC_PREFIX = "%LMQ%"  # light message queues: no topic config, queue 0 only
 
@@ -104,8 +104,8 @@ class PullPath:
         sub = checked
         if commit_offset is not None and commit_offset >= 0 and self.config.broker_role is not BrokerRole.SLAVE:
             self.offsets.commit(group, topic, queue_id, commit_offset)
-        codes = sub.code_filter()
-        result = self._get(topic, queue_id, offset, max_count, codes)
+        codes, match = sub.code_filter(), sub.entry_filter()
+        result = self._get(topic, queue_id, offset, max_count, codes, match)
         if suspend_timeout_ms is None or not self._parkable(result):
             await trio.lowlevel.checkpoint()
             return self._advise(group, offset, self._count_gets(topic, result))
@@ -117,7 +117,7 @@ class PullPath:
                 break
             if not self._running:
                 return PullResult(PullStatus.SERVICE_NOT_AVAILABLE, remark="the broker is shutting down")
-            result = self._get(topic, queue_id, offset, max_count, codes)
+            result = self._get(topic, queue_id, offset, max_count, codes, match)
         return self._advise(group, offset, self._count_gets(topic, result))
 
     def _count_gets(self, topic: str, result: PullResult) -> PullResult:
@@ -182,19 +182,24 @@ class PullPath:
                 return PullResult(PullStatus.SYSTEM_ERROR,
                                   remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tcfg.read_queue_nums}]")
         if isinstance(subscription, SubscriptionData):
-            return subscription
-        try:
-            return parse_subscription(topic, subscription, expression_type)
-        except SubscriptionParseError as e:
-            return PullResult(PullStatus.SUBSCRIPTION_PARSE_FAILED, remark=str(e))
+            sub = subscription
+        else:
+            try:
+                sub = parse_subscription(topic, subscription, expression_type)
+            except SubscriptionParseError as e:
+                return PullResult(PullStatus.SUBSCRIPTION_PARSE_FAILED, remark=str(e))
+        if sub.is_sql92 and not self.config.enable_property_filter:  # after the parse, as 4.x
+            return PullResult(PullStatus.SYSTEM_ERROR, remark=property_filter_refusal(sub.expression_type))
+        return sub
 
     @staticmethod
     def _parkable(result: PullResult) -> bool:
         return result.status is PullStatus.PULL_NOT_FOUND or (
             result.status is PullStatus.PULL_RETRY_IMMEDIATELY and result.store_status == GetMessageStatus.NO_MATCHED_MESSAGE.name)
 
-    def _get(self, topic: str, queue_id: int, offset: int, max_count: int, codes: frozenset[int] | None) -> PullResult:
-        got = self.store.get_messages(topic, queue_id, offset, max_count, tag_codes=codes)
+    def _get(self, topic: str, queue_id: int, offset: int, max_count: int, codes: frozenset[int] | None,
+             match=None) -> PullResult:
+        got = self.store.get_messages(topic, queue_id, offset, max_count, tag_codes=codes, entry_filter=match)
         status = _GET_TO_PULL.get(got.status)
         next_begin = got.next_begin_offset
         if status is None:  # no queue, or an empty one

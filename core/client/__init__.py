@@ -33,6 +33,8 @@ trio-native API::
                                       consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) as consumer:
             await trio.sleep_forever()
 
+        # SQL92 on message properties (broker: enablePropertyFilter = true):
+        #   {"Orders": MessageSelector.by_sql("amount > 100 AND region IN ('eu', 'us')")}
         # ordered: orderly=True, listener returns ConsumeOrderlyStatus.SUCCESS or SUSPEND_CURRENT_QUEUE_A_MOMENT
         # broadcasting: message_model=MessageModel.BROADCASTING (offsets in a local file, offset_dir=...)
 
@@ -89,6 +91,7 @@ subclass `MQBrokerError` (``.code``, ``.remark``: the broker said no).
 
 from core.client.api import MQBrokerError, MQClientError
 from core.client.blocking import Producer, PullConsumer, PushConsumer
+from core.client.message_selector import MessageSelector
 from core.client.model import (
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
@@ -129,6 +132,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PushConsumer",

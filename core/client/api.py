@@ -159,7 +159,7 @@ class ClientApi:
 
     async def pull(self, addr: str, group: str, mq: MessageQueue, offset: int, max_nums: int, *,
                    subscription: str, sub_version: int, commit_offset: int | None,
-                   suspend_ms: int, timeout: float) -> PullResponse:
+                   suspend_ms: int, timeout: float, expression_type: str = "TAG") -> PullResponse:
         sys_flag = PullSysFlag.SUBSCRIPTION
         if commit_offset is not None and commit_offset > 0:
             sys_flag |= PullSysFlag.COMMIT_OFFSET
@@ -169,12 +169,17 @@ class ClientApi:
             "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
             "maxMsgNums": max_nums, "sysFlag": int(sys_flag), "commitOffset": commit_offset or 0,
             "suspendTimeoutMillis": suspend_ms, "subscription": subscription, "subVersion": sub_version,
-            "expressionType": "TAG",
+            "expressionType": expression_type,
         }
         resp = await self.call(addr, RequestCode.PULL_MESSAGE, ext, timeout=timeout)
         _check(resp, addr, 0, 19, 20, 21)
         return PullResponse(resp.code, resp.get_long("nextBeginOffset", offset), resp.get_long("minOffset", 0),
                             resp.get_long("maxOffset", 0), resp.body, resp.get_long("suggestWhichBrokerId", 0))
+
+    async def check_client_config(self, addr: str, group: str, client_id: str, subscription: dict) -> None:
+        """CHECK_CLIENT_CONFIG: `MQBrokerError` if the broker cannot filter by this subscription."""
+        body = {"clientId": client_id, "group": group, "subscriptionData": subscription}
+        _check(await self.call(addr, RequestCode.CHECK_CLIENT_CONFIG, None, _json_body(body)), addr)
 
     async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue) -> int | None:
         """The committed offset, or None when the broker has none (QUERY_NOT_FOUND)."""

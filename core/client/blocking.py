@@ -24,6 +24,7 @@ from typing import Any, Callable, Self
 
 import trio
 
+from core.client.message_selector import MessageSelector
 from core.client.model import Message, MessageExt, MessageQueue, SendResult
 from core.client.producer import AsyncProducer
 from core.client.pull_consumer import AsyncPullConsumer
@@ -184,7 +185,7 @@ class PushConsumer(_Facade):
         self._loop: _LoopThread | None = None
         self._c: AsyncPushConsumer | None = None
 
-    def subscribe(self, topic: str, expression: str = "*", listener: Callable[[list[MessageExt], Any], Any] | None = None) -> "PushConsumer":
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*", listener: Callable[[list[MessageExt], Any], Any] | None = None) -> "PushConsumer":
         if self._c is not None:
             self._loop.run_sync(self._c.subscribe, topic, expression, _in_thread(listener))
         else:
@@ -232,7 +233,7 @@ class PullConsumer(_Facade):
         self._loop: _LoopThread | None = None
         self._c: AsyncPullConsumer | None = None
 
-    def subscribe(self, topic: str, expression: str = "*") -> "PullConsumer":
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> "PullConsumer":
         if self._c is not None:
             self._loop.run_sync(self._c.subscribe, topic, expression)
         else:

@@ -25,10 +25,16 @@ Rules kept here:
   discarded, its pull cancelled), restarted at the new offset, and the
   offset committed at once (Java ``MQClientInstance.resetOffset``, without
   its 10 s pause: nothing here consumes a dropped queue after the drop).
-- `pull_once` sends PULL_MESSAGE with the subscription (flag 0x4), the
+- `pull_once` sends PULL_MESSAGE with the subscription (flag 0x4) and its
+  expression type, the
   commit offset (flag 0x1, clustering), long polling (flag 0x2,
   ``suspend_ms`` 15 s; call timeout 30 s), filters tags again on the
-  client, and restores retried messages' original topic.
+  client (not SQL92: the broker filtered on properties), and restores
+  retried messages' original topic.
+- A subscription is a tag expression string or a `MessageSelector`; before
+  it starts, a consumer with an SQL92 subscription sends CHECK_CLIENT_CONFIG
+  to each broker of the topic and fails to start if one refuses (Java
+  ``MQClientInstance.checkClientInBroker``).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import trio
 from core.client.allocate import allocate_average
 from core.client.api import MQClientError, is_remoting_error
 from core.client.instance import ClientInstance
+from core.client.message_selector import EXPRESSION_TAG, MessageSelector
 from core.client.model import ConsumeFromWhere, MessageExt, MessageModel, MessageQueue
 from core.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from core.client.process_queue import ProcessQueue
@@ -69,22 +76,28 @@ class Subscription:
     expression: str = "*"
     listener: Any = None
     version: int = field(default_factory=lambda: int(time.time() * 1000))
+    expression_type: str = EXPRESSION_TAG
 
     @property
     def tags(self) -> list[str]:
+        if self.expression_type != EXPRESSION_TAG:
+            return []
         e = self.expression.strip()
         if not e or e == "*":
             return []
         return [t.strip() for t in e.split("||") if t.strip()]
 
     def matches(self, tags: str | None) -> bool:
+        if self.expression_type != EXPRESSION_TAG:
+            return True  # filtered on the broker
         wanted = self.tags
         return not wanted or (tags is not None and tags in wanted)
 
     def to_json(self) -> dict:
         tags = self.tags
         return {
-            "classFilterMode": False, "codeSet": [java_string_hash(t) for t in tags], "expressionType": "TAG",
+            "classFilterMode": False, "codeSet": [java_string_hash(t) for t in tags],
+            "expressionType": self.expression_type,
             "subString": self.expression.strip() or "*", "subVersion": self.version, "tagsSet": tags,
             "topic": self.topic,
         }
@@ -167,8 +180,12 @@ class ConsumerBase:
 
     # ---- subscriptions ----
 
-    def _subscribe(self, topic: str, expression: str = "*", listener: Any = None) -> None:
-        self.subscriptions[topic] = Subscription(topic, expression or "*", listener)
+    def _subscribe(self, topic: str, expression: str | MessageSelector = "*", listener: Any = None) -> None:
+        if isinstance(expression, MessageSelector):
+            sub = Subscription(topic, expression.expression, listener, expression_type=expression.expression_type)
+        else:
+            sub = Subscription(topic, expression or "*", listener)
+        self.subscriptions[topic] = sub
         if self.clustering and self.subscribe_retry and self.retry_topic not in self.subscriptions:
             self.subscriptions[self.retry_topic] = Subscription(self.retry_topic, "*")
         if self._n is not None:
@@ -244,6 +261,7 @@ class ConsumerBase:
                     await self.instance.update_route(topic)
                 except MQClientError as exc:
                     log.info("route of %s: %s", topic, exc)
+            await self._check_in_brokers()
             await self.instance.heartbeat()
             await self.rebalance()
             n.start_soon(self._rebalance_loop)
@@ -256,6 +274,15 @@ class ConsumerBase:
 
     def _start_extra(self, n: trio.Nursery) -> None:
         pass
+
+    async def _check_in_brokers(self) -> None:
+        """CHECK_CLIENT_CONFIG for each non-TAG subscription at each broker of its topic."""
+        for sub in list(self.subscriptions.values()):
+            if sub.expression_type == EXPRESSION_TAG:
+                continue
+            route = self.instance.routes.get(sub.topic)
+            for addr in sorted(route.subscribe_addrs().values()) if route is not None else ():
+                await self.instance.api.check_client_config(addr, self.group, self.client_id, sub.to_json())
 
     async def start(self) -> None:
         if not self.subscriptions and self.consume_type == "CONSUME_PASSIVELY":
@@ -429,7 +456,7 @@ class ConsumerBase:
         try:
             resp = await self.instance.api.pull(
                 addr, self.group, mq, offset, max_nums or self.pull_batch_size, subscription=sub.expression,
-                sub_version=sub.version, commit_offset=commit, suspend_ms=self.suspend_ms if suspend else 0,
+                expression_type=sub.expression_type, sub_version=sub.version, commit_offset=commit, suspend_ms=self.suspend_ms if suspend else 0,
                 timeout=self.pull_timeout if suspend else self.instance.api.timeout,
             )
         except Exception as exc:

@@ -27,6 +27,7 @@ from typing import Any
 
 import trio
 
+from core.client.message_selector import MessageSelector
 from core.client.api import MQClientError
 from core.client.consumer_base import ConsumerBase, Subscription
 from core.client.model import MessageExt, MessageQueue
@@ -53,7 +54,7 @@ class AsyncPullConsumer(ConsumerBase):
 
     # ---- what to consume ----
 
-    def subscribe(self, topic: str, expression: str = "*") -> "AsyncPullConsumer":
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> "AsyncPullConsumer":
         if self._assigned is not None:
             raise MQClientError("this consumer was given queues with assign(); it cannot subscribe too")
         self._subscribe(topic, expression)

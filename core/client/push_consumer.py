@@ -42,6 +42,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
+from core.client.message_selector import MessageSelector
 from core.client.consumer_base import ConsumerBase
 from core.client.model import (
     ConsumeConcurrentlyStatus,
@@ -129,8 +130,10 @@ class AsyncPushConsumer(ConsumerBase):
         self._consume_idle.set()
         self.consumed_count = 0
 
-    def subscribe(self, topic: str, expression: str = "*", listener: MessageListener | None = None) -> "AsyncPushConsumer":
-        """Subscribe to ``topic`` with a tag expression (``*``, ``TagA || TagC``); the listener
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*",
+                  listener: MessageListener | None = None) -> "AsyncPushConsumer":
+        """Subscribe to ``topic`` with a tag expression (``*``, ``TagA || TagC``) or a
+        `MessageSelector` (``MessageSelector.by_sql("a > 1")``); the listener
         defaults to the consumer's own."""
         self._subscribe(topic, expression, listener)
         return self

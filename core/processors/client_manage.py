@@ -16,11 +16,18 @@ Rules kept here:
 - C++ writes the heartbeat enums as integers and Java as names; both are
   read (`core.processors.clients.parse_heartbeat`). A body that cannot be
   read is answered SYSTEM_ERROR; it does not close the connection.
+- CHECK_CLIENT_CONFIG (what a Java consumer sends before it starts with a
+  non-TAG subscription), as 4.x: TAG or no subscription is SUCCESS; with
+  ``enablePropertyFilter`` off, SYSTEM_ERROR "The broker does not support
+  consumer to filter message by SQL92"; an expression that does not
+  compile, SUBSCRIPTION_PARSE_FAILED with the reason and its column.
+  A heartbeat never refuses a subscription (4.x neither): a bad one fails
+  at pull time.
 """
 
 from __future__ import annotations
 
-from core.broker import retry_topic
+from core.broker import EXPRESSION_TAG, SubscriptionParseError, parse_subscription, property_filter_refusal, retry_topic
 from core.processors.clients import HeartbeatError, parse_heartbeat
 from core.processors.context import BrokerContext, now_ms
 from core.processors.locks import MessageQueue
@@ -96,4 +103,20 @@ async def unlock_batch_mq(ctx: BrokerContext, channel: Channel, req: RemotingCom
 
 
 async def check_client_config(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    try:
+        doc = decode_json(req.body) if req.body else None
+    except ValueError as exc:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad client config body: {exc}")
+    sub = doc.get("subscriptionData") if isinstance(doc, dict) else None
+    if not isinstance(sub, dict):
+        return req.make_response(ResponseCode.SUCCESS)
+    expression_type = str(sub.get("expressionType") or EXPRESSION_TAG)
+    if expression_type == EXPRESSION_TAG:
+        return req.make_response(ResponseCode.SUCCESS)
+    if not ctx.broker.config.enable_property_filter:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, property_filter_refusal(expression_type))
+    try:
+        parse_subscription(str(sub.get("topic") or ""), sub.get("subString"), expression_type)
+    except SubscriptionParseError as exc:
+        return req.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
     return req.make_response(ResponseCode.SUCCESS)

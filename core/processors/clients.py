@@ -82,14 +82,15 @@ class Subscription:
         sub = str(d.get("subString") or "*")
         tags = tuple(str(t) for t in d.get("tagsSet") or ())
         codes = tuple(int(c) for c in d.get("codeSet") or ())
-        if not tags:
+        expression_type = str(d.get("expressionType") or "TAG")
+        if not tags and expression_type == "TAG":  # an SQL92 text has no tags
             parsed, _all = split_tags(sub)
             tags = tuple(parsed)
         try:
             ver = int(d.get("subVersion") or 0)
         except (TypeError, ValueError):
             ver = 0
-        return cls(str(d["topic"]), sub, tags, codes, ver, str(d.get("expressionType") or "TAG"))
+        return cls(str(d["topic"]), sub, tags, codes, ver, expression_type)
 
 
 @dataclass(frozen=True, slots=True)

@@ -555,6 +555,20 @@ def message_from_entry(raw: bytes) -> tuple[Message, int]:
     return m.to_message(), m.store_timestamp
 
 
+def entry_properties(raw: bytes) -> dict[str, str]:
+    """The properties of one whole entry, without decoding the rest (what a
+    broker-side property filter reads); `MessageFormatError` if it is not one."""
+    if len(raw) >= 91 and not raw[39] & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):  # low byte of SYSFLAG
+        b = 88 + int.from_bytes(raw[84:88], "big", signed=True)
+        if 88 <= b and b + 3 <= len(raw):
+            t = b + 1 + raw[b]
+            if t + 2 <= len(raw):
+                end = t + 2 + ((raw[t] << 8) | raw[t + 1])
+                if end == len(raw):
+                    return decode_properties(raw[t + 2:end].decode())
+    return decode_message(raw).properties
+
+
 def decode_messages(buf: bytes | bytearray | memoryview) -> list[StoredMessage]:
     """Decode concatenated entries (a PULL / QUERY response body)."""
     out = []

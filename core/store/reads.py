@@ -7,6 +7,8 @@ rules writes keep.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from .consume_queue import BLANK_UNIT_SIZE
 from .errors import GetMessageStatus
 from .message import decode_message, parse_offset_msg_id
@@ -19,9 +21,13 @@ class StoreReads:
     ``_drain_index``)."""
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int | None = None,
-                     tag_codes: set[int] | frozenset[int] | None = None, max_bytes: int | None = None) -> GetResult:
+                     tag_codes: set[int] | frozenset[int] | None = None, max_bytes: int | None = None,
+                     entry_filter: Callable[[bytes], bool] | None = None) -> GetResult:
         """Raw entries of (topic, queue_id) from ``offset`` (reference 2.5).
-        ``tag_codes``: keep only units whose tags code is in the set (None = all)."""
+        ``tag_codes``: keep only units whose tags code is in the set (None = all).
+        ``entry_filter``: keep only entries (whole, as read from the log) it
+        returns True for, after the tag check (RocketMQ ``isMatchedByCommitLog``);
+        it runs under the store's lock, so it must be quick and must not raise."""
         if max_count is None:
             max_count = self.config.max_transfer_count_on_message_in_memory
         if max_bytes is None:
@@ -62,6 +68,8 @@ class StoreReads:
                 data = cl.read(phys, size)
                 if data is None:
                     status = S.MESSAGE_WAS_REMOVING if not msgs else status
+                    continue
+                if entry_filter is not None and not entry_filter(data):
                     continue
                 msgs.append(data)
                 qoffs.append(offset + scanned - 1)

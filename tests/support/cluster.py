@@ -30,10 +30,11 @@ class Cluster:
 
 
 @asynccontextmanager
-async def broker_cluster(nursery: trio.Nursery, root: Path) -> AsyncIterator[Cluster]:
+async def broker_cluster(nursery: trio.Nursery, root: Path, **broker_options) -> AsyncIterator[Cluster]:
+    """``broker_options``: more `BrokerConfig` fields (``enable_property_filter=True``...)."""
     ns_port = await nursery.start(run_namesrv, "127.0.0.1", 0)
     namesrv = f"127.0.0.1:{ns_port}"
-    cfg = BrokerConfig(listen_port=0, broker_ip1="127.0.0.1")
+    cfg = BrokerConfig(listen_port=0, broker_ip1="127.0.0.1", **broker_options)
     scfg = StoreConfig(store_path_root_dir=str(root / "store"), mapped_file_size_commit_log=4 * 1024 * 1024)
     broker = Broker(cfg, scfg)
     async with trio.open_nursery() as broker_side:

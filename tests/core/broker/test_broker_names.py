@@ -83,7 +83,12 @@ def test_subscription_expressions():
     with pytest.raises(SubscriptionParseError):
         parse_subscription("T", "||")
     with pytest.raises(SubscriptionParseError):
-        parse_subscription("T", "a > 1", "SQL92")
+        parse_subscription("T", "a > ", "SQL92")
+    with pytest.raises(SubscriptionParseError, match="TAG or SQL92"):
+        parse_subscription("T", "a > 1", "CLASS")
+    sql = parse_subscription("T", "a > 1", "SQL92")
+    assert sql.is_sql92 and not sql.matches_all and sql.code_filter() is None and sql.entry_filter() is not None
+    assert sql.matches("TagC") and sql.matches(None) and sql.matches_code(0)  # SQL92 does not filter by tag
 
 
 def test_topic_table_auto_create_from_tbw102():

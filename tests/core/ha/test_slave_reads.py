@@ -183,3 +183,16 @@ def test_the_slow_pull_rule():
     assert suggest_which_broker_id(True, False, 1, 0) == 0
     assert suggest_which_broker_id(True, False, 1, 3) == 3  # not slow: the group's own brokerId
     assert total_physical_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+async def test_a_slave_filters_sql92_pulls_on_its_own_log(nursery, tmp_path, namesrv):
+    c = RemotingClient(nursery)
+    await seed(c, tmp_path / "s")
+    async with node(tmp_path / "s", namesrv, broker_role=BrokerRole.SLAVE, broker_id=1,
+                    enable_property_filter=True) as slave:
+        req = pull_req(0)
+        req.ext_fields.update({"subscription": "KEYS IN ('k-1', 'k-4')", "expressionType": "SQL92"})
+        r = await c.invoke(slave.addr, req)
+        assert r.code == ResponseCode.SUCCESS
+        assert [m.body for m in decode_messages(r.body)] == [BODY + b"1", BODY + b"4"]
+        assert r.ext_fields["nextBeginOffset"] == str(N)

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from core.store import GetMessageStatus as S
-from core.store import Message, MessageStore, decode_message, dir_name, tags_code
+from core.store import Message, MessageStore, decode_message, dir_name, entry_properties, tags_code
 from core.store.names import name_from_dir
 
 from .conftest import small_config
@@ -45,6 +45,26 @@ def test_tag_filter(store):
     assert r.next_begin_offset == 6
     r = store.get_messages("T", 0, 0, 32, tag_codes={tags_code("Z")})
     assert (r.status, r.next_begin_offset, r.messages) == (S.NO_MATCHED_MESSAGE, 12, [])
+
+
+def test_entry_filter_sees_whole_entries_and_counts_only_kept_ones(store):
+    for i in range(6):
+        store.append(Message(topic="T", body=b"%d" % i, properties={"n": str(i), "TAGS": "AB"[i % 2]}))
+    seen = []
+
+    def odd(raw: bytes) -> bool:
+        props = entry_properties(raw)
+        assert props == decode_message(raw).properties
+        seen.append(props["n"])
+        return int(props["n"]) % 2 == 1
+    r = store.get_messages("T", 0, 0, 2, entry_filter=odd)
+    assert [decode_message(m).body for m in r.messages] == [b"1", b"3"]
+    assert r.queue_offsets == [1, 3] and r.next_begin_offset == 4 and seen == ["0", "1", "2", "3"]
+    seen.clear()  # the tag check runs first: only B-tagged entries reach the filter
+    r = store.get_messages("T", 0, 0, 32, tag_codes={tags_code("B")}, entry_filter=odd)
+    assert seen == ["1", "3", "5"] and len(r.messages) == 3
+    r = store.get_messages("T", 0, 0, 32, entry_filter=lambda raw: False)
+    assert (r.status, r.next_begin_offset, r.messages) == (S.NO_MATCHED_MESSAGE, 6, [])
 
 
 def test_offset_by_time(store):
