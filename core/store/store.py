@@ -61,6 +61,9 @@ DELETE_QUEUE_TOPIC = "%MQGATE%DELETE_QUEUE"  # reserved: append() refuses it
 _SKIP_TX = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 
+_INDEX_CHUNK = 64  # index entries hashed and built between two hand-backs of the GIL (`_drain_index`)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -427,25 +430,34 @@ class MessageStore(StoreReads):
                 pending, self._pending_index = self._pending_index, []
                 end_pos = self.commitlog.write_pos
                 end_ts = self.commitlog.last_store_ts
-            texts = []
-            for topic, uniq, keys, _phys, _size, _ts in pending:
-                if keys:
-                    texts += [f"{topic}#{k}" for k in keys]
-                if uniq:
-                    texts.append(f"{topic}#{uniq}")
-            hashes = key_hashes(texts)  # all at once: vectorised when numpy is there
-            at = 0
             build = idx.build_hashed
-            for i, (_topic, uniq, keys, phys, size, ts) in enumerate(pending):
-                n = len(keys) + 1 if uniq else len(keys)
-                try:
-                    build(hashes[at : at + n], phys, size, ts, False)
-                except OSError as e:
-                    log.error("cannot create an index file, %d keyed entries wait: %s", len(pending) - i, e)
-                    with self._lock:
-                        self._pending_index[:0] = pending[i:]
+            failed = False
+            # This runs in the flusher's thread: a chunk at a time, handing the GIL back
+            # between chunks, or the event loop waits up to the 5 ms switch interval.
+            for start in range(0, len(pending), _INDEX_CHUNK):
+                chunk = pending[start : start + _INDEX_CHUNK]
+                texts = []
+                for topic, uniq, keys, _phys, _size, _ts in chunk:
+                    if keys:
+                        texts += [f"{topic}#{k}" for k in keys]
+                    if uniq:
+                        texts.append(f"{topic}#{uniq}")
+                hashes = key_hashes(texts)
+                at = 0
+                for i, (_topic, uniq, keys, phys, size, ts) in enumerate(chunk, start):
+                    n = len(keys) + 1 if uniq else len(keys)
+                    try:
+                        build(hashes[at : at + n], phys, size, ts, False)
+                    except OSError as e:
+                        log.error("cannot create an index file, %d keyed entries wait: %s", len(pending) - i, e)
+                        with self._lock:
+                            self._pending_index[:0] = pending[i:]
+                        failed = True
+                        break
+                    at += n
+                if failed:
                     break
-                at += n
+                time.sleep(0)
             else:
                 idx.files[-1].finish_entry(end_pos, end_ts)
             if sync:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -60,6 +61,8 @@ MAGIC_DELETE = 4
 UNIT_SIZE = 52
 _UNIT = struct.Struct(">iqiqiqiiq")
 _SLOT = struct.Struct(">qqqii")
+_SCAN_BYTES = 2048 * _SLOT.size  # slots compared at once by `TimerWheel.units_after`
+_ZERO_SCAN = bytes(_SCAN_BYTES)
 _BLANK = struct.Struct(">iqi")
 _CHECKPOINT = struct.Struct(">qqqqqqqqqqq")
 BLANK_SIZE = _BLANK.size  # 16
@@ -142,9 +145,19 @@ class TimerWheel:
         _SLOT.pack_into(self._map, self._pos(time_ms), time_ms // self.precision_ms, first_pos, last_pos, num, magic)
 
     def units_after(self, time_ms: int) -> int:
-        """How many units the slots after ``time_ms`` hold (a scan of the whole file)."""
+        """How many units the slots after ``time_ms`` hold (a scan of the whole
+        file, run at every start: 64 KiB runs of never-written slots, most of
+        the file, are skipped with one compare instead of 2048 unpacks)."""
         after = time_ms // self.precision_ms
-        return sum(num for stamp, _, _, num, _ in _SLOT.iter_unpack(self._map) if num > 0 and stamp > after)
+        mm = self._map
+        total = 0
+        for start in range(0, len(mm), _SCAN_BYTES):
+            chunk = mm[start : start + _SCAN_BYTES]
+            if chunk == _ZERO_SCAN[: len(chunk)]:
+                continue
+            total += sum(num for stamp, _, _, num, _ in _SLOT.iter_unpack(chunk) if num > 0 and stamp > after)
+            time.sleep(0)  # runs in a worker thread: let the event loop have the GIL between runs
+        return total
 
     def clear(self, time_ms: int) -> None:
         _SLOT.pack_into(self._map, self._pos(time_ms), 0, -1, -1, 0, 0)
