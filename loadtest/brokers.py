@@ -148,6 +148,7 @@ def _rabbitmq(port: int, tmp: Path, opts: dict) -> list[str]:
         "RABBITMQ_PID_FILE": str(tmp / "rabbitmq.pid"),
         "RABBITMQ_DIST_PORT": str(dist),
         "ERL_EPMD_PORT": str(epmd),
+        "ERL_CRASH_DUMP": str(tmp / "erl_crash.dump"),  # a failed start dumps there, not in the caller's folder
     }
     return [binary]
 
