@@ -41,6 +41,7 @@ log = logging.getLogger("mqgate.http")
 COOKIE = "mqgate_session"
 PREFIX = "/dashboard"
 MAX_FORM = 16 * 1024
+MAX_ROWS = 500  # a table shows this many matches; a search narrows the rest
 STATIC_DIR = Path(__file__).parent / "static"
 _HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
             "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
@@ -197,7 +198,8 @@ class Dashboard:
     async def clients(self, request: Request) -> dict:
         q = request.query_params.get("q", "")
         state = request.query_params.get("state", "all")
-        return {"title": "Clients and sessions", "rows": self.reads.sessions(q, state), "q": q, "state": state}
+        rows = self.reads.sessions(q, state)
+        return {"title": "Clients and sessions", "rows": rows[:MAX_ROWS], "total": len(rows), "q": q, "state": state}
 
     async def client(self, request: Request) -> dict:
         cid = request.path_params["cid"]
@@ -219,7 +221,8 @@ class Dashboard:
 
     async def subscriptions(self, request: Request) -> dict:
         q = request.query_params.get("q", "")
-        return {"title": "Subscriptions", "rows": self.reads.subscriptions(q), "q": q}
+        rows = self.reads.subscriptions(q)
+        return {"title": "Subscriptions", "rows": rows[:MAX_ROWS], "total": len(rows), "q": q}
 
     async def retained(self, request: Request) -> dict:
         q = request.query_params.get("q", "")
@@ -229,7 +232,9 @@ class Dashboard:
             message = await self.reads.retained_message(topic)
             if message is None:
                 raise NotFound(f"no retained message on {topic!r}")
-        return {"title": "Retained messages", "topics": self.reads.retained_topics(q), "q": q, "message": message}
+        topics = self.reads.retained_topics(q)
+        return {"title": "Retained messages", "topics": topics[:MAX_ROWS], "total": len(topics), "q": q,
+                "message": message}
 
     async def delete_retained(self, request: Request, user: User, form: dict) -> tuple[str, str]:
         topic = form.get("topic", "")

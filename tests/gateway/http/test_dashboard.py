@@ -323,3 +323,38 @@ def test_retained_message_view_escapes_and_delete(server):
     r = c.post("/dashboard/retained/delete", data={"csrf": csrf, "topic": "site/1/<b>status</b>"})
     assert r.status_code == 303 and "flash=Cleared" in r.headers["location"]
     assert Browser.wait_for(lambda: "status&lt;/b&gt;" not in c.get("/dashboard/retained").text)
+
+
+def test_delete_an_offline_session_and_find_a_message_by_client_message_id(server):
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    from core.client import Message, Producer
+
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 3600
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="parked-7", protocol=mqtt.MQTTv5)
+    c.connect("127.0.0.1", server.ports["mqtt-tcp"], keepalive=30, clean_start=False, properties=props)
+    c.loop_start()
+    done = queue.Queue()
+    c.on_subscribe = lambda *_a: done.put(True)
+    c.subscribe("parked/#", qos=1)
+    done.get(timeout=10)
+    c.disconnect()
+    c.loop_stop()
+    web, csrf = _login(server, ADMIN)
+    assert Browser.wait_for(lambda: 'data-client="parked-7"' in web.get("/dashboard/clients?state=offline").text)
+    page = web.get("/dashboard/clients", params={"q": "parked"}).text
+    assert "Delete session" in page and "Kick" not in page  # offline: nothing to kick
+    r = web.post("/dashboard/clients/parked-7/delete", data={"csrf": csrf})
+    assert r.status_code == 303 and "flash=Deleted" in r.headers["location"]
+    assert 'data-client="parked-7"' not in web.get("/dashboard/clients").text
+    assert web.get("/dashboard/clients/parked-7").status_code == 404
+
+    producer = Producer(f"127.0.0.1:{server.ports['namesrv']}", "dash-producer-2").start()
+    try:
+        sent = producer.send(Message("invoices", b"\x00\xff binary", keys=["inv-1"]))
+    finally:
+        producer.shutdown()
+    page = web.get("/dashboard/messages", params={"msgId": sent.msg_id}).text  # the client's id (UNIQ_KEY)
+    assert "1 message found" in page and "00 ff 20 62" in page and "shown as hex" in page
