@@ -161,7 +161,7 @@ class DashboardReads:
 
     def _message(self, m) -> dict:
         return {"msgId": m.msg_id, "uniqKey": m.properties.get("UNIQ_KEY", ""), "topic": m.topic,
-                "queueId": m.queue_id, "queueOffset": m.queue_offset, "keys": " ".join(m.keys),
+                "queueId": m.queue_id, "queueOffset": m.queue_offset, "msgKeys": " ".join(m.keys),
                 "tags": m.tags or "", "stored": _ms(m.store_timestamp), "body": preview(bytes(m.body))}
 
     async def find_messages(self, topic: str, key: str, msg_id: str) -> list[dict]:

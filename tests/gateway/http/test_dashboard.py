@@ -229,6 +229,7 @@ def test_admin_finds_a_client_kicks_it_finds_a_message_and_logs_out(server, brow
         b.submit("#find")
         assert b.one("#found-count").text.startswith("1 message")
         assert '"order": 42' in b.one("section.message pre.body").text
+        assert b.one("section.message .msg-keys").text == "order-42"
         msg_id = b.one("section.message .msg-id").text
         b.shot("messages")
         # the same message by its id, no topic given
