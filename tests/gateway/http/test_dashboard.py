@@ -217,11 +217,24 @@ def test_admin_finds_a_client_kicks_it_finds_a_message_and_logs_out(server, brow
         topics = b.one("#topics").text
         assert "orders" in topics and "%LMQ%" not in topics
         b.shot("topics")
-        # the consumer group and its lag
-        b.go("/dashboard/groups")
-        group = b.one('section.group[data-group="billing"]')
-        assert "lag 2" in group.text and "orders" in group.text
-        b.shot("groups")
+        # the consumer groups: billing's lag, and audit's member while it runs
+        from core.client import PushConsumer
+
+        audit = PushConsumer(f"127.0.0.1:{server.ports['namesrv']}", "audit")
+        audit.subscribe("orders", "*", lambda msgs, ctx: None).start()
+        try:
+            def audit_member():
+                b.go("/dashboard/groups")
+                found = b.css('section.group[data-group="audit"] .members')
+                return found and "1 member" in b.one('section.group[data-group="audit"]').text and found[0].text
+
+            members = b.wait_for(audit_member, 15)
+            assert members and "CLUSTERING" in members
+            group = b.one('section.group[data-group="billing"]')
+            assert "lag 2" in group.text and "orders" in group.text
+            b.shot("groups")
+        finally:
+            audit.shutdown()
         # a message by key, with its body
         b.go("/dashboard/messages")
         b.one("#topic").send_keys("orders")
