@@ -38,7 +38,7 @@ from gateway.http.users import User, Users
 
 log = logging.getLogger("mqgate.http")
 
-COOKIE = "mqgate_session"
+COOKIE = "mqgate-session"
 PREFIX = "/dashboard"
 MAX_FORM = 16 * 1024
 MAX_ROWS = 500  # a table shows this many matches; a search narrows the rest

@@ -252,10 +252,10 @@ def test_admin_finds_a_client_kicks_it_finds_a_message_and_logs_out(server, brow
         assert b.one("#role").text == "ASYNC_MASTER"  # the default brokerRole
         b.shot("replication")
         # log out: back to the login page, and the old cookie no longer works
-        cookie = b.d.get_cookie("mqgate_session")["value"]
+        cookie = b.d.get_cookie("mqgate-session")["value"]
         b.submit("#logout")
         assert "/dashboard/login" in b.d.current_url
-        r = httpx.get(server.url + "/dashboard/clients", cookies={"mqgate_session": cookie})
+        r = httpx.get(server.url + "/dashboard/clients", cookies={"mqgate-session": cookie})
         assert r.status_code == 303 and "/dashboard/login" in r.headers["location"]
     finally:
         device.close()
@@ -274,10 +274,10 @@ def test_read_only_user_sees_no_kick_button_and_a_forged_post_is_403(server, bro
         b.go("/dashboard/clients/ro-target")
         assert b.css("#kick") == [] and b.css("#delete-session") == []
         b.shot("clients-read-only")
-        cookie = b.d.get_cookie("mqgate_session")["value"]
+        cookie = b.d.get_cookie("mqgate-session")["value"]
         csrf = b.one('form.logout input[name="csrf"]').get_attribute("value")
         r = httpx.post(server.url + "/dashboard/clients/ro-target/kick", data={"csrf": csrf},
-                       cookies={"mqgate_session": cookie})
+                       cookies={"mqgate-session": cookie})
         assert r.status_code == 403 and "read-only" in r.text
         assert device.disconnects.empty()
         b.submit("#logout")
