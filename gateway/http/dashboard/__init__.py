@@ -9,7 +9,7 @@ npm. ``run_http`` wires it::
     routes = Dashboard(ops, reads, users, sampler).routes()
 
 Modules: ``charts`` (samples and SVG), ``reads`` (what the pages show
-beyond the admin API), ``pages`` (routes, login cookie, CSRF, roles).
+beyond the admin API), ``login`` (session cookie, CSRF), ``pages`` (routes, roles).
 """
 
 from gateway.http.dashboard.charts import RateSampler, svg_chart

@@ -1,29 +1,23 @@
 """The dashboard's routes: server-rendered pages under ``/dashboard``.
 
 Rules kept here:
-- Login is the users file's (``mqgate passwd --admin``): ``POST
-  /dashboard/login`` issues the same kind of token as ``POST /api/v1/login``
-  and keeps it in a cookie (HttpOnly, SameSite=Strict, Secure over HTTPS,
-  Path=/dashboard). Logging out ends the token.
+- Login is the users file's (``mqgate passwd --admin``); the session cookie
+  and the CSRF token follow ``login.WebSessions``' rules.
 - A page asked for without a valid cookie redirects (303) to the login page,
   which comes back to the page after login (only paths under /dashboard:
   no open redirect).
-- Every change is a form POST carrying a CSRF token: an HMAC of the session
-  token under a key made at start, checked server-side; a POST without it,
-  or with another session's, is 403. A read-only user sees no kick or
-  delete button, and a POST from one is 403 as well.
+- Every change is a form POST checked by ``WebSessions.change`` (session,
+  CSRF token, admin role): 403 otherwise. A read-only user sees no kick or
+  delete button.
 - Kick and delete call ``GatewayOps``, the same code as the JSON API, and
   are logged with the user's name.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import secrets
 from pathlib import Path
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.requests import Request
@@ -32,24 +26,19 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from gateway.http.dashboard.charts import RateSampler, svg_chart
+from gateway.http.dashboard.login import Forbidden, WebSessions
 from gateway.http.dashboard.reads import DashboardReads
 from gateway.http.ops import GatewayOps, NotFound
 from gateway.http.users import User, Users
 
 log = logging.getLogger("mqgate.http")
 
-COOKIE = "mqgate-session"
 PREFIX = "/dashboard"
-MAX_FORM = 16 * 1024
 MAX_ROWS = 500  # a table shows this many matches; a search narrows the rest
 STATIC_DIR = Path(__file__).parent / "static"
 _HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
             "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
                                        "frame-ancestors 'none'; form-action 'self'"}
-
-
-class Forbidden(Exception):
-    """403: no session, a wrong CSRF token, or a read-only user changing something."""
 
 
 def _human_bytes(n) -> str:
@@ -74,58 +63,24 @@ class Dashboard:
         self.reads = reads
         self.users = users
         self.sampler = sampler
-        self.secure_cookie = secure_cookie
-        self._csrf_key = secrets.token_bytes(32)
+        self.web = WebSessions(users, secure=secure_cookie)
         self.env = Environment(loader=PackageLoader("gateway.http.dashboard", "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True))
         self.env.filters["bytes"] = _human_bytes
         self.env.filters["q"] = lambda s: quote(str(s), safe="")
 
-    # ---- session and CSRF -----------------------------------------------------------------
-
-    def _csrf(self, token: str) -> str:
-        return hmac.new(self._csrf_key, token.encode(), hashlib.sha256).hexdigest()[:40]
-
-    def _session(self, request: Request) -> tuple[User, str] | None:
-        token = request.cookies.get(COOKIE)
-        if not token:
-            return None
-        user = self.users.check_token(token)
-        return None if user is None else (user, token)
-
-    @staticmethod
-    async def _form(request: Request) -> dict[str, str]:
-        if int(request.headers.get("content-length") or 0) > MAX_FORM:
-            raise Forbidden("the form is too large")
-        body = await request.body()
-        if len(body) > MAX_FORM:
-            raise Forbidden("the form is too large")
-        return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
-
-    async def _change(self, request: Request, what: str) -> tuple[User, dict[str, str]]:
-        session = self._session(request)
-        if session is None:
-            raise Forbidden("not logged in, or the session expired: log in again")
-        user, token = session
-        form = await self._form(request)
-        if not hmac.compare_digest(form.get("csrf", ""), self._csrf(token)):
-            raise Forbidden("the form's CSRF token is missing or wrong: reload the page and try again")
-        if not user.admin:
-            raise Forbidden(f"user {user.name!r} is read-only: {what} needs the admin role")
-        return user, form
-
     def _render(self, request: Request, template: str, code: int = 200, /, **context) -> HTMLResponse:
-        session = self._session(request)
+        session = self.web.current(request)
         user, token = session if session else (None, "")
         html = self.env.get_template(template).render(
-            user=user, csrf=self._csrf(token) if token else "", path=request.url.path,
+            user=user, csrf=self.web.csrf(token) if token else "", path=request.url.path,
             flash=request.query_params.get("flash", ""), prefix=PREFIX, **context)
         return HTMLResponse(html, status_code=code, headers=_HEADERS)
 
     def _page(self, handler, template: str):
         """A GET page: to the login page without a session, else rendered."""
         async def endpoint(request: Request) -> Response:
-            if self._session(request) is None:
+            if self.web.current(request) is None:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse(f"{PREFIX}/login?{urlencode({'next': target})}", status_code=303)
             try:
@@ -139,7 +94,7 @@ class Dashboard:
         """A POST that changes something; answered with a redirect and a flash line."""
         async def endpoint(request: Request) -> Response:
             try:
-                user, form = await self._change(request, what)
+                user, form = await self.web.change(request, what)
                 flash, back = await handler(request, user, form)
             except Forbidden as e:
                 return self._render(request, "error.html", 403, title="Forbidden", message=str(e))
@@ -158,7 +113,7 @@ class Dashboard:
 
     async def login(self, request: Request) -> Response:
         try:
-            form = await self._form(request)
+            form = await self.web.form(request)
         except Forbidden as e:
             return self._render(request, "login.html", 400, title="Log in", next=f"{PREFIX}/", error=str(e))
         nxt = _safe_next(form.get("next"))
@@ -168,21 +123,19 @@ class Dashboard:
             return self._render(request, "login.html", 401, title="Log in", next=nxt,
                                 error="Wrong username or password.")
         response = RedirectResponse(nxt, status_code=303)
-        response.set_cookie(COOKIE, self.users.issue_token(user), max_age=int(self.users.token_ttl), path=PREFIX,
-                            httponly=True, samesite="strict", secure=self.secure_cookie)
+        self.web.start(response, user)
         log.info("HTTP: %s logged in to the dashboard", user.name)
         return response
 
     async def logout(self, request: Request) -> Response:
-        session = self._session(request)
-        if session is not None:
-            form = await self._form(request)
-            if not hmac.compare_digest(form.get("csrf", ""), self._csrf(session[1])):
-                return self._render(request, "error.html", 403, title="Forbidden",
-                                    message="the form's CSRF token is missing or wrong")
-            self.users.revoke_token(session[1])
+        token = None
+        if self.web.current(request) is not None:
+            try:
+                _user, token, _form = await self.web.checked_form(request)
+            except Forbidden as e:
+                return self._render(request, "error.html", 403, title="Forbidden", message=str(e))
         response = RedirectResponse(f"{PREFIX}/login", status_code=303)
-        response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict", secure=self.secure_cookie)
+        self.web.end(response, token)
         return response
 
     # ---- pages -------------------------------------------------------------------------------
