@@ -31,8 +31,9 @@ install-dev: $(VENV)/.installed-dev test-deps node-deps
 # (make run): mosquitto (a broker to compare against), mosquitto-clients
 # (mosquitto_pub / mosquitto_sub), Java (Spark), etcd-server (automatic
 # failover). What the suite and `make bench` add (test-deps): rabbitmq-server
-# (its MQTT plugin is a compared broker) and valgrind (callgrind counts
-# instructions per message: loadtest.bench_instructions).
+# (its MQTT plugin is a compared broker), valgrind (callgrind counts
+# instructions per message: loadtest.bench_instructions), and chromium with
+# chromium-driver (the dashboard's browser test drives a headless Chromium).
 system-deps:
 	@if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto >/dev/null \
 	     || ! command -v java >/dev/null || ! command -v etcd >/dev/null; then \
@@ -43,10 +44,12 @@ system-deps:
 	fi
 
 test-deps: system-deps
-	@if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || ! command -v valgrind >/dev/null; then \
+	@if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || ! command -v valgrind >/dev/null \
+	     || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
-	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server valgrind >/dev/null; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server valgrind \
+	      chromium chromium-driver >/dev/null; \
 	fi
 
 # The Node `ali-ons` RocketMQ client, a real peer of the interop tests.

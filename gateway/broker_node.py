@@ -117,7 +117,8 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
             http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
             view = BrokerView(broker, ha_status=node.status,
                               transactions=remoting.transactions.stats if broker_port else None,
-                              replication_latency=lambda: node.service.latency if node.service else None)
+                              replication_latency=lambda: node.service.latency if node.service else None,
+                              clients=remoting.ctx.clients if broker_port else None)
             users = Users(http.users_file, token_ttl=http.token_ttl)
             port = await nursery.start(partial(run_http, gw, http, broker=view, users=users,
                                                explicit_port=cfg.http_port is not None))

@@ -1,4 +1,4 @@
-"""gateway/http: the one HTTP server (ASGI on trio): ``/metrics`` and the admin API.
+"""gateway/http: the one HTTP server (ASGI on trio): ``/metrics``, the admin API, the dashboard.
 
 Rooms: may import ``gateway`` and ``core`` (public names). What other parts use::
 
@@ -10,7 +10,8 @@ Rooms: may import ``gateway`` and ``core`` (public names). What other parts use:
 Modules: ``settings`` (the ``[http]`` table), ``users`` (users file, roles,
 tokens), ``metrics`` (the Prometheus collector), ``ops`` (what the API
 reads and does on a gateway), ``app`` (routes, auth, JSON errors),
-``server`` (Hypercorn on trio), ``cli`` (the admin verbs). Each states its
+``server`` (Hypercorn on trio), ``cli`` (the admin verbs); the package
+``dashboard`` (server-rendered pages under ``/dashboard``). Each states its
 rules in its docstring; docs/OPERATIONS.md is the user's guide.
 """
 

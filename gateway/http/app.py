@@ -249,6 +249,6 @@ async def _bug(request: Request, exc: Exception) -> Response:
 
 def make_app(api: AdminApi, extra_routes: list | tuple = ()) -> Starlette:
     """The admin API's routes, then ``extra_routes`` (Starlette ``Route``/``Mount``:
-    the dashboard and the event API join the same server this way)."""
+    the dashboard's, and other HTTP parts such as the event API)."""
     return Starlette(routes=[*api.routes(), *extra_routes],
                      exception_handlers={HTTPException: _http_error, Exception: _bug})

@@ -108,6 +108,7 @@ class BrokerView:
     ha_status: Callable[[], dict] | None = None
     transactions: Callable[[], dict] | None = None
     replication_latency: Callable[[], Any] | None = None  # the master's LatencyHistogram, or None
+    clients: Any = None  # the remoting's ClientTable (consumer groups' members), or None
 
 
 class BrokerCollector:

@@ -11,7 +11,9 @@ Rules kept here (ARCHITECTURE decision 12):
   HTTP, credentials and tokens travel in clear: a warning says so when the
   address is reachable from other machines.
 - Hypercorn's own log lines go to ``mqgate.http.server`` (its start banner dropped); no access log.
-- Other HTTP parts (the dashboard, the event API) join with ``extra_routes``.
+- The dashboard (``/dashboard``, gateway/http/dashboard) is always served with
+  the API; its rate sampler runs in this nursery. Other HTTP parts (the
+  event API) join with ``extra_routes``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from gateway.auth import is_loopback
 from gateway.http.app import AdminApi, make_app
+from gateway.http.dashboard import Dashboard, DashboardReads, RateSampler
 from gateway.http.metrics import BrokerView, make_registry
 from gateway.http.ops import GatewayOps
 from gateway.http.settings import HttpSettings
@@ -74,7 +77,11 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
         return
     port = sock.getsockname()[1]
     users = users or Users(settings.users_file, token_ttl=settings.token_ttl)
-    api = AdminApi(GatewayOps(gw), users, make_registry(gw, broker), metrics_auth=settings.metrics_auth)
+    ops = GatewayOps(gw)
+    api = AdminApi(ops, users, make_registry(gw, broker), metrics_auth=settings.metrics_auth)
+    reads = DashboardReads(gw, broker)
+    sampler = RateSampler(reads.counters)
+    dashboard = Dashboard(ops, reads, users, sampler, secure_cookie=settings.tls)
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
@@ -91,8 +98,10 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
         log.info("no HTTP users in %s: the admin API refuses every request until one is added "
                  "(mqgate passwd --admin %s USER)", users.path, users.path)
     async with trio.open_nursery() as nursery:
-        await nursery.start(_serve, make_app(api, extra_routes), config)
-        log.info("HTTP (/metrics, /api/v1) listening on %s://%s:%d", scheme, settings.host, port)
+        if gw is not None:  # (tests of the server alone pass no gateway)
+            await nursery.start(sampler.run)
+        await nursery.start(_serve, make_app(api, [*dashboard.routes(), *extra_routes]), config)
+        log.info("HTTP (/metrics, /api/v1, /dashboard) listening on %s://%s:%d", scheme, settings.host, port)
         task_status.started(port)
 
 

@@ -165,6 +165,10 @@ class Users:
         self._tokens[token] = (user.name, self._users[user.name][1], now + self.token_ttl)
         return token
 
+    def revoke_token(self, token: str) -> None:
+        """Logging out (the dashboard): the token ends now."""
+        self._tokens.pop(token, None)
+
     def check_token(self, token: str) -> User | None:
         self._reload_if_changed()
         entry = self._tokens.get(token)

@@ -1,0 +1,242 @@
+"""The dashboard's routes: server-rendered pages under ``/dashboard``.
+
+Rules kept here:
+- Login is the users file's (``mqgate passwd --admin``); the session cookie
+  and the CSRF token follow ``login.WebSessions``' rules.
+- A page asked for without a valid cookie redirects (303) to the login page,
+  which comes back to the page after login (only paths under /dashboard:
+  no open redirect).
+- Every change is a form POST checked by ``WebSessions.change`` (session,
+  CSRF token, admin role): 403 otherwise. A read-only user sees no kick or
+  delete button.
+- Kick and delete call ``GatewayOps``, the same code as the JSON API, and
+  are logged with the user's name.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from gateway.http.dashboard.charts import RateSampler, svg_chart
+from gateway.http.dashboard.login import Forbidden, WebSessions
+from gateway.http.dashboard.reads import DashboardReads
+from gateway.http.ops import GatewayOps, NotFound
+from gateway.http.users import User, Users
+
+log = logging.getLogger("mqgate.http")
+
+PREFIX = "/dashboard"
+MAX_ROWS = 500  # a table shows this many matches; a search narrows the rest
+STATIC_DIR = Path(__file__).parent / "static"
+_HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
+            "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+                                       "frame-ancestors 'none'; form-action 'self'"}
+
+
+def _human_bytes(n) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _safe_next(value: str | None) -> str:
+    if value and value.startswith(PREFIX) and not value.startswith("//") and "\\" not in value:
+        return value
+    return f"{PREFIX}/"
+
+
+class Dashboard:
+    def __init__(self, ops: GatewayOps, reads: DashboardReads, users: Users, sampler: RateSampler, *,
+                 secure_cookie: bool = False) -> None:
+        self.ops = ops
+        self.reads = reads
+        self.users = users
+        self.sampler = sampler
+        self.web = WebSessions(users, secure=secure_cookie)
+        self.env = Environment(loader=PackageLoader("gateway.http.dashboard", "templates"),
+                               autoescape=select_autoescape(default=True, default_for_string=True))
+        self.env.filters["bytes"] = _human_bytes
+        self.env.filters["q"] = lambda s: quote(str(s), safe="")
+
+    def _render(self, request: Request, template: str, code: int = 200, /, **context) -> HTMLResponse:
+        session = self.web.current(request)
+        user, token = session if session else (None, "")
+        html = self.env.get_template(template).render(
+            user=user, csrf=self.web.csrf(token) if token else "", path=request.url.path,
+            flash=request.query_params.get("flash", ""), prefix=PREFIX, **context)
+        return HTMLResponse(html, status_code=code, headers=_HEADERS)
+
+    def _page(self, handler, template: str):
+        """A GET page: to the login page without a session, else rendered."""
+        async def endpoint(request: Request) -> Response:
+            if self.web.current(request) is None:
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"{PREFIX}/login?{urlencode({'next': target})}", status_code=303)
+            try:
+                context = await handler(request)
+            except NotFound as e:
+                return self._render(request, "error.html", 404, title="Not found", message=str(e))
+            return self._render(request, template, **context)
+        return endpoint
+
+    def _action(self, handler, what: str):
+        """A POST that changes something; answered with a redirect and a flash line."""
+        async def endpoint(request: Request) -> Response:
+            try:
+                user, form = await self.web.change(request, what)
+                flash, back = await handler(request, user, form)
+            except Forbidden as e:
+                return self._render(request, "error.html", 403, title="Forbidden", message=str(e))
+            except NotFound as e:
+                flash, back = str(e), f"{PREFIX}/clients"
+            back = _safe_next(back)
+            sep = "&" if "?" in back else "?"
+            return RedirectResponse(f"{back}{sep}{urlencode({'flash': flash})}", status_code=303)
+        return endpoint
+
+    # ---- login / logout ----------------------------------------------------------------------
+
+    async def login_page(self, request: Request) -> Response:
+        return self._render(request, "login.html", title="Log in", error="",
+                            next=_safe_next(request.query_params.get("next")))
+
+    async def login(self, request: Request) -> Response:
+        try:
+            form = await self.web.form(request)
+        except Forbidden as e:
+            return self._render(request, "login.html", 400, title="Log in", next=f"{PREFIX}/", error=str(e))
+        nxt = _safe_next(form.get("next"))
+        user = await self.users.verify(form.get("username", ""), form.get("password", ""))
+        if user is None:
+            log.info("HTTP: dashboard login failed for %r", form.get("username", ""))
+            return self._render(request, "login.html", 401, title="Log in", next=nxt,
+                                error="Wrong username or password.")
+        response = RedirectResponse(nxt, status_code=303)
+        self.web.start(response, user)
+        log.info("HTTP: %s logged in to the dashboard", user.name)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        token = None
+        if self.web.current(request) is not None:
+            try:
+                _user, token, _form = await self.web.checked_form(request)
+            except Forbidden as e:
+                return self._render(request, "error.html", 403, title="Forbidden", message=str(e))
+        response = RedirectResponse(f"{PREFIX}/login", status_code=303)
+        self.web.end(response, token)
+        return response
+
+    # ---- pages -------------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> dict:
+        s = self.sampler
+        charts = [svg_chart(s.rate("received"), "Messages in", "/s"), svg_chart(s.rate("sent"), "Messages out", "/s"),
+                  svg_chart(s.gauge("connected"), "Connections"),
+                  svg_chart([(t, v / 1024) for t, v in s.rate("written")], "Commit log writes", " KiB/s")]
+        return {"title": "Overview", "stats": self.reads.overview(), "charts": charts,
+                "minutes": round(s.samples.maxlen * s.interval / 60)}
+
+    async def clients(self, request: Request) -> dict:
+        q = request.query_params.get("q", "")
+        state = request.query_params.get("state", "all")
+        rows = self.reads.sessions(q, state)
+        return {"title": "Clients and sessions", "rows": rows[:MAX_ROWS], "total": len(rows), "q": q, "state": state}
+
+    async def client(self, request: Request) -> dict:
+        cid = request.path_params["cid"]
+        sess = self.ops.session(cid)
+        conn = self.ops.client(cid) if sess["online"] else None
+        return {"title": f"Client {cid}", "cid": cid, "session": sess, "conn": conn}
+
+    async def kick(self, request: Request, user: User, form: dict) -> tuple[str, str]:
+        cid = request.path_params["cid"]
+        await self.ops.kick(cid)
+        log.info("HTTP: %s kicked client %s (dashboard)", user.name, cid)
+        return f"Kicked {cid}.", form.get("back") or f"{PREFIX}/clients"
+
+    async def delete_session(self, request: Request, user: User, form: dict) -> tuple[str, str]:
+        cid = request.path_params["cid"]
+        await self.ops.delete_session(cid)
+        log.info("HTTP: %s deleted the session of %s (dashboard)", user.name, cid)
+        return f"Deleted the session of {cid}.", f"{PREFIX}/clients"
+
+    async def subscriptions(self, request: Request) -> dict:
+        q = request.query_params.get("q", "")
+        rows = self.reads.subscriptions(q)
+        return {"title": "Subscriptions", "rows": rows[:MAX_ROWS], "total": len(rows), "q": q}
+
+    async def retained(self, request: Request) -> dict:
+        q = request.query_params.get("q", "")
+        topic = request.query_params.get("topic")
+        message = None
+        if topic is not None:
+            message = await self.reads.retained_message(topic)
+            if message is None:
+                raise NotFound(f"no retained message on {topic!r}")
+        topics = self.reads.retained_topics(q)
+        return {"title": "Retained messages", "topics": topics[:MAX_ROWS], "total": len(topics), "q": q,
+                "message": message}
+
+    async def delete_retained(self, request: Request, user: User, form: dict) -> tuple[str, str]:
+        topic = form.get("topic", "")
+        await self.ops.delete_retained(topic)
+        log.info("HTTP: %s cleared the retained message of %r (dashboard)", user.name, topic)
+        return f"Cleared the retained message of {topic}.", f"{PREFIX}/retained"
+
+    async def topics(self, request: Request) -> dict:
+        lmq = request.query_params.get("lmq") == "1"
+        return {"title": "Broker topics and queues", "topics": self.reads.topics(lmq), "lmq": lmq}
+
+    async def groups(self, request: Request) -> dict:
+        return {"title": "Consumer groups", "groups": self.reads.groups()}
+
+    async def messages(self, request: Request) -> dict:
+        p = request.query_params
+        topic, key, msg_id = p.get("topic", "").strip(), p.get("key", "").strip(), p.get("msgId", "").strip()
+        searched = bool(key or msg_id)
+        found = await self.reads.find_messages(topic, key, msg_id) if searched else []
+        return {"title": "Message search", "topic": topic, "key": key, "msgId": msg_id, "searched": searched,
+                "found": found, "topics": [t["name"] for t in self.reads.topics()]}
+
+    async def replication(self, request: Request) -> dict:
+        return {"title": "Replication", "ha": self.reads.replication()}
+
+    def routes(self) -> list:
+        p, a = self._page, self._action
+
+        async def root(_request: Request) -> Response:
+            return RedirectResponse(f"{PREFIX}/", status_code=307)
+
+        return [
+            Route(PREFIX, root, methods=["GET"]),
+            Route(f"{PREFIX}/", p(self.overview, "overview.html"), methods=["GET"]),
+            Route(f"{PREFIX}/login", self.login_page, methods=["GET"]),
+            Route(f"{PREFIX}/login", self.login, methods=["POST"]),
+            Route(f"{PREFIX}/logout", self.logout, methods=["POST"]),
+            Route(f"{PREFIX}/clients", p(self.clients, "clients.html"), methods=["GET"]),
+            Route(f"{PREFIX}/clients/{{cid:path}}/kick", a(self.kick, "kicking a client"), methods=["POST"]),
+            Route(f"{PREFIX}/clients/{{cid:path}}/delete", a(self.delete_session, "deleting a session"),
+                  methods=["POST"]),
+            Route(f"{PREFIX}/clients/{{cid:path}}", p(self.client, "client.html"), methods=["GET"]),
+            Route(f"{PREFIX}/subscriptions", p(self.subscriptions, "subscriptions.html"), methods=["GET"]),
+            Route(f"{PREFIX}/retained", p(self.retained, "retained.html"), methods=["GET"]),
+            Route(f"{PREFIX}/retained/delete", a(self.delete_retained, "deleting a retained message"),
+                  methods=["POST"]),
+            Route(f"{PREFIX}/topics", p(self.topics, "topics.html"), methods=["GET"]),
+            Route(f"{PREFIX}/groups", p(self.groups, "groups.html"), methods=["GET"]),
+            Route(f"{PREFIX}/messages", p(self.messages, "messages.html"), methods=["GET"]),
+            Route(f"{PREFIX}/replication", p(self.replication, "replication.html"), methods=["GET"]),
+            Mount(f"{PREFIX}/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static"),
+        ]
