@@ -44,12 +44,12 @@ from core.client.model import Message, MessageQueue, SendResult, SendStatus
 from core.client.route import TopicRoute
 from core.client.selector import SHARDING_KEY, MessageQueueSelector, select_by_hash
 from core.remoting import RequestCode, ResponseCode
+from core.store.batch import encode_batch
 from core.store.message import (
     COMPRESSED_FLAG,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
-    encode_batch,
     encode_properties,
 )
 

@@ -39,6 +39,7 @@ from core.broker import RETRY_GROUP_TOPIC_PREFIX, SendResult, dlq_topic, retry_t
 from core.processors.context import BrokerContext, born_host
 from core.remoting import HeaderFieldError, RemotingCommand, ResponseCode
 from core.remoting.server import Channel
+from core.store.batch import decode_batch
 from core.store.message import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
@@ -46,7 +47,6 @@ from core.store.message import (
     PROPERTY_RETRY_TOPIC,
     Message,
     MessageFormatError,
-    decode_batch,
     decode_message,
     decode_properties,
 )

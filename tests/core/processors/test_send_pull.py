@@ -3,7 +3,8 @@
 import trio
 
 from core.remoting import RemotingCommand, RequestCode, ResponseCode, decode_json
-from core.store.message import decode_messages, encode_batch
+from core.store.batch import encode_batch
+from core.store.message import decode_messages
 
 from wire import pull_req, send_req
 
