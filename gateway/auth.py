@@ -49,7 +49,7 @@ import os
 import secrets
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,22 +245,24 @@ class Authenticator:
 
 # --- mqgate passwd ---------------------------------------------------------------
 
-def passwd_main(argv: list[str], *, hasher: argon2.PasswordHasher | None = None) -> int:
-    """``mqgate passwd FILE USER [-b PASSWORD] [-D]``: add or update USER (the
-    file is created if missing; without -b the password is asked twice) or
-    delete USER (-D). Returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="mqgate passwd", description="Manage an mqgate password file (argon2id hashes).")
-    parser.add_argument("file", help="password file (created if missing)")
+def passwd_parser(prog: str, description: str, file_help: str) -> argparse.ArgumentParser:
+    """The arguments both ``mqgate passwd`` forms share: FILE USER [-b PASSWORD | -D]."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("file", help=file_help)
     parser.add_argument("user", help="username")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-b", dest="password", metavar="PASSWORD",
                        help="take the password from the command line (batch mode)")
     group.add_argument("-D", dest="delete", action="store_true", help="delete the user")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
+    return parser
+
+
+def edit_password_file(args: argparse.Namespace, load: Callable[[], dict[str, Any]],
+                       entry: Callable[[str], Any], store: Callable[[dict[str, Any]], None]) -> int:
+    """Add, update or delete ``args.user`` in the file ``load`` reads and
+    ``store`` writes (``entry`` makes a user's value from the password; without
+    -b the password is asked twice). Every refusal is one line on stderr and
+    exit status 1; ``load`` raises ValueError for a file it cannot read."""
     path = Path(args.file)
     user: str = args.user
     if not user or ":" in user or user != user.strip() or any(ord(c) < 32 for c in user):
@@ -268,8 +270,8 @@ def passwd_main(argv: list[str], *, hasher: argon2.PasswordHasher | None = None)
               "surrounding spaces)", file=sys.stderr)
         return 1
     try:
-        users = read_password_file(path) if path.exists() else {}
-    except PasswordFileError as e:
+        users = load()
+    except ValueError as e:
         print(f"mqgate passwd: {e}", file=sys.stderr)
         return 1
     if args.delete:
@@ -292,10 +294,27 @@ def passwd_main(argv: list[str], *, hasher: argon2.PasswordHasher | None = None)
         if not password:
             print("mqgate passwd: empty password", file=sys.stderr)
             return 1
-        users[user] = hash_password(password, hasher=hasher)
+        users[user] = entry(password)
     try:
-        write_password_file(path, users)
+        store(users)
     except OSError as e:
         print(f"mqgate passwd: cannot write {path}: {e.strerror or e}", file=sys.stderr)
         return 1
     return 0
+
+
+def passwd_main(argv: list[str], *, hasher: argon2.PasswordHasher | None = None) -> int:
+    """``mqgate passwd FILE USER [-b PASSWORD] [-D]``: add or update USER (the
+    file is created if missing; without -b the password is asked twice) or
+    delete USER (-D). Returns the exit status."""
+    parser = passwd_parser("mqgate passwd", "Manage an mqgate password file (argon2id hashes).",
+                           "password file (created if missing)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    path = Path(args.file)
+    return edit_password_file(
+        args, lambda: read_password_file(path) if path.exists() else {},
+        lambda password: hash_password(password, hasher=hasher),
+        lambda users: write_password_file(path, users))

@@ -26,12 +26,10 @@ Rules kept here:
 from __future__ import annotations
 
 import argparse
-import getpass
 import hashlib
 import hmac
 import logging
 import secrets
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +37,7 @@ from pathlib import Path
 import argon2
 import trio
 
-from gateway.auth import hash_password, write_password_file
+from gateway.auth import edit_password_file, hash_password, passwd_parser, write_password_file
 
 log = logging.getLogger("mqgate.http")
 
@@ -186,57 +184,22 @@ class Users:
 
 def passwd_admin_main(argv: list[str]) -> int:
     """``mqgate passwd --admin FILE USER [--role admin|read-only] [-b PASSWORD] [-D]``."""
-    parser = argparse.ArgumentParser(
-        prog="mqgate passwd --admin",
-        description="Manage the HTTP API's users file (roles admin and read-only, argon2id hashes).")
+    parser = passwd_parser(
+        "mqgate passwd --admin",
+        "Manage the HTTP API's users file (roles admin and read-only, argon2id hashes).",
+        "users file (created if missing; the server reads <dataDir>/http_users "
+        "unless [http] usersFile says otherwise)")
     parser.add_argument("--admin", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("file", help="users file (created if missing; the server reads <dataDir>/http_users "
-                                     "unless [http] usersFile says otherwise)")
-    parser.add_argument("user", help="username")
     parser.add_argument("--role", choices=ROLES, default="admin", help="admin (default) or read-only")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("-b", dest="password", metavar="PASSWORD", help="the password (batch mode)")
-    group.add_argument("-D", dest="delete", action="store_true", help="delete the user")
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
     path = Path(args.file)
-    user: str = args.user
-    if not user or ":" in user or user != user.strip() or any(ord(c) < 32 for c in user):
-        print(f"mqgate passwd: invalid username {user!r} (no ':', control characters or "
-              "surrounding spaces)", file=sys.stderr)
-        return 1
-    try:
-        users = read_users_file(path)
-    except UsersFileError as e:
-        print(f"mqgate passwd: {e}", file=sys.stderr)
-        return 1
-    if args.delete:
-        if user not in users:
-            print(f"mqgate passwd: user {user!r} not found in {path}", file=sys.stderr)
-            return 1
-        del users[user]
-    else:
-        password = args.password
-        if password is None:
-            try:
-                password = getpass.getpass("Password: ")
-                again = getpass.getpass("Reenter password: ")
-            except (EOFError, KeyboardInterrupt):
-                print("mqgate passwd: no password given", file=sys.stderr)
-                return 1
-            if password != again:
-                print("mqgate passwd: passwords do not match", file=sys.stderr)
-                return 1
-        if not password:
-            print("mqgate passwd: empty password", file=sys.stderr)
-            return 1
-        users[user] = (args.role, hash_password(password))
-    try:
+
+    def store(users: dict[str, tuple[str, str]]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_password_file(path, {name: f"{role}:{stored}" for name, (role, stored) in users.items()})
-    except OSError as e:
-        print(f"mqgate passwd: cannot write {path}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    return 0
+
+    return edit_password_file(args, lambda: read_users_file(path),
+                              lambda password: (args.role, hash_password(password)), store)

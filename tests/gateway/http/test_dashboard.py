@@ -80,10 +80,11 @@ class Device:
 
 
 def _chrome():
-    webdriver = pytest.importorskip("selenium.webdriver")
-    if not Path(CHROMEDRIVER).exists():
-        pytest.skip("chromium-driver is not installed (make test-deps installs it)")
+    from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
+    if not Path(CHROMEDRIVER).exists():
+        pytest.fail(f"{CHROMEDRIVER} is missing: `make test-deps` installs chromium-driver")
 
     options = webdriver.ChromeOptions()
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900",
