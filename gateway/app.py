@@ -58,6 +58,7 @@ from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingE
                              queue_for, split_delayed)
 from gateway.meta import record, replay
 from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
+from gateway.readiness import Readiness
 from gateway.retained import RetainedIndex
 from gateway.router import Router
 from gateway.connection import Connection
@@ -101,6 +102,7 @@ class MQTTGateway:
         self._retained_dirty: set[str] = set()  # topics whose "ret" record is behind the index
         self._retained_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self.readiness = Readiness()  # where idle plain-TCP connections wait for input
 
     # ---- running ----------------------------------------------------------------------
 
@@ -115,6 +117,7 @@ class MQTTGateway:
 
     async def _run(self, nursery, listeners, task_status) -> None:
         await self._restore()
+        await nursery.start(self.readiness.run)
         nursery.start_soon(self._retained_records)
         self.broker.add_put_hook(self.router.put_hook)
         self.broker.add_stored_hook(self.router.stored_hook)

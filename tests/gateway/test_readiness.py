@@ -1,0 +1,139 @@
+"""gateway.readiness: idle connections wait for input in one epoll of the gateway.
+
+Real socket pairs; the watcher runs in the test's nursery. Shown: a waiter
+wakes when its socket has input (and only then), a cancelled wait leaves no
+entry and a later event for it is dropped, a descriptor number used again by a
+new socket is registered again, and stopping the watcher wakes whoever still
+waits (their read then goes through trio). An idle connection of a real
+gateway waits there, with one trio frame below its own.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+from trio.testing import wait_all_tasks_blocked
+
+from gateway.mqtt import Publish
+from gateway.readiness import Readiness
+
+async def _wait(readiness: Readiness, fd: int, woken: list) -> None:
+    abort = readiness.arm(fd)
+    assert abort is not None
+    await trio.lowlevel.wait_task_rescheduled(abort)
+    woken.append(fd)
+
+
+async def test_a_waiter_wakes_when_its_socket_has_input_and_not_before():
+    readiness = Readiness()
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    woken: list = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(readiness.run)
+        nursery.start_soon(_wait, readiness, a.fileno(), woken)
+        nursery.start_soon(_wait, readiness, c.fileno(), woken)
+        await wait_all_tasks_blocked()
+        assert woken == []
+        b.send(b"x")
+        with trio.fail_after(5):
+            while not woken:
+                await trio.sleep(0.01)
+        await wait_all_tasks_blocked()
+        assert woken == [a.fileno()]  # c's waiter sleeps on
+        d.send(b"y")
+        with trio.fail_after(5):
+            while len(woken) < 2:
+                await trio.sleep(0.01)
+        assert woken == [a.fileno(), c.fileno()]
+        assert readiness._waiting == {}
+        nursery.cancel_scope.cancel()
+    for s in (a, b, c, d):
+        s.close()
+
+
+async def test_a_cancelled_wait_leaves_nothing_and_its_late_event_is_dropped():
+    readiness = Readiness()
+    a, b = socket.socketpair()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(readiness.run)
+        with trio.move_on_after(0.05) as scope:
+            await _wait(readiness, a.fileno(), [])
+        assert scope.cancelled_caught
+        assert readiness._waiting == {}
+        b.send(b"late")  # still armed: the watcher finds nobody waiting
+        await trio.sleep(0.05)
+        woken: list = []
+        nursery.start_soon(_wait, readiness, a.fileno(), woken)  # armed again: the unread input wakes it
+        with trio.fail_after(5):
+            while not woken:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    a.close()
+    b.close()
+
+
+async def test_a_descriptor_number_used_again_is_registered_again():
+    readiness = Readiness()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(readiness.run)
+        a, b = socket.socketpair()
+        with trio.move_on_after(0.02):
+            await _wait(readiness, a.fileno(), [])
+        fd = a.fileno()
+        a.close()  # leaves the epoll with its last reference
+        b.close()
+        c, d = socket.socketpair()
+        assert fd in (c.fileno(), d.fileno())  # the lowest free numbers come back
+        again = c if c.fileno() == fd else d
+        other = d if again is c else c
+        woken: list = []
+        nursery.start_soon(_wait, readiness, again.fileno(), woken)
+        await wait_all_tasks_blocked()
+        other.send(b"z")
+        with trio.fail_after(5):
+            while not woken:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    c.close()
+    d.close()
+
+
+async def test_stopping_the_watcher_wakes_the_waiters_and_later_arms_say_none():
+    readiness = Readiness()
+    a, b = socket.socketpair()
+    woken: list = []
+    async with trio.open_nursery() as outer:
+        async with trio.open_nursery() as watcher:
+            await watcher.start(readiness.run)
+            outer.start_soon(_wait, readiness, a.fileno(), woken)
+            await wait_all_tasks_blocked()
+            watcher.cancel_scope.cancel()
+        with trio.fail_after(5):
+            while not woken:
+                await trio.sleep(0.01)
+    assert readiness.arm(a.fileno()) is None
+    a.close()
+    b.close()
+
+
+async def test_an_idle_gateway_connection_waits_in_the_gateways_epoll(gateway_factory, client_cls):
+    async with gateway_factory() as (broker, gw, port):
+        client, _ = await client_cls.connect(port, "idle", version=4)
+        await wait_all_tasks_blocked()
+        assert len(gw.readiness._waiting) == 1
+        task = next(iter(gw.readiness._waiting.values()))
+        frames, coro = [], task.coro
+        while coro is not None:
+            frames.append(coro.cr_code.co_name if hasattr(coro, "cr_code") else coro.gi_code.co_name)
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        assert frames[:2] == ["_connection", "run"]
+        assert "wait_readable" not in frames and len(frames) <= 4
+        sub, _ = await client_cls.connect(port, "sub", version=4)
+        await sub.subscribe("t", qos=0)
+        await client.publish("t", b"seen")  # the idle one wakes and acts
+        with trio.fail_after(5):
+            assert (await sub.expect(Publish)).payload == b"seen"
+        await client.close()
+        await sub.close()
