@@ -185,10 +185,10 @@ class SubscriptionGroupTable:
             "subscriptionGroupTable": {g: c.to_json() for g, c in sorted(self._table.items())},
         }
 
-    def replace_all(self, obj: dict[str, Any]) -> bool:
+    def replace_all(self, obj: dict[str, Any], *, force: bool = False) -> bool:
         """Take a master's ``subscriptionGroup.json`` form, table and data version,
-        unless its version is ours already (False). ValueError (nothing changed)
-        if ``obj`` is not that form."""
+        unless its version is ours already (False) and not ``force``. ValueError
+        (nothing changed) if ``obj`` is not that form."""
         table = obj.get("subscriptionGroupTable") if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("the body has no subscriptionGroupTable object")
@@ -200,7 +200,7 @@ class SubscriptionGroupTable:
                 configs[cfg.group_name] = cfg
         except (TypeError, AttributeError) as e:
             raise ValueError(f"bad subscription group table: {e}") from None
-        if version == self.data_version:
+        if version == self.data_version and not force:
             return False
         self._table = configs
         self.data_version = version

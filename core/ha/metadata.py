@@ -9,7 +9,9 @@ Rules kept here:
 - Topics: when the master's ``dataVersion`` differs from the slave's, the
   slave's table becomes the master's exactly (topics the slave made for
   itself before are dropped; their consume-queue files stay, as in 4.x),
-  with the master's data version. Subscription groups: the same rule.
+  with the master's data version; the first round takes the table whatever
+  the versions say (two tables can share a version: milliseconds and a
+  counter). Subscription groups: the same rules.
   Consumer offsets: every ``topic@group`` the master has replaces the
   slave's; others stay (4.x ``putAll``: what a consumer committed to the
   slave while its master was away is not thrown out). Delay offsets: the
@@ -66,6 +68,11 @@ class SlaveMetadataSync:
         self.last_synced_ms = 0  # wall-clock ms of the last complete round; 0 = never
         self._down: str | None = None  # the master we last failed to reach, while it stays down
         self._delays_taken = False
+        # The first round takes topics and groups whatever their versions say: a
+        # version is (ms, counter), and a table changed on the slave before that
+        # round can carry the very version of a different master table.
+        self._topics_taken = False
+        self._groups_taken = False
 
     def status(self) -> dict[str, Any]:
         return {"masterAddr": self.master_addr() or "", "rounds": self.rounds, "failedRounds": self.failed_rounds,
@@ -156,7 +163,7 @@ class SlaveMetadataSync:
             raise ValueError("no topicConfigTable object")
         version = DataVersion.from_json(body.get("dataVersion"))
         topics = self.broker.topics
-        if version == topics.data_version:
+        if self._topics_taken and version == topics.data_version:
             return False
         configs = {cfg.topic_name: cfg for cfg in (TopicConfig.from_json(item) for item in table.values())}
         for name in [n for n in topics.all() if n not in configs]:
@@ -167,6 +174,7 @@ class SlaveMetadataSync:
             except ValueError as e:  # a name our rules refuse: the others still come over
                 log.error("slave metadata sync: master's topic %r not taken: %s", cfg.topic_name, e)
         topics.data_version = version  # after the puts: each of them bumped it
+        self._topics_taken = True
         log.info("slave metadata sync: took %d topics (data version %s)", len(configs), version)
         return True
 
@@ -176,7 +184,9 @@ class SlaveMetadataSync:
         return offsets.dirty
 
     def _take_groups(self, body: dict[str, Any]) -> bool:
-        return self.broker.groups.replace_all(body)
+        taken = self.broker.groups.replace_all(body, force=not self._groups_taken)
+        self._groups_taken = True
+        return taken
 
     async def _take_delays(self, addr: str, body: Any) -> bool:
         table = body.get("offsetTable") if isinstance(body, dict) else None

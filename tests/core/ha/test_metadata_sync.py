@@ -244,3 +244,22 @@ async def test_a_stale_delay_offset_file_is_replaced_even_by_an_empty_table(nurs
         await wait_master_known(slave)
         assert await sync_for(slave, RemotingClient(nursery)).sync_once()
         assert read(slave.broker.config_dir / "delayOffset.json") == {"offsetTable": {}}
+
+
+async def test_the_first_round_takes_tables_whose_version_matches_by_chance(nursery, tmp_path):
+    """A version is (ms, counter): the slave's own change and the master's can share one
+    (seen in CI: both brokers made the same system topics, then one topic each in the same
+    millisecond). The first round takes the master's tables anyway."""
+    ns = f"127.0.0.1:{await nursery.start(run_namesrv, '127.0.0.1', 0)}"
+    async with node(tmp_path / "m", ns) as master, \
+            node(tmp_path / "s", ns, role=BrokerRole.SLAVE, broker_id=1) as slave:
+        c = RemotingClient(nursery)
+        await wait_master_known(slave)
+        await slave.broker.update_topic(TopicConfig("SlaveOnly", 2, 2))
+        slave.broker.groups.update("SlaveGroup", retry_max_times=1)
+        await make_master_tables(c, master)
+        slave.broker.topics.data_version = master.broker.topics.data_version
+        slave.broker.groups.data_version = master.broker.groups.data_version
+        assert await sync_for(slave, c).sync_once()
+        assert slave.broker.topics.all() == master.broker.topics.all()
+        assert slave.broker.groups.get("SlaveGroup") is None and slave.broker.groups.get("GA") is not None
