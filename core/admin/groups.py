@@ -1,5 +1,5 @@
-"""``mqgate admin group list|progress|connections|reset-offset`` (mqadmin
-consumerProgress, consumerConnection, resetOffsetByTime).
+"""``mqgate admin group list|progress|connections|status|reset-offset`` (mqadmin
+consumerProgress, consumerConnection, consumerStatus, resetOffsetByTime).
 
 Rules kept here:
 
@@ -12,6 +12,12 @@ Rules kept here:
   between them. An unknown group, or an unknown ``--topic``, is an error.
 - ``connections``: the group's clients on every master, merged by client
   id, and its subscriptions; no client online is an error.
+- ``status``: each online client's own report (GET_CONSUMER_RUNNING_INFO,
+  asked through a master the client is connected to): without ``--client``
+  one row per client (queues held, messages cached, pull and consume rates,
+  failures) and whether all clients subscribe alike; with ``--client`` that
+  client's queues, rates per topic and settings (``--jstack`` adds its
+  threads' stacks).
 - ``reset-offset``: INVOKE_BROKER_TO_RESET_OFFSET on each master of the
   topic's route. Where clients of the group are online the broker sends
   them RESET_CONSUMER_CLIENT_OFFSET and they restart there and commit;
@@ -34,7 +40,7 @@ from core.client.model import MessageQueue
 
 
 def add_parsers(sub) -> None:
-    group = sub.add_parser("group", help="consumer groups: list, progress, connections, reset-offset")
+    group = sub.add_parser("group", help="consumer groups: list, progress, connections, status, reset-offset")
     group = group.add_subparsers(dest="action", required=True)
     group.add_parser("list", help="every consumer group the brokers know (mqadmin consumerProgress without -g)")
     g = group.add_parser("progress", help="per queue: broker offset, consumer offset, lag (mqadmin consumerProgress)")
@@ -42,6 +48,10 @@ def add_parsers(sub) -> None:
     g.add_argument("--topic", action="append", help="only this topic (repeatable)")
     c = group.add_parser("connections", help="the group's online clients and subscriptions (mqadmin consumerConnection)")
     c.add_argument("group")
+    st = group.add_parser("status", help="the clients' own reports: queues, cache, rates (mqadmin consumerStatus)")
+    st.add_argument("group")
+    st.add_argument("--client", help="one client's whole report")
+    st.add_argument("--jstack", action="store_true", help="with --client: its threads' stacks too")
     r = group.add_parser("reset-offset", help="move the group to a time on a topic (mqadmin resetOffsetByTime)")
     r.add_argument("group")
     r.add_argument("topic")
@@ -129,6 +139,65 @@ async def group_connections(admin: Admin, a) -> dict:
             "consumeFromWhere": first.get("consumeFromWhere")}
 
 
+async def group_status(admin: Admin, a) -> dict:
+    facts = await admin.group_facts(a.group)
+    if not facts.connections:
+        why = "" if facts.known else f" (and is unknown: {facts.WHY_UNKNOWN})"
+        raise AdminError(f"consumer group {a.group} has no client online{why}")
+    masters = await admin.masters()
+    via: dict[str, str] = {}  # client id -> a master it is connected to
+    for broker, conn in sorted(facts.connections.items()):
+        for c in conn.get("connectionSet") or ():
+            via.setdefault(c["clientId"], masters[broker])
+    if a.client:
+        if a.client not in via:
+            raise AdminError(f"client {a.client} is not online in consumer group {a.group} "
+                             f"(online: {', '.join(sorted(via))})")
+        info = await admin.api.consumer_running_info(via[a.client], a.group, a.client, a.jstack)
+        return {"group": a.group, "clientId": a.client, **_report(info)}
+    rows, subscriptions = [], set()
+    for client_id, addr in sorted(via.items()):
+        info = _report(await admin.api.consumer_running_info(addr, a.group, client_id))
+        subscriptions.add(tuple(sorted((s["topic"], s["subString"]) for s in info["subscriptions"])))
+        status = info["status"]
+        rows.append({"clientId": client_id, "version": info["properties"].get("PROP_CLIENT_VERSION"),
+                     "orderly": info["properties"].get("PROP_CONSUMEORDERLY") == "true",
+                     "queues": len(info["queues"]), "cachedMsgs": sum(q["cachedMsgCount"] for q in info["queues"]),
+                     "pullTPS": round(sum(s["pullTPS"] for s in status), 2),
+                     "consumeOKTPS": round(sum(s["consumeOKTPS"] for s in status), 2),
+                     "consumeFailedTPS": round(sum(s["consumeFailedTPS"] for s in status), 2),
+                     "consumeFailedMsgs": sum(s["consumeFailedMsgs"] for s in status)})
+    return {"group": a.group, "clients": rows, "sameSubscriptions": len(subscriptions) <= 1}
+
+
+def _numbers(fields: dict) -> dict:
+    """The C++ client writes its longs and doubles as JSON strings ("commitOffset": "12")."""
+    out = {}
+    for k, v in fields.items():
+        if isinstance(v, str):
+            try:
+                v = int(v)
+            except ValueError:
+                try:
+                    v = float(v)
+                except ValueError:
+                    pass
+        out[k] = v
+    return out
+
+
+def _report(info: dict) -> dict:
+    """ConsumerRunningInfo as rows: queues (MessageQueue keys flattened), status per topic."""
+    queues = [_numbers({**dict(mq), **pq}) for mq, pq in (info.get("mqTable") or {}).items()]
+    queues.sort(key=lambda q: (q["topic"], q["brokerName"], q["queueId"]))
+    status = [{"topic": t, **_numbers(st)} for t, st in sorted((info.get("statusTable") or {}).items())]
+    out = {"properties": info.get("properties") or {}, "subscriptions": info.get("subscriptionSet") or [],
+           "queues": queues, "status": status}
+    if info.get("jstack"):
+        out["jstack"] = info["jstack"]
+    return out
+
+
 async def group_reset_offset(admin: Admin, a) -> dict:
     ts = parse_time(a.time)
     route = await admin.route(a.topic)
@@ -159,6 +228,25 @@ def render(action: str, result: dict, out: TextIO) -> None:
         print(file=out)
         for k in ("consumeType", "messageModel", "consumeFromWhere"):
             print(f"{k}: {result[k]}", file=out)
+    elif action == "status" and "clients" in result:
+        table(result["clients"], ["clientId", "version", "orderly", "queues", "cachedMsgs", "pullTPS", "consumeOKTPS",
+                                  "consumeFailedTPS", "consumeFailedMsgs"], out)
+        print("subscriptions: " + ("the same on every client" if result["sameSubscriptions"]
+                                   else "NOT the same on every client (mqgate admin group connections shows them)"),
+              file=out)
+    elif action == "status":
+        print(f"client {result['clientId']} of {result['group']}", file=out)
+        table(result["queues"], ["topic", "brokerName", "queueId", "commitOffset", "cachedMsgCount",
+                                 "cachedMsgMinOffset", "cachedMsgMaxOffset", "locked", "droped"], out)
+        print(file=out)
+        table(result["status"], ["topic", "pullRT", "pullTPS", "consumeRT", "consumeOKTPS", "consumeFailedTPS",
+                                 "consumeFailedMsgs"], out)
+        print(file=out)
+        for k, v in sorted(result["properties"].items()):
+            print(f"{k}: {v}", file=out)
+        if result.get("jstack"):
+            print(file=out)
+            print(result["jstack"].rstrip(), file=out)
     elif action == "reset-offset":
         ts = result["timestamp"]
         when = "now (each queue's end)" if ts == -1 else human_time(ts) if ts > 0 else "0 (each queue's start)"

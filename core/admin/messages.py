@@ -50,6 +50,9 @@ def add_parsers(sub) -> None:
     i = message.add_parser("id", help="a message by offset msg id or UNIQ_KEY (mqadmin queryMsgById, queryMsgByUniqueKey)")
     i.add_argument("msg_id")
     i.add_argument("--topic", help="look the id up as a UNIQ_KEY in this topic only")
+    i.add_argument("--group", help="with --client: hand the message to that consumer's listener once "
+                                   "(mqadmin queryMsgById -g -d); no offset moves")
+    i.add_argument("--client", help="the client id (mqgate admin group connections GROUP lists them)")
     dlq = sub.add_parser("dlq", help="dead-letter queues").add_subparsers(dest="action", required=True)
     d = dlq.add_parser("resend", help="re-send %%DLQ%%<group> to the original topics")
     d.add_argument("group")
@@ -83,6 +86,20 @@ def check_msg_id(msg_id: str) -> str:
 
 
 async def message_id(admin: Admin, a) -> dict:
+    group, client = getattr(a, "group", None), getattr(a, "client", None)
+    if bool(group) != bool(client):
+        raise AdminUsageError("--group and --client go together: the consumer that gets the message")
+    found = await _find_by_id(admin, a)
+    if group:
+        row = found["messages"][0]
+        ip, port = unpack_host(parse_offset_msg_id(row["offsetMsgId"])[0])
+        result = await admin.api.consume_message_directly(f"{ip}:{port}", group, client, row["offsetMsgId"],
+                                                          row["topic"])
+        found["consumed"] = {"group": group, "clientId": client, **result}
+    return found
+
+
+async def _find_by_id(admin: Admin, a) -> dict:
     msg_id = check_msg_id(a.msg_id)
     host, offset = parse_offset_msg_id(msg_id)
     ip, port = unpack_host(host)
@@ -166,6 +183,12 @@ async def dlq_resend(admin: Admin, a) -> dict:
 def render(action: str, result: dict, out: TextIO) -> None:
     if action in ("key", "id"):
         table(result["messages"], ["topic", "queueId", "queueOffset", "msgId", "offsetMsgId", "tags", "keys", "body"], out)
+        c = result.get("consumed")
+        if c is not None:
+            print(f"consumed directly by {c['clientId']} of {c['group']}: {c['consumeResult']} in "
+                  f"{c['spentTimeMills']} ms{' (orderly)' if c.get('order') else ''}", file=out)
+            if c.get("remark"):
+                print(c["remark"].rstrip(), file=out)
     elif action == "resend":
         table(result["resent"], ["dlqOffset", "msgId", "topic", "queueId", "queueOffset"], out)
         for s in result["skipped"]:

@@ -45,6 +45,11 @@ VERBS: dict[str, tuple[str, str | None, str, list]] = {
         (("-t", "--topicName"), {"dest": "topic", "action": "append"}),
     ]),
     "consumerConnection": ("group", "connections", "= group connections", [G]),
+    "consumerStatus": ("group", "status", "= group status", [
+        G,
+        (("-i", "--clientId"), {"dest": "client"}),
+        (("-s", "--jstack"), {"dest": "jstack", "action": "store_true"}),
+    ]),
     "resetOffsetByTime": ("group", "reset-offset", "= group reset-offset", [
         (("-g", "--group"), {"dest": "group", "required": True}),
         (("-t", "--topic"), {"dest": "topic", "required": True}),
@@ -62,6 +67,8 @@ VERBS: dict[str, tuple[str, str | None, str, list]] = {
     "queryMsgById": ("message", "id", "= message id", [
         (("-i", "--msgId"), {"dest": "msg_id", "required": True}),
         (("-t", "--topic"), {"dest": "topic"}),
+        (("-g", "--consumerGroup"), {"dest": "group", "help": "with -d: consume it directly"}),
+        (("-d", "--clientId"), {"dest": "client"}),
     ]),
     "queryMsgByUniqueKey": ("message", "id", "= message id --topic", [
         (("-i", "--msgId"), {"dest": "msg_id", "required": True}),

@@ -292,6 +292,23 @@ class ClientApi:
         table = (decode_json(resp.body).get("offsetTable") or {}) if resp.body else {}
         return resp.code == ResponseCode.SUCCESS, {MessageQueue.from_json(dict(k)): int(v) for k, v in table.items()}
 
+    async def consumer_running_info(self, addr: str, group: str, client_id: str, jstack: bool = False) -> dict:
+        """GET_CONSUMER_RUNNING_INFO through the broker at ``addr`` to one client of ``group``.
+        The broker waits up to 10 s for the client, so this waits 12 s at least."""
+        ext = {"consumerGroup": group, "clientId": client_id, "jstackEnable": jstack}
+        resp = _check(await self.call(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, ext,
+                                      timeout=max(self.timeout, 12.0)), addr, ResponseCode.SUCCESS)
+        return decode_json(resp.body)
+
+    async def consume_message_directly(self, addr: str, group: str, client_id: str, offset_msg_id: str,
+                                       topic: str | None = None) -> dict:
+        """CONSUME_MESSAGE_DIRECTLY: the broker holding ``offset_msg_id`` hands that message to
+        one client's listener once; its ConsumeMessageDirectlyResult."""
+        ext = {"consumerGroup": group, "clientId": client_id, "msgId": offset_msg_id, "topic": topic}
+        resp = _check(await self.call(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, ext,
+                                      timeout=max(self.timeout, 12.0)), addr, ResponseCode.SUCCESS)
+        return decode_json(resp.body)
+
 
 @asynccontextmanager
 async def open_client_api(timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[ClientApi]:

@@ -55,6 +55,7 @@ from core.client.model import ConsumeFromWhere, MessageExt, MessageModel, Messag
 from core.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from core.client.process_queue import ProcessQueue
 from core.client.route import TopicRoute
+from core.client.stats import ConsumerStats, python_stacks
 from core.store.java_hash import java_string_hash
 from core.store.message import decode_messages
 
@@ -165,6 +166,8 @@ class ConsumerBase:
         self.stopping = False
         self.rebalance_count = 0
         self.rebalanced = trio.Event()  # fires after each rebalance (then replaced)
+        self.stats = ConsumerStats()
+        self.started_ms = int(time.time() * 1000)
 
     @property
     def client_id(self) -> str:
@@ -393,12 +396,15 @@ class ConsumerBase:
             if not self._may_pull(pq):
                 await trio.sleep(min(1.0, self.pull_error_delay))
                 continue
+            began = trio.current_time()
             try:
                 code, next_offset, msgs = await self.pull_once(mq, offset, sub)
             except Exception as exc:
                 log.info("pull %s@%d failed: %s", mq, offset, exc)
                 await trio.sleep(self.pull_error_delay)
                 continue
+            self.stats.pulled(mq.topic, len(msgs), (trio.current_time() - began) * 1000)
+            pq.last_pull_ms = int(time.time() * 1000)
             if pq.dropped:
                 return
             if code == 21:
@@ -445,6 +451,42 @@ class ConsumerBase:
         if self.consume_from is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP and not is_retry:
             return await api.search_offset(addr, mq, self.consume_timestamp)
         return 0 if is_retry and self.consume_from is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET else await api.max_offset(addr, mq)
+
+    # ---- what an operator asks (GET_CONSUMER_RUNNING_INFO) ----
+
+    def config_properties(self) -> dict[str, str]:
+        """The consumer's settings under the Java client's field names."""
+        return {"consumerGroup": self.group, "messageModel": self.message_model.value,
+                "consumeFromWhere": self.consume_from.value, "consumeTimestamp": str(self.consume_timestamp),
+                "pullBatchSize": str(self.pull_batch_size), "brokerSuspendMaxTimeMillis": str(self.suspend_ms),
+                "pullThresholdForQueue": str(self.pull_threshold_for_queue),
+                "persistConsumerOffsetInterval": str(int(self.persist_interval * 1000)),
+                "instanceName": self.instance.instance_name}
+
+    def running_info(self, *, jstack: bool = False) -> dict:
+        """ConsumerRunningInfo: properties, subscriptionSet, mqTable (ProcessQueueInfo
+        per queue, keyed by MessageQueue), statusTable (per topic), jstack."""
+        now_ms = int(time.time() * 1000)
+        now = trio.current_time()
+        props = self.config_properties()
+        props.update({"PROP_CONSUME_TYPE": self.consume_type, "PROP_CONSUMER_START_TIMESTAMP": str(self.started_ms),
+                      "PROP_NAMESERVER_ADDR": ";".join(self.instance.namesrv_addrs)})
+        mq_table = {}
+        for mq, pq in sorted(self.pqs.items(), key=lambda kv: (kv[0].topic, kv[0].broker_name, kv[0].queue_id)):
+            offsets = list(pq.msgs)
+            mq_table[tuple(sorted(mq.to_json().items()))] = {
+                "commitOffset": self.offsets.read(mq), "cachedMsgMinOffset": min(offsets, default=0),
+                "cachedMsgMaxOffset": max(offsets, default=0), "cachedMsgCount": len(offsets),
+                "cachedMsgSizeInMiB": sum(len(m.body) for m in pq.msgs.values()) // (1024 * 1024),
+                "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0, "transactionMsgCount": 0,
+                "locked": pq.locked, "tryUnlockTimes": 0,
+                "lastLockTimestamp": now_ms - int((now - pq.last_lock_time) * 1000) if pq.last_lock_time > 0 else 0,
+                "droped": pq.dropped, "lastPullTimestamp": pq.last_pull_ms, "lastConsumeTimestamp": pq.last_consume_ms}
+        info = {"properties": props, "subscriptionSet": [s.to_json() for _t, s in sorted(self.subscriptions.items())],
+                "mqTable": mq_table, "statusTable": self.stats.status()}
+        if jstack:
+            info["jstack"] = python_stacks()
+        return info
 
     # ---- pulling ----
 

@@ -40,9 +40,11 @@ from typing import Any, AsyncIterator, Callable, Protocol, TypeVar
 import trio
 
 from core.client.api import ClientApi, MQClientError, is_remoting_error
-from core.client.model import MessageQueue
+from core.client.model import MessageExt, MessageQueue
 from core.client.route import TopicRoute
-from core.remoting import CURRENT_VERSION, LanguageCode, RemotingCommand, RequestCode, decode_json
+from core.remoting import (CURRENT_VERSION, LanguageCode, RemotingCommand, RequestCode, ResponseCode, decode_json,
+                           encode_json)
+from core.store.message import MessageFormatError, decode_message
 from core.remoting.client import RemotingClient, split_addr
 
 __all__ = ["ClientInstance", "ClientOwner", "local_ip", "parse_namesrv"]
@@ -51,6 +53,7 @@ log = logging.getLogger("mqgate.client")
 
 DEFAULT_TOPIC = "TBW102"
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+VERSION_DESC = "V4_9_8"  # MQVersion's name for CURRENT_VERSION (405), in running info
 
 
 _C = TypeVar("_C")
@@ -133,7 +136,9 @@ class ClientInstance:
         self.remoting = RemotingClient(
             nursery,
             handlers={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
-                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset},
+                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+                      RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
+                      RequestCode.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly},
             language=LanguageCode.PYTHON,
             version=CURRENT_VERSION,
         )
@@ -317,6 +322,35 @@ class ClientInstance:
         if reset is not None:
             reset(group, topic, offsets)
         return None
+
+    def _consumer_of(self, cmd: RemotingCommand, method: str):
+        group = cmd.get_str("consumerGroup", "")
+        if getattr(self.owner, "group", None) == group and hasattr(self.owner, method):
+            return getattr(self.owner, method)
+        return None
+
+    async def _on_running_info(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (307, passed on by a broker for an operator)."""
+        running_info = self._consumer_of(cmd, "running_info")
+        if running_info is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{cmd.get_str('consumerGroup', '')}> "
+                                     "not exist in this consumer")
+        info = running_info(jstack=cmd.get_str("jstackEnable", "false") == "true")
+        info["properties"]["PROP_CLIENT_VERSION"] = VERSION_DESC
+        return cmd.make_response(ResponseCode.SUCCESS, body=encode_json(info, standard=False).encode())
+
+    async def _on_consume_directly(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY (309): the stored message in the body goes to the listener once."""
+        consume = self._consumer_of(cmd, "consume_directly")
+        if consume is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{cmd.get_str('consumerGroup', '')}> "
+                                     "not exist in this consumer")
+        try:
+            msg = MessageExt.from_stored(decode_message(cmd.body), cmd.get_str("brokerName", ""))
+        except MessageFormatError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"unreadable message in the request: {exc}")
+        result = await consume(msg)
+        return cmd.make_response(ResponseCode.SUCCESS, body=encode_json(result, standard=False).encode())
 
 
 def parse_reset_offset_body(body: bytes) -> dict[MessageQueue, int]:

@@ -40,6 +40,8 @@ class ProcessQueue:
         self.locked = False
         self.last_lock_time = -1e9
         self.changed = trio.Event()
+        self.last_pull_ms = 0  # epoch ms, for GET_CONSUMER_RUNNING_INFO
+        self.last_consume_ms = 0
 
     def __len__(self) -> int:
         return len(self.msgs)

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
+import traceback
 import zlib
 from collections import deque
 from contextlib import AbstractAsyncContextManager
@@ -280,6 +282,43 @@ class AsyncPushConsumer(ConsumerBase):
         if not self._consuming:
             self._consume_idle.set()
 
+    def _consumed(self, mq: MessageQueue, pq: ProcessQueue, n: int, ok: bool, began: float) -> None:
+        self.stats.consumed(mq.topic, n, ok, (trio.current_time() - began) * 1000 / n)
+        pq.last_consume_ms = int(time.time() * 1000)
+
+    # ---- what an operator asks (GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY) ----
+
+    def config_properties(self) -> dict[str, str]:
+        props = super().config_properties()
+        props.update({"consumeMessageBatchMaxSize": str(self.consume_batch_size),
+                      "consumeThreadMax": str(int(self._limiter.total_tokens)),
+                      "maxReconsumeTimes": str(self.max_reconsume_times),
+                      "suspendCurrentQueueTimeMillis": str(self.suspend_current_queue_ms),
+                      "PROP_CONSUMEORDERLY": "true" if self.orderly else "false",
+                      "PROP_THREADPOOL_CORE_SIZE": str(int(self._limiter.total_tokens))})
+        return props
+
+    async def consume_directly(self, msg: MessageExt) -> dict:
+        """ConsumeMessageDirectlyResult of handing ``msg`` to the listener once, as
+        the Java client does for CONSUME_MESSAGE_DIRECTLY: no offset moves, no
+        retry, nothing is sent back."""
+        msg.restore_retry_topic(self.retry_topic)
+        ctx = ConsumeContext(msg.queue)
+        began = time.monotonic()
+        remark = None
+        try:
+            out = await self._call([msg], ctx)
+        except Exception as exc:
+            result, remark = "CR_THROW_EXCEPTION", "".join(traceback.format_exception(exc))
+        else:
+            if self.orderly:
+                ok = out is None or out is True or out is ConsumeOrderlyStatus.SUCCESS
+            else:
+                ok = out is None or out is True or out is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+            result = "CR_SUCCESS" if ok else "CR_LATER"
+        return {"autoCommit": True, "consumeResult": result, "order": self.orderly, "remark": remark,
+                "spentTimeMills": int((time.monotonic() - began) * 1000)}
+
     # ---- concurrent ----
 
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], delay: float = 0.0) -> None:
@@ -315,6 +354,7 @@ class AsyncPushConsumer(ConsumerBase):
         if pq.dropped:
             return
         ctx = ConsumeContext(mq)
+        began = trio.current_time()
         try:
             out = await self._call(batch, ctx)
             ok = out is None or out is True or out is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
@@ -322,6 +362,7 @@ class AsyncPushConsumer(ConsumerBase):
             log.exception("listener failed on %d message(s) of %s; reconsume later", len(batch), mq)
             ok = False
         self.consumed_count += len(batch)
+        self._consumed(mq, pq, len(batch), ok, began)
         again: list[MessageExt] = []
         if not ok and self.clustering:
             for m in batch:
@@ -389,6 +430,7 @@ class AsyncPushConsumer(ConsumerBase):
             batch = pq.take(self.consume_batch_size)
             ctx = ConsumeContext(mq)
             self._begin()
+            began = trio.current_time()
             try:
                 try:
                     out = await self._call(batch, ctx)
@@ -397,6 +439,7 @@ class AsyncPushConsumer(ConsumerBase):
                     log.exception("orderly listener failed on %s; suspending the queue", mq)
                     ok = False
                 self.consumed_count += len(batch)
+                self._consumed(mq, pq, len(batch), ok, began)
                 if not ok and all(m.reconsume_times >= self.max_reconsume_times for m in batch):
                     ok = all([await self._to_dlq(m) for m in batch])
                 if ok:

@@ -1,6 +1,8 @@
-"""Consumer groups as an operator sees them: GET_CONSUMER_CONNECTION_LIST (203) and
+"""Consumer groups as an operator sees them: GET_CONSUMER_CONNECTION_LIST (203),
 INVOKE_BROKER_TO_RESET_OFFSET (222), which sends RESET_CONSUMER_CLIENT_OFFSET (220)
-to the group's live clients.
+to the group's live clients, and the two requests the broker passes on to one
+client and answers with the client's answer: GET_CONSUMER_RUNNING_INFO (307)
+and CONSUME_MESSAGE_DIRECTLY (309).
 
 Reference 2.1 (``AdminBrokerProcessor``, ``Broker2Client.resetOffset``).
 Rules kept here:
@@ -29,6 +31,16 @@ Rules kept here:
   ``ResetOffsetBodyForC`` (a list of queues with ``offset``); everyone else
   gets ``ResetOffsetBody`` (MessageQueue objects as map keys). A channel
   older than V3_0_7_SNAPSHOT cannot take 220: SYSTEM_ERROR, as in Java.
+- 307 and 309 (``AdminBrokerProcessor.callConsumer``): the channel of
+  (consumerGroup, clientId) gets the same header and body as a new request,
+  and its response goes back as it is. No such channel: SYSTEM_ERROR "The
+  Consumer <G> <C> not online"; a client older than V3_1_8_SNAPSHOT:
+  SYSTEM_ERROR; no answer within 10 s: CONSUME_MSG_TIMEOUT (207); a channel
+  that closes first: SYSTEM_ERROR. For 309 the broker adds its
+  ``brokerName`` to the header and puts the stored message that ``msgId``
+  (an offset message id) names in the body; an id that names no message here
+  is SYSTEM_ERROR (Java sends an empty body and lets the client fail).
+  Both run in a task of their own, so the asking connection keeps reading.
 """
 
 from __future__ import annotations
@@ -36,12 +48,17 @@ from __future__ import annotations
 import logging
 
 from core.processors.context import BrokerContext
+import trio
+
 from core.remoting import LanguageCode, RemotingCommand, RequestCode, ResponseCode, encode_json
-from core.remoting.server import Channel
+from core.remoting.server import Channel, ChannelClosedError
+from core.store import parse_offset_msg_id
 
 log = logging.getLogger("mqgate.processors.group_admin")
 
 V3_0_7_SNAPSHOT = 28  # MQVersion ordinal: the first client version that handles 220
+V3_1_8_SNAPSHOT = 62  # ... that handles 307 and 309
+CALL_CLIENT_TIMEOUT = 10.0  # seconds, Broker2Client.callClient's
 
 
 def _body(obj) -> bytes:
@@ -119,3 +136,42 @@ async def invoke_broker_to_reset_offset(ctx: BrokerContext, channel: Channel, re
         c.channel.send_oneway(RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body))
         log.info("[reset-offset] %s of %s to %s sent to %s", topic, group, table, c.client_id)
     return req.make_response(ResponseCode.SUCCESS, body=java_body)
+
+
+async def _call_consumer(ctx: BrokerContext, req: RemotingCommand, code: RequestCode,
+                         body: bytes | None) -> RemotingCommand:
+    group, client_id = req.get_str("consumerGroup", ""), req.get_str("clientId", "")
+    g = ctx.clients.consumers.get(group)
+    found = next((c for c in (g.channels.values() if g is not None else ()) if c.client_id == client_id), None)
+    if found is None or not isinstance(found.channel, Channel) or found.channel.closed:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
+    if found.version < V3_1_8_SNAPSHOT:
+        return req.make_response(ResponseCode.SYSTEM_ERROR,
+                                 f"The Consumer <{client_id}> Version <{found.version}> too low to finish, "
+                                 "please upgrade it to V3_1_8_SNAPSHOT")
+    call = RemotingCommand.request(code, dict(req.ext_fields), body or b"")
+    try:
+        answer = await found.channel.request(call, CALL_CLIENT_TIMEOUT)
+    except trio.TooSlowError:
+        return req.make_response(ResponseCode.CONSUME_MSG_TIMEOUT,
+                                 f"consumer <{group}> <{client_id}> Timeout: no answer in {CALL_CLIENT_TIMEOUT:.0f} s")
+    except ChannelClosedError as e:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception: {e}")
+    return req.make_response(answer.code, answer.remark, dict(answer.ext_fields), body=answer.body or b"")
+
+
+async def get_consumer_running_info(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    return await _call_consumer(ctx, req, RequestCode.GET_CONSUMER_RUNNING_INFO, req.body)
+
+
+async def consume_message_directly(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    msg_id = req.get_str("msgId", "")
+    try:
+        _host, offset = parse_offset_msg_id(msg_id)
+    except ValueError:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"not an offset message id: {msg_id!r}")
+    raw = await ctx.broker.read_at(offset)
+    if raw is None:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"no message {msg_id} on this broker (offset {offset})")
+    req.ext_fields["brokerName"] = ctx.broker.config.broker_name
+    return await _call_consumer(ctx, req, RequestCode.CONSUME_MESSAGE_DIRECTLY, bytes(raw))

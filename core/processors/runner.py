@@ -87,6 +87,8 @@ def broker_routes(ctx: BrokerContext, schedule: ScheduleService | None = None,
         C.DELETE_TOPIC_IN_BROKER: r(admin.delete_topic_in_broker),
         C.GET_CONSUMER_CONNECTION_LIST: r(group_admin.get_consumer_connection_list),
         C.INVOKE_BROKER_TO_RESET_OFFSET: r(group_admin.invoke_broker_to_reset_offset),
+        C.GET_CONSUMER_RUNNING_INFO: r(group_admin.get_consumer_running_info, spawn=True),
+        C.CONSUME_MESSAGE_DIRECTLY: r(group_admin.consume_message_directly, spawn=True),
     }
     if transactions is not None:
         routes[C.END_TRANSACTION] = r(end_transaction.end_transaction_route(transactions))

@@ -53,3 +53,30 @@ def test_reset_offset_reaches_a_live_cpp_consumer(cluster, names):
         assert sorted(inbox.bodies()[6:]) == sorted(inbox.bodies()[:6])
     finally:
         c.shutdown()
+
+
+def test_group_status_of_a_live_cpp_consumer(cluster, names):
+    """GET_CONSUMER_RUNNING_INFO (307) reaches the C++ push consumer through the broker, and
+    its own ConsumerRunningInfo comes back: its queues and their commit offsets."""
+    topic, cg = names("TopicCppStatus"), names("CG")
+    create_topic(cluster, topic)
+    p = producer(cluster, names("PG"))
+    try:
+        for i in range(4):
+            p.send_sync(msg(topic, f"s{i}"))
+    finally:
+        p.shutdown()
+    inbox = Inbox()
+    c = consumer(cluster, cg, topic, inbox)
+    try:
+        assert wait_for(lambda: len(inbox) >= 4, 30), len(inbox)
+        assert wait_for(lambda: admin(cluster, "group", "progress", cg, "--topic", topic)["totalLag"] == 0, 20)
+        (row,) = admin(cluster, "group", "status", cg)["clients"]
+        assert row["queues"] >= 4
+        report = admin(cluster, "group", "status", cg, "--client", row["clientId"])
+        mine = [q for q in report["queues"] if q["topic"] == topic]
+        assert len(mine) == 4 and sum(q["commitOffset"] for q in mine) == 4
+        assert topic in {s["topic"] for s in report["subscriptions"]}
+        assert report["properties"]["PROP_NAMESERVER_ADDR"] == cluster.namesrv
+    finally:
+        c.shutdown()

@@ -286,3 +286,77 @@ async def test_message_id_uniq_key_without_topic_and_malformed_ids(cluster):
     assert (await admin(cluster, "message", "id", cpp_like))["messages"][0]["body"] == "from C++"
     for bad in ("xyz", "0100007F", "G" * 32, sent[0].msg_id + "00"):
         assert "is not a message id" in await admin_fails(cluster, "message", "id", bad, code=2)
+
+
+async def test_group_status_asks_each_client_through_the_broker(cluster):
+    await admin(cluster, "topic", "create", "StatusTopic", "--queues", "4")
+    await send_n(cluster, "StatusTopic", 6)
+    listener = Collector()
+    failing = {"n": 0}
+
+    def listen(msgs, ctx):
+        listener(msgs, ctx)
+        if msgs[0].body == b"StatusTopic-0" and failing["n"] == 0:  # one failure, for the failed count
+            failing["n"] += 1
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        return None
+
+    async with open_push_consumer(cluster.namesrv, "GStatus", {"StatusTopic": "*"}, listen,
+                                  consume_from=FIRST) as consumer:
+        await listener.until(6)
+        summary = await admin(cluster, "group", "status", "GStatus")
+        (row,) = summary["clients"]
+        assert row["clientId"] == consumer.client_id and row["version"] == "V4_9_8" and not row["orderly"]
+        assert row["queues"] >= 4  # StatusTopic's 4 and the retry queue
+        assert row["consumeFailedMsgs"] == 1 and summary["sameSubscriptions"]
+        one = await admin(cluster, "group", "status", "GStatus", "--client", consumer.client_id)
+        queues = {(q["topic"], q["queueId"]): q for q in one["queues"]}
+        assert {("StatusTopic", q) for q in range(4)} <= set(queues)
+        assert sum(queues[("StatusTopic", q)]["commitOffset"] for q in range(4)) == 6
+        assert all(q["brokerName"] == "broker-a" and not q["droped"] for q in one["queues"])
+        status = {s["topic"]: s for s in one["status"]}
+        assert status["StatusTopic"]["pullTPS"] > 0 and status["StatusTopic"]["consumeOKTPS"] > 0
+        assert one["properties"]["consumerGroup"] == "GStatus"
+        assert one["properties"]["PROP_NAMESERVER_ADDR"] == cluster.namesrv
+        assert {s["topic"] for s in one["subscriptions"]} == {"StatusTopic", "%RETRY%GStatus"}
+        stacks = await admin(cluster, "consumerStatus", "-g", "GStatus", "-i", consumer.client_id, "-s")
+        assert "MainThread" in stacks["jstack"]
+        text = await admin(cluster, "group", "status", "GStatus", json_out=False)
+        assert consumer.client_id in text and "the same on every client" in text
+        missing = await admin_fails(cluster, "group", "status", "GStatus", "--client", "10.0.0.1@nobody")
+        assert "not online in consumer group GStatus" in missing
+    assert "GStatus has no client online" in await admin_fails(cluster, "group", "status", "GStatus")
+
+
+async def test_a_message_consumed_directly_by_one_client(cluster):
+    async with open_producer(cluster.namesrv, "PG") as producer:
+        sent = [await producer.send(Message("DirectTopic", f"d{i}")) for i in range(3)]
+    listener = Collector()
+    async with open_push_consumer(cluster.namesrv, "GDirect", {"DirectTopic": "*"}, listener,
+                                  consume_from=FIRST) as consumer:
+        await listener.until(3)
+        before = cluster.broker.query_offset("GDirect", "DirectTopic", sent[1].queue.queue_id)
+        got = await admin(cluster, "message", "id", sent[1].offset_msg_id, "--group", "GDirect",
+                          "--client", consumer.client_id)
+        assert got["consumed"]["consumeResult"] == "CR_SUCCESS" and got["consumed"]["order"] is False
+        assert [m.body for m in listener.got[3:]] == [b"d1"]  # handed over once more
+        assert listener.got[3].msg_id == sent[1].msg_id and listener.got[3].topic == "DirectTopic"
+        assert cluster.broker.query_offset("GDirect", "DirectTopic", sent[1].queue.queue_id) == before
+        alias = await admin(cluster, "queryMsgById", "-i", sent[2].msg_id, "-t", "DirectTopic",
+                            "-g", "GDirect", "-d", consumer.client_id)
+        assert alias["consumed"]["consumeResult"] == "CR_SUCCESS" and listener.got[4].body == b"d2"
+        wrong_group = await admin_fails(cluster, "message", "id", sent[0].offset_msg_id, "--group", "GOther",
+                                        "--client", consumer.client_id)
+        assert "The Consumer <GOther>" in wrong_group and "not online" in wrong_group
+        assert "go together" in await admin_fails(cluster, "message", "id", sent[0].offset_msg_id,
+                                                   "--group", "GDirect", code=2)
+
+    def boom(msgs, ctx):
+        raise ValueError("listener says no")
+
+    async with open_push_consumer(cluster.namesrv, "GBoom", {"DirectTopic": "*"}, boom,
+                                  consume_from=FIRST) as consumer:
+        got = await admin(cluster, "message", "id", sent[0].offset_msg_id, "--group", "GBoom",
+                          "--client", consumer.client_id)
+        assert got["consumed"]["consumeResult"] == "CR_THROW_EXCEPTION"
+        assert "ValueError: listener says no" in got["consumed"]["remark"]
