@@ -29,7 +29,7 @@ import struct
 import time
 
 from .mapped_file import allocate
-from .java_hash import java_string_hash, java_string_hashes
+from .java_hash import java_string_hash, java_string_hashes, load_numpy
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = 40
@@ -162,6 +162,10 @@ class IndexService:
         self.files: list[IndexFile] = []
 
     def load(self, abnormal: bool, checkpoint_index_ts: int) -> None:
+        # numpy (for hashing keys in bulk) is imported now, at start, not by the
+        # flusher at the first message: that import held the GIL for about 0.3 s
+        # while the first clients were served.
+        load_numpy()
         os.makedirs(self.directory, exist_ok=True)
         expected = HEADER_SIZE + self.slots * 4 + self.max_entries * ENTRY_SIZE
         for name in sorted(os.listdir(self.directory)):

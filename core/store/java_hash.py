@@ -70,6 +70,13 @@ _NP_POW31 = None
 _NUMPY_TRIED = False
 
 
+def load_numpy() -> bool:
+    """Import numpy if it is installed (optional: not a runtime dependency of the
+    store); whether it is. Called at the store's start, so that no message waits
+    for the import."""
+    return _numpy_ready()
+
+
 def _numpy_ready() -> bool:
     """Import numpy on first use (optional: not a runtime dependency of the store)."""
     global _np, _NUMPY_TRIED
