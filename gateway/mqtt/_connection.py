@@ -293,8 +293,6 @@ class MQTTConnection:
             if version < 5:
                 raise LocalProtocolError("AUTH exists only in MQTT 5")
             self._auth_sent(event.reason_code)
-        elif cls is ConnAck:
-            self._auth_turn = _NO_EXCHANGE
         if (self._no_problem_info and cls not in _PROBLEM_INFO_ALWAYS
                 and (getattr(event, "reason_string", None) is not None or getattr(event, "user_properties", ()))):
             event = replace(event, reason_string=None, user_properties=())
@@ -341,6 +339,7 @@ class MQTTConnection:
         return data
 
     def _apply_connack(self, event: ConnAck) -> None:
+        self._auth_turn = _NO_EXCHANGE  # (3.1.1 has no enhanced authentication)
         # Absent means 0: the client may use no aliases (5.0 section 3.2.2.3.8).
         self.inbound_aliases.maximum = event.topic_alias_maximum or 0
         if event.maximum_packet_size is not None:
