@@ -15,7 +15,7 @@ import argon2
 import pytest
 
 from gateway.auth import Authenticator, PasswordFileError, passwd_main, read_password_file
-from gateway.mqtt import Auth, ConnAck, Connect, Disconnect, PingResp, Publish, ReasonCode
+from gateway.mqtt import Auth, ConnAck, Connect, Disconnect, PingResp, PubAck, Publish, ReasonCode
 from gateway.scram import ScramSecret
 
 R = ReasonCode
@@ -256,6 +256,17 @@ async def test_reauthentication_on_a_live_connection(scram_gateway, client_cls, 
             scram.check_server_final(done.authentication_data)
         await client.publish("re/t", b"still here")
         assert (await client.expect(Publish)).payload == b"still here"
+        # The connection keeps working during an exchange: a QoS 1 publish between
+        # the AUTH 0x19 and the client-final is acknowledged meanwhile.
+        scram = ScramClient(method, "alice", "wonder-land-7")
+        await client.send(Auth(reason_code=R.RE_AUTHENTICATE, authentication_method=method,
+                               authentication_data=scram.first()),
+                          Publish(topic="re/q", payload=b"q", qos=1, packet_id=77))
+        challenge = await client.expect(Auth)
+        assert (await client.expect(PubAck)).packet_id == 77
+        await client.send(Auth(reason_code=R.CONTINUE_AUTHENTICATION, authentication_method=method,
+                               authentication_data=scram.final(challenge.authentication_data)))
+        scram.check_server_final((await client.expect(Auth)).authentication_data)
         await client.ping()
         await client.expect(PingResp)
         await client.disconnect()
