@@ -39,11 +39,12 @@ class PendingAuth:
         self.connect = connect  # the CONNECT waiting for the end (None: re-authentication)
 
 
-def _refuse(conn: Connection, code: int, why: str) -> None:
+def _refuse(conn: Connection, code: int, why: str, *, tell: str | None = None) -> None:
+    """CONNACK ``code``; ``why`` goes to the log, ``tell`` (5.0) to the client as its Reason String."""
     log.info("connection %s: CONNECT refused (0x%02X): %s", conn.info.peer, code, why)
     conn.gw.stats.refused += 1
     conn.auth = None
-    conn.send_event(ConnAck(reason_code=code))
+    conn.send_event(ConnAck(reason_code=code, reason_string=tell))
     conn.closing = True
 
 
@@ -62,8 +63,8 @@ async def accept_connect(conn: Connection, c: Connect) -> None:
 def _begin_exchange(conn: Connection, c: Connect, method: str) -> None:
     exchange = conn.gw.settings.authenticator.scram_exchange(method)
     if exchange is None:
-        return _refuse(conn, R.BAD_AUTHENTICATION_METHOD, f"authentication method {method!r} is not offered "
-                       "(SCRAM-SHA-256 and SCRAM-SHA-512 are, with a passwordFile)")
+        why = f"authentication method {method!r} is not offered ({_offered(conn)})"
+        return _refuse(conn, R.BAD_AUTHENTICATION_METHOD, why, tell=why)
     try:
         server_first = exchange.first(c.authentication_data)
     except ScramFailed as e:
@@ -115,12 +116,20 @@ def _auth_failed(conn: Connection, exchange: ScramExchange | None, why: str, *, 
     conn.auth = None
     who = exchange.username if exchange is not None else None
     method = exchange.method if exchange is not None else conn.mq.authentication_method
+    # The client is told as little as RFC 5802 would (no "unknown user").
+    tell = f"{method} authentication failed"
     if not reauth:
-        return _refuse(conn, R.NOT_AUTHORIZED, f"{method} exchange failed for user {who!r}: {why}")
+        return _refuse(conn, R.NOT_AUTHORIZED, f"{method} exchange failed for user {who!r}: {why}", tell=tell)
     log.info("client %s: re-authentication (%s, user %r) failed: %s; disconnecting (0x87)",
              conn.client_id, method, who, why)
-    conn.send_event(Disconnect(reason_code=R.NOT_AUTHORIZED))
+    conn.send_event(Disconnect(reason_code=R.NOT_AUTHORIZED, reason_string=tell))
     conn.closing = True
+
+
+def _offered(conn: Connection) -> str:
+    if conn.gw.settings.authenticator.password_file is None:
+        return "enhanced authentication needs [mqtt] passwordFile"
+    return "offered: SCRAM-SHA-256, SCRAM-SHA-512"
 
 
 async def _admit(conn: Connection, c: Connect, username: str | None, auth_data: bytes | None = None) -> None:

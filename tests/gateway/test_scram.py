@@ -162,6 +162,7 @@ async def test_a_failed_exchange_is_not_authorized(scram_gateway, client_cls, us
     async with scram_gateway() as (broker, gw, port):
         client, _, ack = await scram_connect(client_cls, port, METHODS[0], user, password)
         assert isinstance(ack, ConnAck) and ack.reason_code == R.NOT_AUTHORIZED, ack
+        assert ack.reason_string == "SCRAM-SHA-256 authentication failed"  # the same for all three
         assert await client.recv() is None  # then closed
         assert gw.stats.auth_failures == 1
         # The gateway keeps serving others.
@@ -183,6 +184,8 @@ async def test_an_unknown_method_is_a_bad_authentication_method(scram_gateway, c
         _, ack = await client_cls.connect(port, "m", expect=None, authentication_method=method,
                                           authentication_data=b"n,,n=alice,r=abc")
         assert isinstance(ack, ConnAck) and ack.reason_code == R.BAD_AUTHENTICATION_METHOD
+        assert ack.reason_string == f"authentication method {method!r} is not offered " \
+                                    "(offered: SCRAM-SHA-256, SCRAM-SHA-512)"
 
 
 async def test_without_a_password_file_scram_is_not_offered(gateway_factory, client_cls):
@@ -190,6 +193,7 @@ async def test_without_a_password_file_scram_is_not_offered(gateway_factory, cli
         _, ack = await client_cls.connect(port, "m", expect=None, authentication_method=METHODS[0],
                                           authentication_data=b"n,,n=alice,r=abc")
         assert ack.reason_code == R.BAD_AUTHENTICATION_METHOD
+        assert "needs [mqtt] passwordFile" in ack.reason_string
 
 
 async def test_a_31_client_cannot_send_auth(scram_gateway, client_cls):
@@ -311,3 +315,12 @@ async def test_nothing_of_the_secret_is_logged(scram_gateway, client_cls, caplog
     assert "re-authentication" in text
     for secret in sent:
         assert secret not in text, secret
+
+
+async def test_the_acl_sees_the_scram_user(gateway_factory, pwfile, tmp_path, client_cls):
+    acl = tmp_path / "acl"
+    acl.write_text("user alice\ntopic readwrite alice/#\n")
+    async with gateway_factory({"sysInterval": 0, "passwordFile": str(pwfile), "aclFile": str(acl)}) as (_, gw, port):
+        client, _, ack = await scram_connect(client_cls, port, METHODS[0], "alice", "wonder-land-7")
+        assert ack.reason_code == 0
+        assert (await client.subscribe("alice/in", "bob/in", qos=1)).reason_codes == (1, R.NOT_AUTHORIZED)
