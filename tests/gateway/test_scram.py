@@ -324,3 +324,29 @@ async def test_the_acl_sees_the_scram_user(gateway_factory, pwfile, tmp_path, cl
         client, _, ack = await scram_connect(client_cls, port, METHODS[0], "alice", "wonder-land-7")
         assert ack.reason_code == 0
         assert (await client.subscribe("alice/in", "bob/in", qos=1)).reason_codes == (1, R.NOT_AUTHORIZED)
+
+
+# ---- garbled SCRAM messages never escape as anything but ScramFailed -------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from gateway.scram import ScramExchange, ScramFailed  # noqa: E402
+
+_SECRET = ScramSecret.make("SCRAM-SHA-256", "pw-fuzz-1")
+_pieces = st.sampled_from(["n,,", "y,,", "p=tls-unique,,", "n=", "r=", "c=biws", "p=", "s=", "i=", ",", "=", "=2C",
+                           "alice", "\x00", "é", "AAAA", "r=abc,", "m=x,"])
+_messages = st.one_of(st.binary(max_size=200), st.lists(_pieces, max_size=12).map(lambda p: "".join(p).encode()))
+
+
+@settings(max_examples=400, deadline=None)
+@given(first=st.one_of(_messages, st.just(b"n,,n=alice,r=abc")), final=_messages)
+def test_fuzz_garbled_messages_fail_cleanly(first, final):
+    exchange = ScramExchange("SCRAM-SHA-256", lambda user: _SECRET, b"k" * 32)
+    try:
+        server_first = exchange.first(first)
+    except ScramFailed as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    assert server_first.startswith(b"r=")
+    with pytest.raises(ScramFailed):
+        exchange.final(final)
