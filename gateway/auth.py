@@ -31,6 +31,11 @@ Rules kept here (``Authenticator.authenticate``, first match wins):
 4. No password file: accepted iff ``allow_anonymous`` (the username is then
    only a name for the ACL's ``%u``, not a proof).
 
+A CONNECT with an MQTT 5 Authentication Method skips these rules: the
+SCRAM exchange (``scram_exchange``, driven by gateway/connecting.py) decides,
+with the SCRAM secrets of the same file; without a password file no method
+is offered.
+
 Verification is slow on purpose (argon2id, ~50 ms of CPU): it runs in a
 worker thread (``trio.to_thread``, at most ``verify_threads`` at once) so it
 never stalls the event loop, and a *successful* verification is remembered
