@@ -52,14 +52,22 @@ test-deps: system-deps
 	      chromium chromium-driver >/dev/null; \
 	fi
 
-# The Node `ali-ons` RocketMQ client, a real peer of the interop tests.
+# The Node `ali-ons` RocketMQ client, a real peer of the interop tests, and
+# MQTT.js, the MQTT 5 enhanced authentication (SCRAM) peer (tests/gateway/test_scram_mqttjs.py).
 ALI_ONS := .deps/ali-ons/node_modules/ali-ons/package.json
-node-deps: $(ALI_ONS)
+MQTTJS := .deps/mqttjs/node_modules/mqtt/package.json
+node-deps: $(ALI_ONS) $(MQTTJS)
+
+NPM_CHECK = @command -v npm >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 
 $(ALI_ONS):
-	@command -v npm >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	$(NPM_CHECK)
 	npm install --prefix .deps/ali-ons ali-ons@3.12.0 --no-audit --no-fund --loglevel=error
+
+$(MQTTJS):
+	$(NPM_CHECK)
+	npm install --prefix .deps/mqttjs mqtt@5.16.0 --no-audit --no-fund --loglevel=error
 
 # The compiled kernels (setup.py), rebuilt in place when a source changed
 # since `pip install -e` (a stale compiled copy is never used: core/_kernels.py).

@@ -5,6 +5,13 @@ user a line, ``#`` comments and blank lines ignored::
 
     alice:$argon2id$v=19$m=65536,t=3,p=4$<salt>$<hash>
 
+A user may also have SCRAM secrets for MQTT 5 enhanced authentication
+(``mqgate passwd --scram``), space-separated after the hash, at most one per
+method (``gateway/scram.py`` has their form); a line may hold SCRAM secrets
+only, and then that user cannot log in with a plain CONNECT password::
+
+    bob:$argon2id$... SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey> SCRAM-SHA-512$4096:...
+
 It is written only by ``mqgate passwd`` (``passwd_main``): a new file, then
 fsync and rename, mode 0600, so a reader never sees half a file.
 
@@ -23,6 +30,11 @@ Rules kept here (``Authenticator.authenticate``, first match wins):
    must verify; an unknown user or a wrong or missing password is refused.
 4. No password file: accepted iff ``allow_anonymous`` (the username is then
    only a name for the ACL's ``%u``, not a proof).
+
+A CONNECT with an MQTT 5 Authentication Method skips these rules: the
+SCRAM exchange (``scram_exchange``, driven by gateway/connecting.py) decides,
+with the SCRAM secrets of the same file; without a password file no method
+is offered.
 
 Verification is slow on purpose (argon2id, ~50 ms of CPU): it runs in a
 worker thread (``trio.to_thread``, at most ``verify_threads`` at once) so it
@@ -56,9 +68,11 @@ from typing import Any
 
 import argon2
 import trio
+from scramp.utils import ScramException
 
 from gateway.config import ConfigError
 from gateway.listeners import CertIdentity
+from gateway.scram import DEFAULT_ITERATIONS, METHODS as SCRAM_METHODS, ScramExchange, ScramSecret
 
 log = logging.getLogger("mqgate.gateway")
 
@@ -81,8 +95,51 @@ def hash_password(password: str | bytes, *, hasher: argon2.PasswordHasher | None
     return (hasher or argon2.PasswordHasher()).hash(password)
 
 
+@dataclass(frozen=True)
+class PasswordEntry:
+    """One user's line: its argon2 hash (None: SCRAM only) and SCRAM secrets by method."""
+
+    argon2: str | None
+    scram: Mapping[str, ScramSecret]
+
+    @classmethod
+    def parse(cls, stored: str) -> PasswordEntry:
+        """From what follows ``user:``; ValueError saying what is wrong."""
+        argon, scram = None, {}
+        for token in stored.split():
+            if token.startswith("$argon2"):
+                if argon is not None:
+                    raise ValueError("two argon2 hashes")
+                argon = token
+            elif not token.startswith("SCRAM-"):
+                raise ValueError("expected 'username:$argon2id$...' (and SCRAM secrets after it)")
+            else:
+                secret = ScramSecret.parse(token)
+                if secret.method in scram:
+                    raise ValueError(f"two {secret.method} secrets")
+                scram[secret.method] = secret
+        if argon is None and not scram:
+            raise ValueError("expected 'username:$argon2id$...' (and SCRAM secrets after it)")
+        return cls(argon, scram)
+
+
+def make_entry(password: str, *, scram: bool = False, iterations: int = DEFAULT_ITERATIONS,
+               hasher: argon2.PasswordHasher | None = None) -> str:
+    """The stored part of a line: the argon2 hash, and with ``scram`` a
+    SCRAM-SHA-256 and a SCRAM-SHA-512 secret after it."""
+    parts = [hash_password(password, hasher=hasher)]
+    if scram:
+        parts += [str(ScramSecret.make(m, password, iterations=iterations)) for m in SCRAM_METHODS]
+    return " ".join(parts)
+
+
 def read_password_file(path: str | Path) -> dict[str, str]:
-    """{username: argon2 hash}; raises PasswordFileError naming the line."""
+    """{username: what follows ``user:`` (an argon2 hash, maybe SCRAM secrets after
+    it)}; raises PasswordFileError naming the line."""
+    return {user: stored for user, (stored, _entry) in _read_entries(path).items()}
+
+
+def _read_entries(path: str | Path) -> dict[str, tuple[str, PasswordEntry]]:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -90,17 +147,21 @@ def read_password_file(path: str | Path) -> dict[str, str]:
         raise PasswordFileError(f"password file {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise PasswordFileError(f"password file {path}: not UTF-8 ({e})") from None
-    users: dict[str, str] = {}
+    users: dict[str, tuple[str, PasswordEntry]] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         user, sep, stored = line.partition(":")
-        if not sep or not user or not stored.startswith("$argon2"):
+        if not sep or not user or not stored.strip():
             raise PasswordFileError(f"{path}:{number}: expected 'username:$argon2id$...'")
+        try:
+            entry = PasswordEntry.parse(stored)
+        except ValueError as e:
+            raise PasswordFileError(f"{path}:{number}: {e}") from None
         if user in users:
             raise PasswordFileError(f"{path}:{number}: user {user!r} appears twice")
-        users[user] = stored
+        users[user] = (stored.strip(), entry)
     return users
 
 
@@ -145,14 +206,14 @@ class Authenticator:
         self.password_file = Path(password_file) if password_file else None
         self.allow_anonymous = allow_anonymous
         self.use_identity_as_username = use_identity_as_username
-        self._users: dict[str, str] = {}
+        self._users: dict[str, PasswordEntry] = {}
         self._stat: tuple[int, int, int] | None = None
         self._hasher = argon2.PasswordHasher()
         self._limiter = trio.CapacityLimiter(verify_threads)
         self._hmac_key = secrets.token_bytes(32)
         self._verified: dict[tuple[str, str], bytes] = {}
         if self.password_file is not None:
-            self._users = read_password_file(self.password_file)  # fail at start-up
+            self._users = self._read()  # fail at start-up
             self._stat = self._file_stat()
 
     @classmethod
@@ -182,13 +243,17 @@ class Authenticator:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
+    def _read(self) -> dict[str, PasswordEntry]:
+        assert self.password_file is not None
+        return {user: entry for user, (_stored, entry) in _read_entries(self.password_file).items()}
+
     def reload(self) -> bool:
         """Re-read the password file; False (and a log line) if it is bad."""
         if self.password_file is None:
             return True
         stat = self._file_stat()
         try:
-            users = read_password_file(self.password_file)
+            users = self._read()
         except PasswordFileError as e:
             log.error("password file not reloaded, keeping %d users: %s", len(self._users), e)
             self._stat = stat
@@ -212,7 +277,8 @@ class Authenticator:
             return AuthResult(self.allow_anonymous, username,
                               "anonymous" if self.allow_anonymous else "refused")
         self._reload_if_changed()
-        stored = self._users.get(username)
+        entry = self._users.get(username)
+        stored = entry.argon2 if entry is not None else None
         if stored is None or password is None:
             return AuthResult(False, username, "refused")
         if isinstance(password, str):
@@ -228,6 +294,22 @@ class Authenticator:
                 self._verified.pop(next(iter(self._verified)))
             self._verified[key] = tag
         return AuthResult(ok, username, "password" if ok else "refused")
+
+    def scram_exchange(self, method: str) -> ScramExchange | None:
+        """A new SCRAM exchange (see gateway/scram.py) for ``method``, or None when
+        this server does not offer the method: unknown, or no password file."""
+        if method not in SCRAM_METHODS or self.password_file is None:
+            return None
+        self._reload_if_changed()
+        return ScramExchange(method, self._scram_secret_of(method), self._hmac_key)
+
+    def _scram_secret_of(self, method: str) -> Callable[[str], ScramSecret | None]:
+        users = self._users  # the exchange sees the file as it was when it began
+
+        def lookup(username: str) -> ScramSecret | None:
+            entry = users.get(username)
+            return entry.scram.get(method) if entry is not None else None
+        return lookup
 
     async def check(self, username: str | None, password: bytes | str | None,
                     cert_identity: CertIdentity | None = None) -> bool:
@@ -294,7 +376,11 @@ def edit_password_file(args: argparse.Namespace, load: Callable[[], dict[str, An
         if not password:
             print("mqgate passwd: empty password", file=sys.stderr)
             return 1
-        users[user] = entry(password)
+        try:
+            users[user] = entry(password)
+        except ValueError as e:
+            print(f"mqgate passwd: {e}", file=sys.stderr)
+            return 1
     try:
         store(users)
     except OSError as e:
@@ -304,17 +390,33 @@ def edit_password_file(args: argparse.Namespace, load: Callable[[], dict[str, An
 
 
 def passwd_main(argv: list[str], *, hasher: argon2.PasswordHasher | None = None) -> int:
-    """``mqgate passwd FILE USER [-b PASSWORD] [-D]``: add or update USER (the
-    file is created if missing; without -b the password is asked twice) or
-    delete USER (-D). Returns the exit status."""
-    parser = passwd_parser("mqgate passwd", "Manage an mqgate password file (argon2id hashes).",
-                           "password file (created if missing)")
+    """``mqgate passwd FILE USER [-b PASSWORD] [-D] [--scram [--iterations N]]``:
+    add or update USER (the file is created if missing; without -b the
+    password is asked twice) or delete USER (-D). With ``--scram`` the line
+    also gets SCRAM-SHA-256 and SCRAM-SHA-512 secrets (MQTT 5 enhanced
+    authentication); without it an update drops any the user had (they
+    would prove the old password). Returns the exit status."""
+    parser = passwd_parser("mqgate passwd", "Manage an mqgate password file (argon2id hashes, "
+                           "and SCRAM secrets with --scram).", "password file (created if missing)")
+    parser.add_argument("--scram", action="store_true",
+                        help="also store SCRAM-SHA-256 and SCRAM-SHA-512 secrets (MQTT 5 enhanced authentication)")
+    parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
+                        help=f"SCRAM iteration count (default {DEFAULT_ITERATIONS}, at least 4096)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
+    if not 4096 <= args.iterations <= 10_000_000:
+        print(f"mqgate passwd: --iterations {args.iterations}: must be 4096..10000000", file=sys.stderr)
+        return 1
     path = Path(args.file)
+
+    def entry(password: str) -> str:
+        try:
+            return make_entry(password, scram=args.scram, iterations=args.iterations, hasher=hasher)
+        except ScramException as e:  # SASLprep refuses the password (RFC 4013 prohibited characters)
+            raise ValueError(f"this password cannot be used with SCRAM: {e}") from None
+
     return edit_password_file(
-        args, lambda: read_password_file(path) if path.exists() else {},
-        lambda password: hash_password(password, hasher=hasher),
+        args, lambda: read_password_file(path) if path.exists() else {}, entry,
         lambda users: write_password_file(path, users))

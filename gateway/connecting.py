@@ -1,6 +1,16 @@
 """CONNECT: authentication, the client id, keepalive and will checks, the
 ACL, opening (or taking over) the session, the CONNACK, then redelivery of
-what a present session has in flight."""
+what a present session has in flight.
+
+MQTT 5 enhanced authentication (SCRAM, gateway/scram.py) is here too: a
+CONNECT with an Authentication Method is held (``conn.auth``) while AUTH
+packets go back and forth, and is accepted as above once the exchange
+succeeds, with the server-final message in the CONNACK's Authentication
+Data. The same exchange re-authenticates a live connection (client AUTH
+0x19), for the same username only. Refusals: a method the server does not
+offer, CONNACK 0x8C; a failed exchange, CONNACK 0x87 (re-authentication:
+DISCONNECT 0x87). What is logged of a failure is the username and the RFC
+5802 error name, never the exchange's messages."""
 
 from __future__ import annotations
 
@@ -8,7 +18,8 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from gateway.mqtt import ConnAck, Connect, ReasonCode
+from gateway.mqtt import Auth, ConnAck, Connect, Disconnect, ReasonCode, RemoteProtocolError
+from gateway.scram import ScramExchange, ScramFailed
 from gateway.wildcard import TopicError, validate_topic_name
 
 if TYPE_CHECKING:
@@ -18,26 +29,115 @@ log = logging.getLogger("mqgate.gateway")
 R = ReasonCode
 
 
+class PendingAuth:
+    """An enhanced authentication exchange under way (``Connection.auth``)."""
 
-def _refuse(conn: Connection, code: int, why: str) -> None:
+    __slots__ = ("exchange", "connect")
+
+    def __init__(self, exchange: ScramExchange, connect: Connect | None) -> None:
+        self.exchange = exchange
+        self.connect = connect  # the CONNECT waiting for the end (None: re-authentication)
+
+
+def _refuse(conn: Connection, code: int, why: str, *, tell: str | None = None) -> None:
+    """CONNACK ``code``; ``why`` goes to the log, ``tell`` (5.0) to the client as its Reason String."""
     log.info("connection %s: CONNECT refused (0x%02X): %s", conn.info.peer, code, why)
     conn.gw.stats.refused += 1
-    conn.send_event(ConnAck(reason_code=code))
+    conn.auth = None
+    conn.send_event(ConnAck(reason_code=code, reason_string=tell))
     conn.closing = True
 
 
 async def accept_connect(conn: Connection, c: Connect) -> None:
     gw = conn.gw
-    lim = gw.settings.limits
-    v = c.protocol_version
     if c.authentication_method is not None:
-        return _refuse(conn, R.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
+        return _begin_exchange(conn, c, c.authentication_method)
     result = await gw.settings.authenticator.authenticate(c.username, c.password, conn.info.certificate)
     if not result.ok:
         bad_pw = c.username is not None and gw.settings.authenticator.password_file is not None
         gw.stats.auth_failures += 1
         return _refuse(conn, R.BAD_USER_NAME_OR_PASSWORD if bad_pw else R.NOT_AUTHORIZED, "authentication failed")
-    conn.username = result.username if result.username is not None else c.username
+    await _admit(conn, c, result.username if result.username is not None else c.username)
+
+
+def _begin_exchange(conn: Connection, c: Connect, method: str) -> None:
+    exchange = conn.gw.settings.authenticator.scram_exchange(method)
+    if exchange is None:
+        why = f"authentication method {method!r} is not offered ({_offered(conn)})"
+        return _refuse(conn, R.BAD_AUTHENTICATION_METHOD, why, tell=why)
+    try:
+        server_first = exchange.first(c.authentication_data)
+    except ScramFailed as e:
+        return _auth_failed(conn, exchange, str(e), reauth=False)
+    if c.username is not None and c.username != exchange.username:
+        return _auth_failed(conn, exchange, "the CONNECT username is not the SCRAM one", reauth=False)
+    conn.auth = PendingAuth(exchange, c)
+    conn.send_event(Auth(reason_code=R.CONTINUE_AUTHENTICATION, authentication_method=method,
+                         authentication_data=server_first))
+
+
+async def on_auth(conn: Connection, ev: Auth) -> None:
+    """A client AUTH (the codec has checked it is the client's turn)."""
+    if ev.reason_code == R.RE_AUTHENTICATE:
+        method = conn.mq.authentication_method
+        exchange = conn.gw.settings.authenticator.scram_exchange(method)
+        if exchange is None:  # the password file is gone since CONNECT
+            return _auth_failed(conn, None, f"method {method} no longer offered", reauth=True)
+        try:
+            server_first = exchange.first(ev.authentication_data)
+        except ScramFailed as e:
+            return _auth_failed(conn, exchange, str(e), reauth=True)
+        if exchange.username != conn.username:
+            return _auth_failed(conn, exchange, f"re-authentication as another user ({exchange.username!r})",
+                                reauth=True)
+        conn.auth = PendingAuth(exchange, None)
+        conn.send_event(Auth(reason_code=R.CONTINUE_AUTHENTICATION, authentication_method=method,
+                             authentication_data=server_first))
+        return
+    pending = conn.auth
+    if pending is None:  # the codec gave the client the turn, so an exchange is ours: a bug
+        raise RemoteProtocolError("AUTH 0x18 with no exchange under way", R.PROTOCOL_ERROR)
+    conn.auth = None
+    exchange, c = pending.exchange, pending.connect
+    try:
+        server_final = exchange.final(ev.authentication_data)
+    except ScramFailed as e:
+        return _auth_failed(conn, exchange, str(e), reauth=c is None)
+    if c is None:
+        log.info("client %s: re-authenticated as %r (%s)", conn.client_id, conn.username, exchange.method)
+        conn.send_event(Auth(reason_code=R.SUCCESS, authentication_method=exchange.method,
+                             authentication_data=server_final))
+        return
+    await _admit(conn, c, exchange.username, server_final)
+
+
+def _auth_failed(conn: Connection, exchange: ScramExchange | None, why: str, *, reauth: bool) -> None:
+    conn.gw.stats.auth_failures += 1
+    conn.auth = None
+    who = exchange.username if exchange is not None else None
+    method = exchange.method if exchange is not None else conn.mq.authentication_method
+    # The client is told as little as RFC 5802 would (no "unknown user").
+    tell = f"{method} authentication failed"
+    if not reauth:
+        return _refuse(conn, R.NOT_AUTHORIZED, f"{method} exchange failed for user {who!r}: {why}", tell=tell)
+    log.info("client %s: re-authentication (%s, user %r) failed: %s; disconnecting (0x87)",
+             conn.client_id, method, who, why)
+    conn.send_event(Disconnect(reason_code=R.NOT_AUTHORIZED, reason_string=tell))
+    conn.closing = True
+
+
+def _offered(conn: Connection) -> str:
+    if conn.gw.settings.authenticator.password_file is None:
+        return "enhanced authentication needs [mqtt] passwordFile"
+    return "offered: SCRAM-SHA-256, SCRAM-SHA-512"
+
+
+async def _admit(conn: Connection, c: Connect, username: str | None, auth_data: bytes | None = None) -> None:
+    """The CONNECT is authenticated: check the rest, open the session, CONNACK."""
+    gw = conn.gw
+    lim = gw.settings.limits
+    v = c.protocol_version
+    conn.username = username
     cid = c.client_id
     assigned = None
     if not cid:
@@ -80,6 +180,9 @@ async def accept_connect(conn: Connection, c: Connect) -> None:
             ack["server_keep_alive"] = keepalive
         if expiry != requested:
             ack["session_expiry_interval"] = expiry
+        if auth_data is not None:
+            ack["authentication_method"] = c.authentication_method
+            ack["authentication_data"] = auth_data
     conn.send_event(ConnAck(**ack))
     gw.stats.connected += 1
     gw.stats.connects += 1

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from gateway.connecting import accept_connect
+from gateway.connecting import accept_connect, on_auth
 from gateway.mapping import now_ms
 from gateway.meta import record
 from gateway.mqtt import (
@@ -90,7 +90,7 @@ class Connection:
     __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "live", "_held", "_held_rel", "closing", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
                  "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery",
-                 "_acting", "_writer_of", "_writing", "_behind", "_room", "_writer_done")
+                 "_acting", "_writer_of", "_writing", "_behind", "_room", "_writer_done", "auth")
 
     def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery) -> None:
         """``nursery`` runs the writer task when one is needed."""
@@ -125,6 +125,7 @@ class Connection:
         self._behind = None  # deque: indexes in ``out`` of QoS 0 PUBLISHes waiting behind a write
         self._room: bool | None = None  # whether the socket had room during this write (asked when needed)
         self._writer_done: trio.Event | None = None  # made when the end of the connection waits for the writer
+        self.auth = None  # connecting.PendingAuth while an enhanced authentication exchange is under way
 
     @property
     def done(self) -> trio.Event:
@@ -524,7 +525,10 @@ class Connection:
                 self.closing = True
                 return
             elif t is Auth:
-                raise RemoteProtocolError("re-authentication is not supported", R.PROTOCOL_ERROR)
+                await on_auth(self, ev)
+                sess = self.session  # set by the end of a CONNECT's exchange
+                if sess is None or self.closing:
+                    return
         if batch:
             await publish_batch(self, batch)
         if self._held or self._held_rel:

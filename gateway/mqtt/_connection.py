@@ -25,6 +25,13 @@ Rules kept here:
   raised again on every read, and ``error_response(exc)`` gives the bytes
   to send before closing (it moves the state to CLOSED).
 * Once CLOSED, received data is ignored; EOF yields one ``ConnectionClosed``.
+* Enhanced authentication (5.0 section 4.12) takes turns: a CONNECT with
+  an Authentication Method, or a client AUTH 0x19 (re-authenticate, only
+  after CONNACK and not during another exchange), gives the server the
+  turn; a server AUTH 0x18 gives it to the client, whose only legal answer
+  is AUTH 0x18; the server ends the exchange with CONNACK or AUTH 0x00
+  (re-authentication). A client AUTH out of turn, or with another reason
+  code, is a protocol error; so is a server AUTH out of turn (local).
 * Nothing is held that an idle connection does not need: of the CONNECT
   only its Authentication Method and Session Expiry Interval are kept (not
   its password or will), and input fully decoded leaves no buffer.
@@ -54,6 +61,8 @@ S = ConnectionState
 _PROTO = ReasonCode.PROTOCOL_ERROR
 UNLIMITED = 268_435_460  # 1 + 4 + the largest remaining length
 _PROBLEM_INFO_ALWAYS = (Publish, ConnAck, Disconnect)
+# Whose turn it is in an enhanced authentication exchange (see the module docstring).
+_NO_EXCHANGE, _SERVER_TURN, _CLIENT_TURN = 0, 1, 2
 
 
 class _Sentinel:
@@ -80,7 +89,7 @@ class MQTTConnection:
     __slots__ = ("state", "max_packet_size", "protocol_version", "peer_max_packet_size", "peer_receive_maximum",
                  "peer_topic_alias_maximum", "inbound_aliases", "outbound_aliases", "_buf", "_pos", "_pending",
                  "_pending_len", "_need", "_eof", "_closed_reported", "_disconnected", "_error", "_claimed_version",
-                 "_no_problem_info", "_auth_method", "_connect_expiry")
+                 "_no_problem_info", "_auth_method", "_auth_turn", "_connect_expiry")
 
     def __init__(self, *, max_packet_size: int = UNLIMITED, topic_alias_maximum: int = 0) -> None:
         self.state = S.AWAIT_CONNECT
@@ -94,6 +103,7 @@ class MQTTConnection:
         # What is kept of the CONNECT (not the packet: its password and will
         # are the server's business, and an idle connection would hold them).
         self._auth_method: str | None = None
+        self._auth_turn = _NO_EXCHANGE
         self._connect_expiry = 0  # its Session Expiry Interval (5.0)
         self._buf = b""
         self._pos = 0
@@ -214,6 +224,7 @@ class MQTTConnection:
             method = event.authentication_method
             if method is not None and method != self._auth_method:
                 raise RemoteProtocolError("AUTH with a different authentication method", _PROTO)
+            self._auth_received(event.reason_code)
         elif cls is Disconnect:
             if event.session_expiry_interval and not self._connect_expiry:
                 raise RemoteProtocolError("DISCONNECT sets a session expiry after CONNECT said 0", _PROTO)
@@ -241,6 +252,8 @@ class MQTTConnection:
     def _accept_connect(self, event: Connect) -> None:
         self.protocol_version = event.protocol_version
         self._auth_method = event.authentication_method
+        if self._auth_method is not None:
+            self._auth_turn = _SERVER_TURN
         self._connect_expiry = event.session_expiry_interval or 0
         if event.protocol_version == 5:
             self.peer_max_packet_size = event.maximum_packet_size
@@ -248,6 +261,11 @@ class MQTTConnection:
             self.peer_topic_alias_maximum = event.topic_alias_maximum or 0
             self.outbound_aliases = OutboundTopicAliases(self.peer_topic_alias_maximum)
             self._no_problem_info = event.request_problem_information == 0
+
+    @property
+    def authentication_method(self) -> str | None:
+        """The CONNECT's Authentication Method (5.0 enhanced authentication)."""
+        return self._auth_method
 
     # ---- output ----------------------------------------------------------
 
@@ -271,8 +289,10 @@ class MQTTConnection:
             if version < 5:
                 self.state = new_state  # 3.1.1: the server just closes
                 return b""
-        elif cls is Auth and version < 5:
-            raise LocalProtocolError("AUTH exists only in MQTT 5")
+        elif cls is Auth:
+            if version < 5:
+                raise LocalProtocolError("AUTH exists only in MQTT 5")
+            self._auth_sent(event.reason_code)
         if (self._no_problem_info and cls not in _PROBLEM_INFO_ALWAYS
                 and (getattr(event, "reason_string", None) is not None or getattr(event, "user_properties", ()))):
             event = replace(event, reason_string=None, user_properties=())
@@ -284,6 +304,28 @@ class MQTTConnection:
             self._apply_connack(event)
         self.state = new_state
         return data
+
+    def _auth_received(self, code: int) -> None:
+        turn = self._auth_turn
+        if code == ReasonCode.CONTINUE_AUTHENTICATION:
+            if turn != _CLIENT_TURN:
+                raise RemoteProtocolError("AUTH 0x18 (continue) when the server asked for nothing", _PROTO)
+        elif code == ReasonCode.RE_AUTHENTICATE:
+            if self.state is not S.CONNECTED or turn != _NO_EXCHANGE:
+                raise RemoteProtocolError("AUTH 0x19 (re-authenticate) before CONNACK or during an exchange", _PROTO)
+        else:
+            raise RemoteProtocolError(f"a client may not send AUTH 0x{code:02X}", _PROTO)
+        self._auth_turn = _SERVER_TURN
+
+    def _auth_sent(self, code: int) -> None:
+        if self._auth_turn != _SERVER_TURN:
+            raise LocalProtocolError("AUTH while the client has the turn or no exchange is under way")
+        if code == ReasonCode.CONTINUE_AUTHENTICATION:
+            self._auth_turn = _CLIENT_TURN
+        elif code == ReasonCode.SUCCESS and self.state is S.CONNECTED:
+            self._auth_turn = _NO_EXCHANGE
+        else:
+            raise LocalProtocolError(f"the server may not send AUTH 0x{code:02X} now")
 
     def _shrink(self, event, data: bytes, limit: int) -> bytes:
         if type(event) is Publish:
@@ -297,6 +339,7 @@ class MQTTConnection:
         return data
 
     def _apply_connack(self, event: ConnAck) -> None:
+        self._auth_turn = _NO_EXCHANGE  # (3.1.1 has no enhanced authentication)
         # Absent means 0: the client may use no aliases (5.0 section 3.2.2.3.8).
         self.inbound_aliases.maximum = event.topic_alias_maximum or 0
         if event.maximum_packet_size is not None:

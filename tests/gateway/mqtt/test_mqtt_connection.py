@@ -53,16 +53,25 @@ SEND_SAMPLES = {**SAMPLES, CONNACK_ACCEPTED: ConnAck(), CONNACK_REFUSED: ConnAck
 SEND_SAMPLES.pop(ConnAck)
 
 
-def in_state(state: S, auth: bool = False) -> MQTTConnection:
+def in_state(state: S, auth: bool = False, turn: str = "server") -> MQTTConnection:
+    """A connection in ``state``; with ``auth`` its CONNECT named an Authentication
+    Method and an exchange is under way in which it is ``turn``'s turn to send AUTH."""
     conn = MQTTConnection()
     if state is S.AWAIT_CONNECT:
         return conn
     conn.receive_data(connect_bytes(5, authentication_method="m" if auth else None, session_expiry_interval=9))
     assert len(conn.events()) == 1
     if state is S.CONNECTING:
+        if auth and turn == "client":
+            conn.send(Auth(reason_code=0x18, authentication_method="m"))
         return conn
     conn.send(ConnAck())
     if state is S.CONNECTED:
+        if auth:
+            conn.receive_data(encode(Auth(reason_code=0x19, authentication_method="m"), 5))
+            conn.events()
+            if turn == "client":
+                conn.send(Auth(reason_code=0x18, authentication_method="m"))
         return conn
     conn.receive_data(b"\xe0\x00")
     conn.events()
@@ -72,7 +81,7 @@ def in_state(state: S, auth: bool = False) -> MQTTConnection:
 
 @pytest.mark.parametrize("state,cls", list(RECEIVE), ids=[f"{s.name}-{c.__name__}" for s, c in RECEIVE])
 def test_receive_table_entry(state, cls):
-    conn = in_state(state, auth=cls is Auth)
+    conn = in_state(state, auth=cls is Auth, turn="client")
     if cls is ConnectionClosed:
         conn.receive_data(b"")
         assert conn.events() == [ConnectionClosed(clean=state is S.CLOSED)]
@@ -209,10 +218,65 @@ def test_server_disconnect_may_not_carry_session_expiry():
 
 
 def test_auth_with_another_method_is_a_protocol_error():
-    conn = in_state(S.CONNECTED, auth=True)
+    conn = MQTTConnection()
+    conn.receive_data(connect_bytes(5, authentication_method="m"))
+    conn.events()
+    conn.send(ConnAck())
     conn.receive_data(encode(Auth(reason_code=0x19, authentication_method="other"), 5))
     with pytest.raises(RemoteProtocolError):
         conn.events()
+
+
+def _client_auth(conn: MQTTConnection, code: int) -> None:
+    conn.receive_data(encode(Auth(reason_code=code, authentication_method="m"), 5))
+    assert conn.events()[-1] == Auth(reason_code=code, authentication_method="m")
+
+
+def test_enhanced_authentication_takes_turns():
+    """5.0 section 4.12: CONNECT, then AUTH 0x18 each way as often as the method
+    needs, then CONNACK; later AUTH 0x19, AUTH 0x18 each way, AUTH 0x00."""
+    conn = MQTTConnection()
+    conn.receive_data(connect_bytes(5, authentication_method="m"))
+    conn.events()
+    for _ in range(2):
+        conn.send(Auth(reason_code=0x18, authentication_method="m"))
+        with pytest.raises(LocalProtocolError):  # twice in a row: the client has the turn
+            conn.send(Auth(reason_code=0x18, authentication_method="m"))
+        _client_auth(conn, 0x18)
+    with pytest.raises(LocalProtocolError):  # success only ends a re-authentication
+        conn.send(Auth(reason_code=0x00, authentication_method="m"))
+    conn.send(ConnAck())
+    with pytest.raises(LocalProtocolError):  # no exchange under way
+        conn.send(Auth(reason_code=0x18, authentication_method="m"))
+    for _ in range(2):
+        _client_auth(conn, 0x19)
+        conn.send(Auth(reason_code=0x18, authentication_method="m"))
+        _client_auth(conn, 0x18)
+        conn.send(Auth(reason_code=0x00, authentication_method="m"))
+    assert conn.state is S.CONNECTED
+
+
+@pytest.mark.parametrize("steps, code", [
+    ([], 0x18),  # CONNECT, then a continue the server did not ask for
+    ([], 0x19),  # re-authenticate before CONNACK
+    ([ConnAck()], 0x18),  # a continue after CONNACK with no exchange
+    ([ConnAck(), 0x19], 0x19),  # re-authenticate during a re-authentication
+    ([ConnAck(), 0x19], 0x18),  # a continue while the server has the turn
+    ([ConnAck()], 0x00),  # a client may not send success
+])
+def test_auth_out_of_turn_is_a_protocol_error(steps, code):
+    conn = MQTTConnection()
+    conn.receive_data(connect_bytes(5, authentication_method="m"))
+    conn.events()
+    for step in steps:
+        if isinstance(step, int):
+            _client_auth(conn, step)
+        else:
+            conn.send(step)
+    conn.receive_data(encode(Auth(reason_code=code, authentication_method="m"), 5))
+    with pytest.raises(RemoteProtocolError) as info:
+        conn.events()
+    assert info.value.reason_code == ReasonCode.PROTOCOL_ERROR
 
 
 def test_peer_limits_learned_from_connect():
