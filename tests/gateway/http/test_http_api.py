@@ -208,6 +208,42 @@ def test_broker_series_per_broker_topic_and_group_move_with_real_producers_and_c
     api(server, "DELETE", "/api/v1/sessions/fleet-keeper")
 
 
+def test_broker_series_move_with_the_cpp_client(server):
+    """The same series with the official C++ client (PyPI `rocketmq`) producing and consuming."""
+    from rocketmq.client import Message, Producer, PushConsumer
+
+    namesrv = f"127.0.0.1:{server.ports['namesrv']}"
+    key = ("mqgate_broker_topic_puts_total", (("topic", "cppfleet"),))
+    before = scrape(server)
+    producer = Producer("ops-cpp-pg")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        for i in range(4):
+            m = Message("cppfleet")
+            m.set_body(f"reading {i}")
+            producer.send_sync(m)
+    finally:
+        producer.shutdown()
+    assert wait_for(lambda: scrape(server).get(key, 0) - before.get(key, 0) == 4, 10)
+    seen: list = []
+
+    def listen(m):
+        seen.append(m.body)  # returning normally acknowledges it
+
+    consumer = PushConsumer("ops-cpp-billing")
+    consumer.set_namesrv_addr(namesrv)
+    consumer.subscribe("cppfleet", listen)
+    consumer.start()
+    try:
+        assert wait_for(lambda: len(seen) >= 4, 30)
+        lag = ("mqgate_broker_consumer_lag", (("group", "ops-cpp-billing"), ("topic", "cppfleet")))
+        assert wait_for(lambda: scrape(server).get(lag) == 0, 20)  # the C++ client commits every 5 s
+    finally:
+        consumer.shutdown()
+    assert scrape(server)[("mqgate_broker_topic_gets_total", (("topic", "cppfleet"),))] >= 4
+
+
 # ---- authentication and malformed requests ---------------------------------------------------
 
 @pytest.mark.parametrize("path", ["/api/v1/clients", "/api/v1/sessions", "/api/v1/retained",
