@@ -68,6 +68,26 @@ P_CORRELATION = "mqttCorrelation"
 P_USER_PROPS = "mqttUserProps"
 P_TIMER_DELAY = "TIMER_DELAY_SEC"
 
+# RocketMQ's system property names (MessageConst's STRING_HASH_SET, 4.9 and
+# 5.x): a user property of an MQTT 5 PUBLISH never becomes one of these.
+SYSTEM_PROPERTY_NAMES = frozenset((
+    "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET",
+    "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+    "MSG_REGION", "TRACE_ON", "UNIQ_KEY", "EXTEND_UNIQ_INFO", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+    "INNER_NUM", "INNER_BASE", "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRAN_PREPARED_QUEUE_OFFSET", "__transactionId__",
+    "TRANSACTION_CHECK_TIMES", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
+    "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "__SHARDINGKEY",
+    "PROPERTY_FORWARD_QUEUE_ID", "REDIRECT", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", "TRACE_CONTEXT",
+    "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "__BORNHOST", "BORN_TIMESTAMP", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+    "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "TIMER_DELAY_MS",
+    "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__STARTDELIVERTIME",
+))
+
+# Ours: the MQTT side reads these back on delivery (a user property named
+# mqttExpiry must not make a message expire).
+OWN_PROPERTY_NAMES = frozenset((P_TOPIC, P_QOS, P_RETAIN, P_CLIENT, P_TIME, P_EXPIRY, P_FORMAT, P_CONTENT_TYPE,
+                                P_RESPONSE_TOPIC, P_CORRELATION, P_USER_PROPS, P_TIMER_DELAY))
+
 _PLAIN_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 _BAD = re.compile("[\x01\x02]")
 _TRANSACTION_PREPARED = 0x4
@@ -147,7 +167,22 @@ def publish_to_message(pub: Publish, broker_topic: str, client_id: str, received
         props[P_CORRELATION] = base64.b64encode(pub.correlation_data).decode("ascii")
     if pub.user_properties:
         props[P_USER_PROPS] = json.dumps([list(p) for p in pub.user_properties], separators=(",", ":"))
+        _flat_user_properties(props, pub.user_properties)
     return Message(topic=broker_topic, body=pub.payload, properties=props, born_timestamp=received_ms, note=pub)
+
+
+def _flat_user_properties(props: dict, pairs) -> None:
+    """Each user property also as a message property of its own, for native consumers
+    and SQL92 filters (``temp > 30.0``). The first of a repeated name wins; one of
+    our names (`OWN_PROPERTY_NAMES`, any ``mqtt*``), a RocketMQ system name
+    (`SYSTEM_PROPERTY_NAMES`, ``__RMQ.TRANSIENT.*``) or a name or value the store
+    cannot keep (\\x01, \\x02) is skipped. MQTT delivery reads the JSON property,
+    which keeps every pair in order."""
+    for name, value in pairs:
+        if (name and name not in props and name not in OWN_PROPERTY_NAMES and not name.startswith("mqtt")
+                and name not in SYSTEM_PROPERTY_NAMES
+                and not name.startswith("__RMQ.TRANSIENT.") and not _BAD.search(name) and not _BAD.search(value)):
+            props[name] = value
 
 
 def mqtt_topic_of(msg: Message | StoredMessage) -> str | None:
