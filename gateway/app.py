@@ -56,7 +56,7 @@ from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
 from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingError, now_ms, publish_to_message,
                              queue_for, split_delayed)
-from gateway.meta import record, replay
+from gateway.meta import META_TOPIC, record, replay
 from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
 from gateway.readiness import Readiness
 from gateway.retained import RetainedIndex
@@ -451,29 +451,37 @@ class MQTTGateway:
         lim = self.settings.limits
         sessions = []
         for (kind, key), value in state.items():
-            if kind == "ret":
-                self.retained.set(key, value[0], value[1])
-            elif kind == "sess":
-                sess = Session(self, key, expiry=value["exp"], version=value["v"])
-                sess.restore(value)
-                self.router.add_session(sess)
-                for text, (_flt, opts) in sess.subs.items():
-                    self.router.trie.subscribe(key, text, opts)
-                in2 = state.get(("in2", key))
-                if in2:
-                    sess.inbound = InboundFlows.from_state(
-                        {"receive_maximum": lim.max_inflight_messages, "flows": [[p, 3] for p in in2]})
-                sessions.append((sess, value.get("gone") or now))
+            try:
+                if kind == "ret":
+                    self.retained.set(key, int(value[0]), int(value[1]))
+                elif kind == "sess":
+                    sess = Session(self, key, expiry=float(value["exp"]), version=int(value["v"]))
+                    gone = float(value.get("gone") or now)
+                    sess.restore(value)
+                    self.router.add_session(sess)
+                    for text, (_flt, opts) in sess.subs.items():
+                        self.router.trie.subscribe(key, text, opts)
+                    in2 = state.get(("in2", key))
+                    if in2:
+                        sess.inbound = InboundFlows.from_state(
+                            {"receive_maximum": lim.max_inflight_messages, "flows": [[int(p), 3] for p in in2]})
+                    sessions.append((sess, gone))
+            except Exception as e:  # noqa: BLE001 - decoded, but not a shape we wrote: the rest still holds
+                _unusable(kind, key, e)
         for sess, gone in sessions:
             if sess.expiry != NEVER:
                 self._schedule_expiry(sess, sess.expiry - (now - gone) / 1000)
         for (kind, key), value in state.items():
             if kind != "will":
                 continue
+            try:
+                will = _will_from_record(value)
+                gone = float(value.get("gone") or now)
+                delay = (will.will_delay_interval or 0) - (now - gone) / 1000
+            except Exception as e:  # noqa: BLE001 - as above
+                _unusable(kind, key, e)
+                continue
             self._will_keys.add(key)
-            will = _will_from_record(value)
-            gone = value.get("gone") or now
-            delay = (will.will_delay_interval or 0) - (now - gone) / 1000
             sess = self.router.sessions.get(key)
             if sess is not None:
                 delay = min(delay, sess.expiry - (now - gone) / 1000)
@@ -494,6 +502,11 @@ class MQTTGateway:
                 self.retained.local[topic] = out
                 self.router.publish_local(out)
             await trio.sleep(interval)
+
+
+def _unusable(kind: str, key: str, e: Exception) -> None:
+    log.error("gateway meta record %s:%r in %s is not usable (%s: %s); skipped, the others are restored",
+              kind, key, META_TOPIC, type(e).__name__, e)
 
 
 def _specs(settings: Mapping[str, Any], host: str, mqtt_port: int, ws_port: int) -> list[ListenerSpec]:

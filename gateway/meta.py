@@ -15,8 +15,11 @@ PUBLISH). The key also goes into the ``KEYS`` property for ``mqgate admin``.
 Rules kept here:
 
 * Replay reads the queue from its first offset; the last record per
-  (kind, key) wins; a record that does not decode is logged and skipped
-  (never fatal: it is our data, and the rest still holds).
+  (kind, key) wins; a record that does not decode, or is no [kind, key,
+  value] with a known kind and a text key, is counted, logged and skipped
+  (never fatal: it is our data, and the rest still holds). A record of the
+  right form whose value is not a shape we write is skipped the same way by
+  the gateway's restore (one line naming it).
 * The topic is a system topic (``rmq_sys_`` prefix): MQTT publishes never
   map onto it (``gateway.mapping`` refuses them) and the router ignores it.
 * Writes are batched by the caller with application messages
@@ -62,6 +65,8 @@ async def replay(broker: Broker) -> dict[tuple[str, str], object]:
         for raw in result.entries:
             try:
                 kind, key, value = msgpack.unpackb(decode_message(raw).body, raw=False, strict_map_key=False)
+                if kind not in KINDS or not isinstance(key, str):
+                    raise ValueError(f"not a record: kind {kind!r}, key {key!r}")
             except Exception:  # noqa: BLE001 - a bad record is logged, the rest still counts
                 bad += 1
                 continue
