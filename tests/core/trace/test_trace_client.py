@@ -1,0 +1,106 @@
+"""Our client with ``enable_msg_trace``: producers, push consumers and transaction producers write
+trace records to the trace topic over real sockets; the records follow the reference layout."""
+
+import sys
+from pathlib import Path
+
+import trio
+
+from core.client import ConsumeConcurrentlyStatus, ConsumeFromWhere, Message, open_producer, open_push_consumer
+from core.client.pull_consumer import open_pull_consumer
+from core.client.transaction import LocalTransactionState, open_transaction_producer
+from core.trace import TRACE_TOPIC
+
+sys.path.insert(0, str(Path(__file__).parent))
+import reference_layout as ref  # noqa: E402
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+FAST = {"enable_msg_trace": True, "trace_flush_interval": 0.05}
+
+
+async def trace_records(cluster, topic=TRACE_TOPIC, want=1, timeout=10.0):
+    """Every record in ``topic`` (pulled over the wire), read with the reference layout."""
+    records, keys = [], []
+    async with open_pull_consumer(cluster.namesrv, "trace-reader", {topic: "*"}, consume_from=FIRST) as pull:
+        with trio.fail_after(timeout):
+            while len(records) < want:
+                for m in await pull.poll(timeout=0.5):
+                    records.extend(ref.read(m.body.decode()))
+                    keys.append(set(m.keys))
+    return records, keys
+
+
+async def test_trace_topic_is_created_at_start_with_one_queue(cluster):
+    cfg = cluster.broker.get_topic(TRACE_TOPIC)
+    assert cfg is not None and cfg.write_queue_nums == 1 and cfg.read_queue_nums == 1
+
+
+async def test_producer_and_push_consumer_records_with_a_retry(cluster):
+    async with open_producer(cluster.namesrv, "PG-trace", **FAST) as producer:
+        sent = [await producer.send(Message("TracedOrders", f"m{i}", tags="TagA", keys=[f"order-{i}"])) for i in range(3)]
+    calls = []
+    done = trio.Event()
+
+    def listener(msgs, ctx):
+        calls.append((msgs[0].msg_id, msgs[0].reconsume_times))
+        if msgs[0].msg_id == sent[0].msg_id and msgs[0].reconsume_times == 0:
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if len(calls) >= 4:
+            done.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    async with open_push_consumer(cluster.namesrv, "CG-trace", {"TracedOrders": "*"}, listener, consume_from=FIRST,
+                                  **FAST) as consumer:
+        with trio.fail_after(20):
+            await done.wait()
+    assert consumer.tracer.discarded == 0
+    records, keys = await trace_records(cluster, want=3 + 4 + 4)
+    pubs = {r["msgId"]: r for r in records if r["type"] == "Pub"}
+    assert set(pubs) == {r.msg_id for r in sent}
+    p0 = pubs[sent[0].msg_id]
+    assert p0["groupName"] == "PG-trace" and p0["topic"] == "TracedOrders" and p0["tags"] == "TagA"
+    assert p0["keys"] == "order-0" and p0["storeHost"] == cluster.broker_addr and p0["success"] is True
+    assert p0["offsetMsgId"] == sent[0].offset_msg_id and p0["bodyLength"] == 2 and p0["msgType"] == 0
+    assert p0["regionId"] == "DefaultRegion" and p0["costTime"] >= 0
+    befores = [r for r in records if r["type"] == "SubBefore" and r["msgId"] == sent[0].msg_id]
+    afters = [r for r in records if r["type"] == "SubAfter" and r["msgId"] == sent[0].msg_id]
+    assert sorted(r["retryTimes"] for r in befores) == [0, 1]
+    assert {r["groupName"] for r in befores + afters} == {"CG-trace"}
+    by_request = {r["requestId"]: r for r in afters}
+    first = by_request[next(r["requestId"] for r in befores if r["retryTimes"] == 0)]
+    again = by_request[next(r["requestId"] for r in befores if r["retryTimes"] == 1)]
+    assert (first["success"], first["contextCode"]) == (False, 4)   # RECONSUME_LATER: ConsumeReturnType.FAILED
+    assert (again["success"], again["contextCode"]) == (True, 0)
+    # every trace message is keyed by the traced ids and keys (the index file finds them)
+    all_keys = set().union(*keys)
+    assert {r.msg_id for r in sent} | {"order-0", "order-1", "order-2"} <= all_keys
+
+
+async def test_custom_trace_topic_and_transaction_records(cluster):
+    class Listener:
+        def execute_local_transaction(self, msg, arg):
+            return LocalTransactionState.COMMIT_MESSAGE
+
+        def check_local_transaction(self, msg):
+            return LocalTransactionState.COMMIT_MESSAGE
+
+    async with open_transaction_producer(cluster.namesrv, "TXG-trace", Listener(), trace_topic="MyTrace",
+                                         **FAST) as tx:
+        r = await tx.send_message_in_transaction(Message("TracedPay", b"debit", keys=["pay-1"]))
+    records, _ = await trace_records(cluster, "MyTrace", want=2)
+    pub = next(x for x in records if x["type"] == "Pub")
+    end = next(x for x in records if x["type"] == "EndTransaction")
+    assert pub["msgType"] == 1 and pub["msgId"] == r.msg_id            # Trans_Msg_Half
+    assert end["msgId"] == r.msg_id and end["transactionState"] == "COMMIT_MESSAGE"
+    assert end["groupName"] == "TXG-trace" and end["keys"] == "pay-1" and end["msgType"] == 2
+    assert end["fromTransactionCheck"] is False and end["storeHost"] == cluster.broker_addr
+
+
+async def test_a_failing_trace_topic_never_fails_or_blocks_the_users_sends(cluster):
+    async with open_producer(cluster.namesrv, "PG-broken-trace", trace_topic="no such topic!", **FAST) as producer:
+        results = [await producer.send(Message("StillWorks", f"m{i}")) for i in range(5)]
+        with trio.fail_after(10):
+            while producer.tracer.failed == 0:
+                await trio.sleep(0.05)
+    assert all(r.ok for r in results)
+    assert producer.tracer.sent_records == 0 and producer.tracer.failed >= 1
