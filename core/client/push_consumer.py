@@ -330,7 +330,7 @@ class AsyncPushConsumer(ConsumerBase):
         if pq.dropped:
             return
         ctx = ConsumeContext(mq)
-        traced = self.tracer.before_consume(self.group, batch) if self.tracer is not None else None
+        traced = self.tracer.before_consume(self.group, batch, self.client_id) if self.tracer is not None else None
         code = ConsumeReturnType.SUCCESS
         try:
             out = await self._call(batch, ctx)
@@ -411,7 +411,7 @@ class AsyncPushConsumer(ConsumerBase):
             ctx = ConsumeContext(mq)
             self._begin()
             try:
-                traced = self.tracer.before_consume(self.group, batch) if self.tracer is not None else None
+                traced = self.tracer.before_consume(self.group, batch, self.client_id) if self.tracer is not None else None
                 code = ConsumeReturnType.SUCCESS
                 try:
                     out = await self._call(batch, ctx)

@@ -190,7 +190,8 @@ class TraceDispatcher:
             body_length=len(msg.body), cost_ms=cost_ms, msg_type=msg_type, offset_msg_id=result.offset_msg_id,
             success=result.status is SendStatus.SEND_OK, client_host=client_id))
 
-    def before_consume(self, group: str, msgs: list[MessageExt]) -> tuple[str, int, list[MessageExt]] | None:
+    def before_consume(self, group: str, msgs: list[MessageExt],
+                       client_id: str | None = None) -> tuple[str, int, list[MessageExt]] | None:
         traced = [m for m in msgs if m.properties.get(PROPERTY_TRACE_SWITCH) != "false"]
         if not traced:
             return None
@@ -200,7 +201,7 @@ class TraceDispatcher:
             self.append(SubBeforeRecord(
                 timestamp=started, region=m.properties.get(PROPERTY_MSG_REGION) or DEFAULT_REGION, group=group,
                 request_id=request_id, msg_id=m.msg_id, retry_times=m.reconsume_times,
-                keys=" ".join(m.keys) or None))
+                keys=" ".join(m.keys) or None, client_id=client_id))
         return request_id, started, traced
 
     def after_consume(self, group: str, before: tuple[str, int, list[MessageExt]] | None, success: bool,

@@ -19,6 +19,8 @@ Rules kept here:
   it. MQTT records (written by the gateway) use that room: the reference
   fields come first, then ``client id, QoS, MQTT topic`` (Pub, SubBefore) or
   the delivery outcome (SubAfter). Their group is ``%MQTT%`` + client id.
+  Our own clients use the first of those too: Pub and SubBefore records
+  carry the client id (Java's decoder reads Pub's as ``clientHost``).
 - The separators cannot occur inside a value: they are replaced by a space
   when encoding (the Java client writes them unescaped, which breaks its own
   decoder).
@@ -42,6 +44,8 @@ KEY_SEPARATOR = " "
 MQTT_GROUP_PREFIX = "%MQTT%"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
 PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_KEYS = "KEYS"          # the traced message's keys, space-separated
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"  # the traced message's id
 
 
 class TraceFormatError(ValueError):
@@ -205,8 +209,10 @@ def encode_record(r: TraceRecord) -> str:
             fields += [r.mqtt_qos, r.mqtt_topic]
     elif isinstance(r, SubBeforeRecord):
         fields = [r.type.value, r.timestamp, r.region, r.group, r.request_id, r.msg_id, r.retry_times, r.keys or None]
-        if r.client_id is not None:
-            fields += [r.client_id, r.mqtt_qos, r.mqtt_topic]
+        if r.client_id is not None or r.mqtt_qos is not None:
+            fields.append(r.client_id if r.client_id is not None else "")
+        if r.mqtt_qos is not None:
+            fields += [r.mqtt_qos, r.mqtt_topic]
     elif isinstance(r, SubAfterRecord):
         fields = [r.type.value, r.request_id, r.msg_id, r.cost_ms, r.success, r.keys or None, r.context_code]
         if r.timestamp is not None:
@@ -287,7 +293,7 @@ def decode_record(chunk: str) -> TraceRecord:
         mqtt = len(line) >= 11
         return SubBeforeRecord(timestamp=_int(line[1], "timestamp"), region=line[2], group=line[3],
                                request_id=line[4], msg_id=line[5], retry_times=_int(line[6], "retry times"),
-                               keys=_opt(line[7]), client_id=line[8] if mqtt else None,
+                               keys=_opt(line[7]), client_id=line[8] if len(line) >= 9 else None,
                                mqtt_qos=_int(line[9], "QoS") if mqtt else None, mqtt_topic=line[10] if mqtt else None)
     if kind == "SubAfter":
         _need(line, 6)
