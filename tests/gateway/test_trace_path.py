@@ -161,3 +161,65 @@ async def test_gateway_records_of_mqtt_publishes_and_deliveries_follow_the_refer
     steps = json.loads(raw.stdout)["messages"][0]["steps"]
     assert {(s["client"], s["status"]) for s in steps if s["step"] == "delivered over MQTT"} == {
         ("sub-live", "acked"), ("sub-offline", "dropped")}
+
+
+async def test_an_expired_message_is_traced_as_expired_when_its_subscriber_comes_back(server):
+    from paho.mqtt.properties import Properties
+    from paho.mqtt.packettypes import PacketTypes
+
+    port = server.ports["mqtt-tcp"]
+
+    def v5(client_id):
+        c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=paho.MQTTv5)
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = 300
+        c.connect("127.0.0.1", port, clean_start=False, properties=props)
+        c.loop_start()
+        return c
+
+    sub = v5("late-sub")
+    done = queue.Queue()
+    sub.on_subscribe = lambda *a: done.put(True)
+    sub.subscribe("devices/#", qos=1)
+    done.get(timeout=10)
+    sub.disconnect()
+    sub.loop_stop()
+    pub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="dev-exp", protocol=paho.MQTTv5)
+    pub.connect("127.0.0.1", port)
+    pub.loop_start()
+    props = Properties(PacketTypes.PUBLISH)
+    props.MessageExpiryInterval = 1
+    pub.publish("devices/d9/state", b"soon stale", qos=1, properties=props).wait_for_publish(10)
+    pub.disconnect()
+    pub.loop_stop()
+    time.sleep(2.2)  # the message expires while its subscriber is away
+    got = queue.Queue()
+    sub = v5("late-sub")
+    sub.on_message = lambda _c, _u, m: got.put(m.payload)
+    try:
+        msg_id = None
+        async with open_pull_consumer(server.namesrv, "expiry-reader", {TRACE_TOPIC: "*"}, consume_from=FIRST) as rd:
+            with trio.fail_after(20):
+                while msg_id is None:
+                    for m in await rd.poll(timeout=0.5):
+                        msg_id = next((r["msgId"] for r in ref.read(m.body.decode()) if r["type"] == "Pub"), msg_id)
+        text = admin_until(server, ["trace", msg_id], ["to late-sub QoS 1: expired"])
+        assert "published over MQTT" in text and "MQTT devices/d9/state QoS 1" in text
+        assert got.empty()  # never delivered
+    finally:
+        sub.disconnect()
+        sub.loop_stop()
+
+
+def test_trace_settings_refuse_bad_values_with_one_line():
+    from gateway.config import ConfigError
+    from gateway.settings import GatewaySettings
+
+    with pytest.raises(ConfigError, match=r"^\[mqtt\] traceMqttTopics must be a list"):
+        GatewaySettings.from_dict({"traceMqttTopics": "sensors/#"})
+    with pytest.raises(ConfigError, match=r"^\[mqtt\] traceMqttTopics: 'a/#/b' is not a topic filter"):
+        GatewaySettings.from_dict({"traceMqttTopics": ["a/#/b"]})
+    with pytest.raises(ConfigError, match=r"^\[mqtt\] traceTopicName must be a topic name"):
+        GatewaySettings.from_dict({"traceTopicName": "no spaces please"})
+    assert GatewaySettings.from_dict({"traceMqttTopics": ["sensors/#"]}).trace.mqtt_topics == ("sensors/#",)
+    assert GatewaySettings.from_dict({}).trace.mqtt_topics == ()
