@@ -25,6 +25,9 @@ Rules kept here:
 - A delivery's message id comes from the entry it was read from; the tracer
   remembers (bounded, ``_IDS`` entries) the ids of traced messages decoded
   for delivery. A delivery it cannot name (evicted meanwhile) is not traced.
+  A QoS 1/2 delivery waits for its ack in ``_flights`` (bounded, oldest
+  forgotten); a reconnect keeps it (the ack may come on the new
+  connection), a DUP resend starts a new SubBefore/SubAfter pair.
 - Records never wait on the broker: a bounded buffer (``_BUFFER``) drops
   and counts what does not fit; one task sends them in batches (at most 20
   records or 0.5 s apart) with the broker's own send, and a failed send is
@@ -53,7 +56,8 @@ log = logging.getLogger("mqgate.gateway.trace")
 
 TRACE_KEYS = frozenset({"traceMqttTopics", "traceTopicName"})
 _BUFFER = 4096
-_IDS = 65536
+_IDS = 8192        # traced messages decoded for delivery whose ids are kept (each holds its Outbound)
+_FLIGHTS = 65536   # QoS 1/2 deliveries awaiting their ack; the oldest are forgotten past it
 _MATCH_CACHE = 4096
 _BATCH = 20
 _FLUSH_S = 0.5
@@ -185,7 +189,10 @@ class MqttTracer:
         if not qos or packet_id is None:
             self._after(client_id, request_id, msg_id, keys, started, DeliveryOutcome.ACKED)
         else:
-            self._flights[(client_id, packet_id)] = (request_id, msg_id, keys, started)
+            flights = self._flights
+            flights[(client_id, packet_id)] = (request_id, msg_id, keys, started)
+            if len(flights) > _FLIGHTS:
+                del flights[next(iter(flights))]
 
     def acked(self, client_id: str, packet_id: int) -> None:
         """The QoS 1/2 flow of ``packet_id`` completed (PUBACK / PUBCOMP)."""
@@ -214,10 +221,6 @@ class MqttTracer:
                                      msg_id=msg_id, retry_times=0, keys=keys or None, client_id=client_id,
                                      mqtt_qos=qos, mqtt_topic=topic))
         self._after(client_id, request_id, msg_id, keys, now, outcome)
-
-    def forget_client(self, client_id: str) -> None:
-        for key in [k for k in self._flights if k[0] == client_id]:
-            del self._flights[key]
 
     # ---- sending ----
 
