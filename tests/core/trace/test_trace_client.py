@@ -104,3 +104,19 @@ async def test_a_failing_trace_topic_never_fails_or_blocks_the_users_sends(clust
                 await trio.sleep(0.05)
     assert all(r.ok for r in results)
     assert producer.tracer.sent_records == 0 and producer.tracer.failed >= 1
+
+
+async def test_blocking_producer_traces_too(cluster):
+    from core.client import Producer
+
+    def produce():
+        p = Producer(cluster.namesrv, "PG-blocking", enable_msg_trace=True, trace_flush_interval=0.05).start()
+        try:
+            return p.send(Message("TracedBlocking", b"x", keys=["blk-1"]))
+        finally:
+            p.shutdown()  # sends what is buffered
+
+    sent = await trio.to_thread.run_sync(produce)
+    records, keys = await trace_records(cluster, want=1)
+    (pub,) = [r for r in records if r["msgId"] == sent.msg_id]
+    assert pub["groupName"] == "PG-blocking" and pub["keys"] == "blk-1" and {"blk-1", sent.msg_id} <= set().union(*keys)

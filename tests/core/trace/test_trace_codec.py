@@ -124,3 +124,19 @@ def test_fuzz_decode_never_raises_anything_but_trace_format_error(data):
         decode_strict(data)
     except TraceFormatError:
         pass
+
+
+def test_records_as_the_java_client_writes_them_are_read():
+    # Pub without clientHost (14 fields), SubBefore with null keys, SubAfter of 9 fields ending with the group,
+    # and a SubAfter of the cloud channel (7 fields, then an empty one Java's split drops)
+    java = ("Pub\x011700000000000\x01DefaultRegion\x01PG\x01Orders\x01AB12\x01null\x01null\x01"
+            "10.0.0.5:10911\x0111\x012\x010\x01C0A8000100002A9F0000000000001000\x01true\x02"
+            "SubBefore\x011700000000100\x01DefaultRegion\x01CG\x01REQ\x01AB12\x010\x01null\x02"
+            "SubAfter\x01REQ\x01AB12\x013\x01true\x01null\x010\x011700000000103\x01CG\x02"
+            "SubAfter\x01REQ2\x01AB12\x013\x01false\x01null\x012\x01\x02")
+    pub, before, after, cloud = decode_strict(java)
+    assert (pub.group, pub.msg_id, pub.tags, pub.keys, pub.client_host, pub.success) == ("PG", "AB12", None, None, None, True)
+    assert pub.offset_msg_id == "C0A8000100002A9F0000000000001000" and pub.body_length == 11
+    assert (before.group, before.request_id, before.keys, before.client_id) == ("CG", "REQ", None, None)
+    assert (after.group, after.timestamp, after.cost_ms, after.outcome) == ("CG", 1700000000103, 3, None)
+    assert (cloud.success, cloud.context_code, cloud.group) == (False, 2, None)
