@@ -120,3 +120,23 @@ async def test_blocking_producer_traces_too(cluster):
     records, keys = await trace_records(cluster, want=1)
     (pub,) = [r for r in records if r["msgId"] == sent.msg_id]
     assert pub["groupName"] == "PG-blocking" and pub["keys"] == "blk-1" and {"blk-1", sent.msg_id} <= set().union(*keys)
+
+
+async def test_admin_trace_answers_bad_requests_with_one_line(cluster):
+    import io
+
+    from core.admin import run_admin
+
+    async def run(*args):
+        out, err = io.StringIO(), io.StringIO()
+        code = await run_admin(["--namesrv", cluster.namesrv, *args], out, err)
+        return code, err.getvalue()
+
+    code, err = await run("trace", "0" * 32)
+    assert code == 1 and err.count("\n") == 1 and "no trace record for " + "0" * 32 + " in RMQ_SYS_TRACE_TOPIC" in err
+    code, err = await run("trace", "0" * 32, "--key", "k", "--topic", "T")
+    assert code == 2 and "not both" in err
+    code, err = await run("trace", "--key", "k")
+    assert code == 2 and "--key needs --topic" in err
+    code, err = await run("trace", "--key", "nothing-here", "--topic", "TracedOrders")
+    assert code == 1 and "no message with key 'nothing-here' in topic TracedOrders" in err
