@@ -140,3 +140,33 @@ async def test_admin_trace_answers_bad_requests_with_one_line(cluster):
     assert code == 2 and "--key needs --topic" in err
     code, err = await run("trace", "--key", "nothing-here", "--topic", "TracedOrders")
     assert code == 1 and "no message with key 'nothing-here' in topic TracedOrders" in err
+
+
+async def test_an_end_transaction_answering_a_broker_check_is_traced_as_from_check(nursery, tmp_path):
+    from cluster import broker_cluster
+
+    class Listener:
+        def __init__(self):
+            self.checked = trio.Event()
+
+        def execute_local_transaction(self, msg, arg):
+            return LocalTransactionState.UNKNOW
+
+        def check_local_transaction(self, msg):
+            self.checked.set()
+            return LocalTransactionState.COMMIT_MESSAGE
+
+    listener = Listener()
+    async with broker_cluster(nursery, tmp_path, trace_topic_enable=True, transaction_timeout=300,
+                              transaction_check_interval=300) as c:
+        async with open_transaction_producer(c.namesrv, "TXG-check", listener, **FAST) as tx:
+            await tx.prepare("TracedCheck")
+            r = await tx.send_message_in_transaction(Message("TracedCheck", b"later"))
+            with trio.fail_after(20):
+                await listener.checked.wait()
+            while tx.checks_answered == 0:
+                await trio.sleep(0.05)
+        records, _ = await trace_records(c, want=3)
+    ends = [x for x in records if x["type"] == "EndTransaction" and x["msgId"] == r.msg_id]
+    assert [(e["transactionState"], e["fromTransactionCheck"]) for e in ends] == [
+        ("UNKNOW", False), ("COMMIT_MESSAGE", True)]
