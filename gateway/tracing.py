@@ -138,6 +138,8 @@ class MqttTracer:
             self._send.send_nowait(record)
         except trio.WouldBlock:
             self.discarded += 1
+            if self.discarded == 1:
+                log.warning("trace buffer full (%d records): records are dropped until it drains", _BUFFER)
 
     # ---- the records ----
 

@@ -97,6 +97,8 @@ class TraceDispatcher:
             return True
         except trio.WouldBlock:
             self.discarded += 1
+            if self.discarded == 1:
+                log.warning("trace buffer of %s full: trace records are dropped until it drains", self.group)
             return False
 
     def new_request_id(self) -> str:
