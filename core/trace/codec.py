@@ -184,18 +184,28 @@ TraceRecord = PubRecord | SubBeforeRecord | SubAfterRecord | EndTransactionRecor
 
 # ------------------------------------------------------------------ encoding
 
+_NO_SEPARATORS = str.maketrans({CONTENT_SPLITOR: " ", FIELD_SPLITOR: " "})
+
+
 def _s(value: object) -> str:
-    """A value as Java's StringBuilder.append writes it, separators removed."""
+    """A value as Java's StringBuilder.append writes it."""
     if value is None:
         return "null"
     if value is True:
         return "true"
     if value is False:
         return "false"
-    text = str(value)
-    if CONTENT_SPLITOR in text or FIELD_SPLITOR in text:
-        text = text.replace(CONTENT_SPLITOR, " ").replace(FIELD_SPLITOR, " ")
-    return text
+    return str(value)
+
+
+def _join(fields: list) -> str:
+    """The fields with CONTENT_SPLITOR between them; separators inside values become spaces
+    (checked once on the joined text: the common case pays one count)."""
+    texts = list(map(_s, fields))
+    line = CONTENT_SPLITOR.join(texts)
+    if line.count(CONTENT_SPLITOR) != len(texts) - 1 or FIELD_SPLITOR in line:
+        line = CONTENT_SPLITOR.join(t.translate(_NO_SEPARATORS) for t in texts)
+    return line + FIELD_SPLITOR
 
 
 def encode_record(r: TraceRecord) -> str:
@@ -224,7 +234,7 @@ def encode_record(r: TraceRecord) -> str:
                   int(r.msg_type), r.transaction_id, r.transaction_state, r.from_transaction_check]
     else:
         raise TypeError(f"not a trace record: {r!r}")
-    return CONTENT_SPLITOR.join(map(_s, fields)) + FIELD_SPLITOR
+    return _join(fields)
 
 
 def record_keys(r: TraceRecord) -> list[str]:
