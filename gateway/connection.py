@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from gateway.connecting import accept_connect
 from core.trace import DeliveryOutcome
+from gateway.connecting import accept_connect
 from gateway.mapping import now_ms
 from gateway.meta import record
 from gateway.mqtt import (

@@ -269,8 +269,8 @@ class AsyncProducer:
 
     # ---- sends ----
 
-    def _trace_send(self, msg: Message, props: dict[str, str], result: SendResult, addr: str, started: int,
-                    t0: float, trace_on: bool, count: int = 1) -> None:
+    def _trace_send(self, msg: Message, result: SendResult, addr: str, started: int, t0: float, trace_on: bool,
+                    count: int = 1) -> None:
         assert self.tracer is not None
         cost = int((time.monotonic() - t0) * 1000) // count
         self.tracer.on_send(self.group, msg, result, addr, started, cost, self.client_id, trace_on)
@@ -324,7 +324,7 @@ class AsyncProducer:
             resp = await self.instance.api.send(addr, RequestCode.SEND_MESSAGE_V2, header, body, remaining)
             result = self._result(resp, mq, uniq)
             if self.tracer is not None:
-                self._trace_send(msg, props, result, addr, started, t0, resp.get_str("TRACE_ON", "true") != "false")
+                self._trace_send(msg, result, addr, started, t0, resp.get_str("TRACE_ON", "true") != "false")
             return result
 
         return await self._attempts(msg.topic, queue, tries, timeout, one)
@@ -422,7 +422,7 @@ class AsyncProducer:
                 for i, (m, one_id) in enumerate(zip(msgs, uniqs)):
                     part = dataclasses.replace(result, msg_id=one_id,
                                                offset_msg_id=offset_ids[i] if i < len(offset_ids) else "")
-                    self._trace_send(m, {}, part, addr, started, t0, trace_on, len(msgs))
+                    self._trace_send(m, part, addr, started, t0, trace_on, len(msgs))
             return result
 
         return await self._attempts(topic, queue, tries, timeout or self.send_timeout, one)
