@@ -170,3 +170,13 @@ async def test_an_end_transaction_answering_a_broker_check_is_traced_as_from_che
     ends = [x for x in records if x["type"] == "EndTransaction" and x["msgId"] == r.msg_id]
     assert [(e["transactionState"], e["fromTransactionCheck"]) for e in ends] == [
         ("UNKNOW", False), ("COMMIT_MESSAGE", True)]
+
+
+async def test_a_batch_send_makes_one_pub_record_per_message(cluster):
+    async with open_producer(cluster.namesrv, "PG-batch", **FAST) as producer:
+        r = await producer.send_batch([Message("TracedBatch", f"b{i}", keys=[f"bk-{i}"]) for i in range(3)])
+    records, _ = await trace_records(cluster, want=3)
+    pubs = {p["msgId"]: p for p in records if p["type"] == "Pub"}
+    assert set(pubs) == set(r.msg_id.split(","))
+    assert sorted(p["keys"] for p in pubs.values()) == ["bk-0", "bk-1", "bk-2"]
+    assert sorted(p["offsetMsgId"] for p in pubs.values()) == sorted(r.offset_msg_id.split(","))
