@@ -180,3 +180,41 @@ async def test_a_batch_send_makes_one_pub_record_per_message(cluster):
     assert set(pubs) == set(r.msg_id.split(","))
     assert sorted(p["keys"] for p in pubs.values()) == ["bk-0", "bk-1", "bk-2"]
     assert sorted(p["offsetMsgId"] for p in pubs.values()) == sorted(r.offset_msg_id.split(","))
+
+
+async def test_native_sends_carry_msg_region_and_trace_on_and_trace_on_false_silences_tracing(nursery, tmp_path):
+    from cluster import broker_cluster
+
+    got = []
+    done = trio.Event()
+
+    def listener(msgs, ctx):
+        got.extend(msgs)
+        done.set()
+
+    async with broker_cluster(nursery, tmp_path, trace_topic_enable=True, trace_on=False, region_id="eu-1") as c:
+        async with open_producer(c.namesrv, "PG-off", **FAST) as producer:
+            await producer.send(Message("QuietTopic", b"q"))
+        async with open_push_consumer(c.namesrv, "CG-off", {"QuietTopic": "*"}, listener, consume_from=FIRST,
+                                      **FAST) as consumer:
+            with trio.fail_after(20):
+                await done.wait()
+    assert got[0].properties["MSG_REGION"] == "eu-1" and got[0].properties["TRACE_ON"] == "false"
+    # the broker said TRACE_ON=false in the answer and in the message: neither client made a record
+    assert producer.tracer.sent_records == 0 and consumer.tracer.sent_records == 0
+    assert producer.tracer.failed == 0 and consumer.tracer.failed == 0
+
+
+async def test_consumer_records_carry_the_region_the_broker_stamped(nursery, tmp_path):
+    from cluster import broker_cluster
+
+    done = trio.Event()
+    async with broker_cluster(nursery, tmp_path, trace_topic_enable=True, region_id="eu-1") as c:
+        async with open_producer(c.namesrv, "PG-eu", **FAST) as producer:
+            await producer.send(Message("EuTopic", b"e"))
+        async with open_push_consumer(c.namesrv, "CG-eu", {"EuTopic": "*"}, lambda m, ctx: done.set(),
+                                      consume_from=FIRST, **FAST):
+            with trio.fail_after(20):
+                await done.wait()
+        records, _ = await trace_records(c, want=3)
+    assert {r["type"]: r["regionId"] for r in records if "regionId" in r} == {"Pub": "eu-1", "SubBefore": "eu-1"}
