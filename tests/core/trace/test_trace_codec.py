@@ -140,3 +140,33 @@ def test_records_as_the_java_client_writes_them_are_read():
     assert (before.group, before.request_id, before.keys, before.client_id) == ("CG", "REQ", None, None)
     assert (after.group, after.timestamp, after.cost_ms, after.outcome) == ("CG", 1700000000103, 3, None)
     assert (cloud.success, cloud.context_code, cloud.group) == (False, 2, None)
+
+
+def test_java_reads_every_record_kind_we_write():
+    """A JVM splits and parses our records with Java's own String.split and number parsing."""
+    import base64
+    import shutil
+    import subprocess
+
+    java = shutil.which("java")
+    assert java, "java is not installed (make test installs it)"
+    mqtt_after = SubAfterRecord(request_id="R9", msg_id="M1", success=False, context_code=1, timestamp=7,
+                                group=mqtt_group("app"), outcome=DeliveryOutcome.EXPIRED)
+    mqtt_pub = PubRecord(timestamp=5, group=mqtt_group("dev-1"), topic="devices", msg_id="M1", client_host="dev-1",
+                         mqtt_qos=1, mqtt_topic="devices/d1/t")
+    empty_keys = SubBeforeRecord(timestamp=1, group="G", request_id="R", msg_id="M", keys="")
+    body, _ = encode([PUB, BEFORE, AFTER, END, mqtt_pub, mqtt_after, empty_keys])
+    src = Path(__file__).parent / "java" / "TraceLayout.java"
+    proc = subprocess.run([java, str(src)], input=base64.b64encode(body.encode()).decode() + "\n",
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = [dict(kv.split("=", 1) for kv in line.split("\t")[1:]) | {"type": line.split("\t")[0]}
+            for line in proc.stdout.splitlines()]
+    assert [r["type"] for r in rows] == ["Pub", "SubBefore", "SubAfter", "EndTransaction", "Pub", "SubAfter",
+                                         "SubBefore"]
+    assert rows[0]["clientHost"] == "127.0.0.1@1" and rows[0]["offsetMsgId"] == PUB.offset_msg_id
+    assert rows[1]["retryTimes"] == "2" and rows[2]["contextCode"] == "4" and rows[2]["groupName"] == "CG"
+    assert rows[3]["transactionState"] == "COMMIT_MESSAGE" and rows[3]["fromTransactionCheck"] == "true"
+    assert rows[4]["clientHost"] == "dev-1" and rows[4]["groupName"] == "%MQTT%dev-1"
+    assert rows[5]["contextCode"] == "1" and rows[5]["groupName"] == "%MQTT%app"
+    assert rows[6]["keys"] == "null"   # an empty key list is written as Java writes a null one
