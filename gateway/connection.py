@@ -199,6 +199,8 @@ class Connection:
                     gw.tracer.ended(sess.client_id, out, 0, DeliveryOutcome.DROPPED)
                 return
             if self._writing and not self._behind_write(sess):
+                if gw.tracer is not None:
+                    gw.tracer.ended(sess.client_id, out, 0, DeliveryOutcome.DROPPED)
                 return
         pid = None
         if d.qos:

@@ -19,8 +19,9 @@ Rules kept here:
   ``%MQTT%<subscriber>``, retry count 1 for a DUP resend) when the PUBLISH
   is handed to the connection, and a SubAfter record with the same request
   id when it ends: ``acked`` (PUBACK / PUBCOMP; a QoS 0 delivery when it is
-  handed over), ``dropped`` (a queue limit cut it: the session queue's
-  ``maxQueuedMessages`` with dropNew, or the outbound byte limit) or
+  handed over), ``dropped`` (a queue limit cut it: ``maxQueuedMessages``
+  with dropNew, in the session queue or behind a slow write, or the
+  outbound byte limit) or
   ``expired`` (its message expiry passed before delivery).
 - A delivery's message id comes from the entry it was read from; the tracer
   remembers (bounded, ``_IDS`` entries) the ids of traced messages decoded
