@@ -61,6 +61,7 @@ from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
 from gateway.readiness import Readiness
 from gateway.retained import RetainedIndex
 from gateway.router import Router
+from gateway.tracing import MqttTracer
 from gateway.connection import Connection
 from gateway.sessions import Delivery, Session, SubOptions, inbound_window
 from gateway.settings import GatewaySettings
@@ -95,6 +96,8 @@ class MQTTGateway:
         self.stats = GatewayStats()
         self.listener_stats = ListenerStats()
         self.router = Router(self)
+        # None unless [mqtt] traceMqttTopics names a filter: then the trace code runs, else none of it
+        self.tracer = MqttTracer(settings.trace, broker) if settings.trace.mqtt_topics else None
         self.retained = RetainedIndex()
         self.started_at = 0.0
         self.shutting_down = False
@@ -121,6 +124,9 @@ class MQTTGateway:
         nursery.start_soon(self._retained_records)
         self.broker.add_put_hook(self.router.put_hook)
         self.broker.add_stored_hook(self.router.stored_hook)
+        if self.tracer is not None:
+            await nursery.start(self.tracer.run)
+            self.broker.add_stored_hook(self.tracer.stored_hook)
         self.broker.add_dispatch_listener(self.router.on_dispatch)
         if self.settings.session.sys_interval:
             nursery.start_soon(self._sys_loop)

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from core.trace import DeliveryOutcome
 from gateway.connecting import accept_connect, on_auth
 from gateway.mapping import now_ms
 from gateway.meta import record
@@ -188,13 +189,19 @@ class Connection:
             return  # callers check can_send first; a message reaching here stays unsent
         if out.expiry is not None and out.remaining_expiry(now_ms()) <= 0:
             gw.router.count_expired(out)
+            if gw.tracer is not None:
+                gw.tracer.ended(sess.client_id, out, d.qos, DeliveryOutcome.EXPIRED)
             return
         if not d.qos:
             if self.out_bytes > gw.settings.session.max_outbound_bytes:
                 gw.stats.dropped += 1
                 sess.dropped += 1
+                if gw.tracer is not None:
+                    gw.tracer.ended(sess.client_id, out, 0, DeliveryOutcome.DROPPED)
                 return
             if self._writing and not self._behind_write(sess):
+                if gw.tracer is not None:
+                    gw.tracer.ended(sess.client_id, out, 0, DeliveryOutcome.DROPPED)
                 return
         pid = None
         if d.qos:
@@ -218,6 +225,8 @@ class Connection:
             self._behind.append(len(self.out))
         self.out.append(data)
         self.out_bytes += len(data)
+        if gw.tracer is not None:
+            gw.tracer.delivered(sess.client_id, out, d.qos, pid)
         self.wake()
 
     def _behind_write(self, sess) -> bool:
@@ -249,6 +258,8 @@ class Connection:
         data = encode_delivery(self, d, pid, dup=True)
         if data is not None:
             self.write(data)
+            if self.gw.tracer is not None:
+                self.gw.tracer.delivered(sess.client_id, d.out, d.qos, pid, dup=True)
 
     def kick(self, reason: int, *, ends_session: bool = False) -> None:
         """Close this connection from outside (takeover, shutdown)."""

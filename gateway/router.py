@@ -176,6 +176,8 @@ class Router:
             if sess.queue is not None:
                 if sess.admit():
                     queues.append(sess.queue)
+                elif self.gw.tracer is not None:
+                    self.gw.tracer.dropped_at_put(sess.client_id, props, t[1])
             elif sess.conn is not None:
                 memory.append(t)
         if queues:
@@ -216,6 +218,8 @@ class Router:
             out = outbound_from_message(msg, p[0])
         if out is None:
             return
+        if self.gw.tracer is not None:
+            self.gw.tracer.remember(out, msg.properties)
         for sess, qos, rap, ids, group in p[1]:
             if sess.conn is not None:
                 sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
@@ -253,7 +257,10 @@ class Router:
         if out is not False:
             return out
         try:
-            out = outbound_from_message(decode_message(raw))
+            msg = decode_message(raw)
+            out = outbound_from_message(msg)
+            if out is not None and self.gw.tracer is not None:
+                self.gw.tracer.remember(out, msg.properties)
         except ValueError:
             out = None
         cache[phys] = out

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import trio
 
 from core.broker import PullStatus
+from core.trace import DeliveryOutcome
 from gateway.limits import QueueOverflow
 from gateway.mapping import Outbound, now_ms, session_queue_name
 from gateway.mqtt import (InboundFlows, OutboundFlows, OutboundStage, PacketTooLarge, PubAck, PublishTemplate, PubRec,
@@ -291,6 +292,8 @@ class Session:
             return
         if pending and pending.bytes + conn_bytes(conn) >= self.gw.settings.session.max_outbound_bytes:
             if self.cut():
+                if self.gw.tracer is not None:
+                    self.gw.tracer.ended(self.client_id, delivery.out, delivery.qos, DeliveryOutcome.DROPPED)
                 return
             pending.popleft()
         pending.append(delivery)
@@ -391,6 +394,8 @@ class Session:
                 conn.send_event(ack.reply)
         if ack.completed:
             self.untrack(ack.packet_id)
+            if self.gw.tracer is not None:
+                self.gw.tracer.acked(self.client_id, ack.packet_id)
             if self.queue is not None:
                 self.commit()
             self.notify()

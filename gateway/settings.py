@@ -14,6 +14,8 @@ Keys are camelCase; a key nobody knows is a ``ConfigError`` naming it
   queueOverflow ("dropOldest"), maxTopicAlias (10), minKeepalive (0),
   maxKeepalive (65535), maxSessionExpiryInterval (604800),
   connectTimeout (10.0);
+* message trace (``gateway.tracing.TRACE_KEYS``): traceMqttTopics ([]),
+  traceTopicName ("RMQ_SYS_TRACE_TOPIC");
 * the session core (this module):
 
 =======================  =========  ==========================================
@@ -42,6 +44,7 @@ from gateway.auth import SECURITY_KEYS, Authenticator
 from gateway.config import ConfigError
 from gateway.limits import Limits
 from gateway.listeners import LISTENER_KEYS
+from gateway.tracing import TRACE_KEYS, TraceSettings
 
 SESSION_KEYS = frozenset({"sysInterval", "retainAvailable", "writeTimeout", "maxOutboundBytes"})
 
@@ -67,12 +70,13 @@ class GatewaySettings:
     session: SessionSettings
     authenticator: Authenticator
     acl: Acl
+    trace: TraceSettings = TraceSettings()
 
     @classmethod
     def from_dict(cls, table: Mapping[str, Any], *, hosts: Iterable[str] = ("127.0.0.1",)) -> GatewaySettings:
         """``hosts``: the listeners' addresses (anonymous access is off by default
         unless all are loopback ones, see ``gateway.auth``)."""
-        limits = Limits.from_dict(table, other_keys=LISTENER_KEYS | SECURITY_KEYS | SESSION_KEYS)
+        limits = Limits.from_dict(table, other_keys=LISTENER_KEYS | SECURITY_KEYS | SESSION_KEYS | TRACE_KEYS)
         retain = table.get("retainAvailable", True)
         if not isinstance(retain, bool):
             raise ConfigError(f"[mqtt] retainAvailable must be true or false, not {retain!r}")
@@ -82,4 +86,5 @@ class GatewaySettings:
             write_timeout=float(_number(table, "writeTimeout", 30.0, 0.1, 3600)),
             max_outbound_bytes=int(_number(table, "maxOutboundBytes", 8 * 1024 * 1024, 1024, 1 << 34)),
         )
-        return cls(limits, session, Authenticator.from_dict(table, hosts=hosts), acl_from_dict(table))
+        return cls(limits, session, Authenticator.from_dict(table, hosts=hosts), acl_from_dict(table),
+                   TraceSettings.from_dict(table))

@@ -23,7 +23,7 @@ from typing import TextIO
 
 import trio
 
-from core.admin import cluster, groups, messages, mqadmin, topics
+from core.admin import cluster, groups, messages, mqadmin, topics, trace
 from core.admin.base import UNREACHABLE, Admin, AdminError, AdminUsageError
 from core.admin.render import table
 from core.client.api import MQClientError, open_client_api
@@ -43,12 +43,12 @@ HANDLERS = {
     ("group", "connections"): groups.group_connections, ("group", "reset-offset"): groups.group_reset_offset,
     ("group", "status"): groups.group_status,
     ("message", "key"): messages.message_key, ("message", "id"): messages.message_id,
-    ("dlq", "resend"): messages.dlq_resend,
+    ("dlq", "resend"): messages.dlq_resend, ("trace", "show"): trace.trace_show,
     ("ha", "status"): ha_admin.ha_status, ("ha", "promote"): ha_admin.ha_promote,
 }
 RENDERERS = {
     "topic": topics.render, "cluster": cluster.render, "broker": cluster.render, "group": groups.render,
-    "message": messages.render, "dlq": messages.render,
+    "message": messages.render, "dlq": messages.render, "trace": trace.render,
     "ha": lambda action, result, out: ha_admin.render(action, result, table, out),
 }
 
@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parsers(sub)
     groups.add_parsers(sub)
     messages.add_parsers(sub)
+    trace.add_parsers(sub)
     ha_admin.add_parser(sub)
     mqadmin.add_parsers(sub)
     return p

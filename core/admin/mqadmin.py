@@ -74,6 +74,10 @@ VERBS: dict[str, tuple[str, str | None, str, list]] = {
         (("-i", "--msgId"), {"dest": "msg_id", "required": True}),
         (("-t", "--topic"), {"dest": "topic", "required": True}),
     ]),
+    "queryMsgTraceById": ("trace", "show", "= trace MSGID", [
+        (("-i", "--msgId"), {"dest": "msg_id", "required": True}),
+        (("-t", "--traceTopic"), {"dest": "trace_topic", "default": "RMQ_SYS_TRACE_TOPIC"}),
+    ]),
 }
 
 
@@ -90,4 +94,6 @@ def resolve(a: argparse.Namespace) -> argparse.Namespace:
     verb = getattr(a, "mqadmin", None)
     if verb == "consumerProgress":
         a.action = "progress" if a.group else "list"
+    if verb == "queryMsgTraceById":
+        a.key = a.topic = None
     return a

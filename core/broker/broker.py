@@ -120,6 +120,9 @@ class Broker(SendPath, PullPath):
             out.append(TopicConfig(c.broker_cluster_name, 16, 16, c.broker_permission & rw))
         if c.broker_topic_enable and not validate_topic(c.broker_name):
             out.append(TopicConfig(c.broker_name, 1, 1, c.broker_permission & rw))
+        if c.trace_topic_enable:
+            # one queue, like RocketMQ's TopicConfigManager: records are found by key, not read in order
+            out.append(TopicConfig(c.msg_trace_topic_name, 1, 1, rw))
         return {t.topic_name: t for t in out}
 
     # ------------------------------------------------------------------ lifecycle

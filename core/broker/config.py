@@ -87,6 +87,10 @@ class BrokerConfig:
     reject_transaction_message: bool = _key("rejectTransactionMessage", "refuse TRAN_MSG sends with NO_PERMISSION", False)
     cluster_topic_enable: bool = _key("clusterTopicEnable", "create a topic named after the cluster", True)
     broker_topic_enable: bool = _key("brokerTopicEnable", "create a topic named after the broker", True)
+    trace_topic_enable: bool = _key("traceTopicEnable", "create the message trace topic (msgTraceTopicName) at start", False)
+    region_id: str = _key("regionId", "region written in each native send's MSG_REGION property and answer (trace records carry it)", "DefaultRegion")
+    trace_on: bool = _key("traceOn", "TRACE_ON written in each native send's properties and answer; false tells tracing clients to skip", True)
+    msg_trace_topic_name: str = _key("msgTraceTopicName", "topic trace records are written to when traceTopicEnable is on", "RMQ_SYS_TRACE_TOPIC")
     notify_consumer_ids_changed_enable: bool = _key("notifyConsumerIdsChangedEnable", "tell a group's members when it changes", True)
     register_name_server_period: int = _key("registerNameServerPeriod", "ms between registrations with the name servers", 30000)
     # transactions (core/transactions.py): when and how often a pending half message is checked back
@@ -129,6 +133,10 @@ class BrokerConfig:
             raise ConfigError(f"accessMessageInMemoryMaxRatio must be 1..100, got {self.access_message_in_memory_max_ratio!r}")
         if self.ha_promote_role is BrokerRole.SLAVE:
             raise ConfigError("haPromoteRole must be SYNC_MASTER or ASYNC_MASTER, not SLAVE")
+        if not self.region_id or not self.region_id.isprintable():
+            raise ConfigError(f"regionId must be printable text (it is stored in message properties), got {self.region_id!r}")
+        if not re.fullmatch(r"[%|a-zA-Z0-9_-]{1,127}", self.msg_trace_topic_name):
+            raise ConfigError(f"msgTraceTopicName must be a topic name (1..127 of [%|a-zA-Z0-9_-]), got {self.msg_trace_topic_name!r}")
         self.delete_hours()  # validates deleteWhen
         try:
             socket.inet_pton(socket.AF_INET6 if ":" in self.broker_ip1 else socket.AF_INET, self.broker_ip1)

@@ -259,6 +259,7 @@ class ConsumerBase:
         async with trio.open_nursery() as n:
             self._n = n
             await n.start(self.instance.run)
+            await self._start_tracer(n)
             for topic in list(self.subscriptions):
                 try:
                     await self.instance.update_route(topic)
@@ -274,6 +275,9 @@ class ConsumerBase:
             task_status.started()
             await self._stopped.wait()
             n.cancel_scope.cancel()
+
+    async def _start_tracer(self, n: trio.Nursery) -> None:
+        pass  # push consumers trace; pull consumers do not (neither does Java's)
 
     def _start_extra(self, n: trio.Nursery) -> None:
         pass

@@ -19,12 +19,15 @@ Rules kept here:
 - Response codes 0/10/11/12 map to SEND_OK, FLUSH_DISK_TIMEOUT,
   SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT (all stored); any other code
   raises `MQBrokerError`.
+- With ``enable_msg_trace=True`` each answered send attempt adds a Pub
+  trace record (``core.client.tracing``) without waiting for it to be sent.
 - `send_async` returns at once; its task lives in the producer's nursery,
   so shutting the producer down waits for (or cancels) sends in flight.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import itertools
 import logging
@@ -42,6 +45,7 @@ from core.client.ids import UniqKeyFactory
 from core.client.instance import DEFAULT_TOPIC, INNER_PRODUCER_GROUP, ClientInstance, run_client
 from core.client.model import Message, MessageQueue, SendResult, SendStatus
 from core.client.route import TopicRoute
+from core.client.tracing import make_dispatcher, now_ms
 from core.client.selector import SHARDING_KEY, MessageQueueSelector, select_by_hash
 from core.remoting import RequestCode, ResponseCode
 from core.store.batch import encode_batch
@@ -119,6 +123,9 @@ class AsyncProducer:
         max_message_size: int = MAX_MESSAGE_SIZE,
         heartbeat_interval: float = 30.0,
         poll_namesrv_interval: float = 30.0,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
+        trace_flush_interval: float = 1.0,
     ) -> None:
         self.group = group
         self.send_timeout = send_timeout
@@ -139,6 +146,8 @@ class AsyncProducer:
         self._in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
+        self.tracer = make_dispatcher(self, namesrv, "PRODUCER", enable_msg_trace, trace_topic,
+                                      {"flush_interval": trace_flush_interval})
 
     @property
     def client_id(self) -> str:
@@ -166,6 +175,8 @@ class AsyncProducer:
         async with trio.open_nursery() as tasks:
             self._tasks = tasks
             await tasks.start(self.instance.run)
+            if self.tracer is not None:
+                await tasks.start(self.tracer.run)
             task_status.started()
             await self._stopped.wait()
             tasks.cancel_scope.cancel()
@@ -178,6 +189,8 @@ class AsyncProducer:
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.send_timeout):
                 await self._idle.wait()
+            if self.tracer is not None:
+                await self.tracer.close()
             self._stopped.set()
             await self.instance.shutdown(producer_group=self.group)
 
@@ -256,6 +269,12 @@ class AsyncProducer:
 
     # ---- sends ----
 
+    def _trace_send(self, msg: Message, result: SendResult, addr: str, started: int, t0: float, trace_on: bool,
+                    count: int = 1) -> None:
+        assert self.tracer is not None
+        cost = int((time.monotonic() - t0) * 1000) // count
+        self.tracer.on_send(self.group, msg, result, addr, started, cost, self.client_id, trace_on)
+
     async def _attempts(self, topic: str, fixed: MessageQueue | None, tries: int, timeout: float,
                         one: Callable[[MessageQueue, float], Any]) -> SendResult:
         deadline = trio.current_time() + timeout
@@ -301,8 +320,15 @@ class AsyncProducer:
         async def one(mq: MessageQueue, remaining: float) -> SendResult:
             addr = await self.instance.find_broker_addr(mq.broker_name, msg.topic)
             header = self._header(msg.topic, mq, props, sys_flag, msg.flag)
+            if self.tracer is None:  # no clock read when not tracing
+                return self._result(await self.instance.api.send(addr, RequestCode.SEND_MESSAGE_V2, header, body,
+                                                                 remaining), mq, uniq)
+            started, t0 = now_ms(), time.monotonic()
             resp = await self.instance.api.send(addr, RequestCode.SEND_MESSAGE_V2, header, body, remaining)
-            return self._result(resp, mq, uniq)
+            result = self._result(resp, mq, uniq)
+            if self.tracer is not None:
+                self._trace_send(msg, result, addr, started, t0, resp.get_str("TRACE_ON", "true") != "false")
+            return result
 
         return await self._attempts(msg.topic, queue, tries, timeout, one)
 
@@ -389,8 +415,18 @@ class AsyncProducer:
         async def one(mq: MessageQueue, remaining: float) -> SendResult:
             addr = await self.instance.find_broker_addr(mq.broker_name, topic)
             header = self._header(topic, mq, {PROPERTY_WAIT: "true"}, 0, 0, batch=True)
+            started, t0 = (now_ms(), time.monotonic()) if self.tracer is not None else (0, 0.0)
             resp = await self.instance.api.send(addr, RequestCode.SEND_BATCH_MESSAGE, header, body, remaining)
-            return self._result(resp, mq, uniq)
+            result = self._result(resp, mq, uniq)
+            if self.tracer is not None:
+                # one Pub record per message of the batch, so each is found by its own id and keys
+                offset_ids = result.offset_msg_id.split(",")
+                trace_on = resp.get_str("TRACE_ON", "true") != "false"
+                for i, (m, one_id) in enumerate(zip(msgs, uniqs)):
+                    part = dataclasses.replace(result, msg_id=one_id,
+                                               offset_msg_id=offset_ids[i] if i < len(offset_ids) else "")
+                    self._trace_send(m, part, addr, started, t0, trace_on, len(msgs))
+            return result
 
         return await self._attempts(topic, queue, tries, timeout or self.send_timeout, one)
 

@@ -24,6 +24,8 @@ Rules kept here:
   past ``max_reconsume_times`` (unlimited by default) they go to the DLQ.
 - Committed offsets advance only past acknowledged messages (`ProcessQueue`)
   and are sent every 5 s and at shutdown.
+- With ``enable_msg_trace=True`` each listener call adds SubBefore and
+  SubAfter trace records (group, request id, retry count, cost, status).
 - Listeners take ``(msgs, context)`` and may be plain or async functions;
   ``None``/``True`` mean success and ``False`` means later. A plain
   listener runs on the event loop, so it must be quick; the blocking
@@ -53,6 +55,8 @@ from core.client.model import (
     MessageQueue,
 )
 from core.client.process_queue import ProcessQueue
+from core.client.tracing import make_dispatcher
+from core.trace import ConsumeReturnType
 from core.client.instance import run_client
 from core.remoting import RequestCode
 from core.store.message import (
@@ -113,9 +117,14 @@ class AsyncPushConsumer(ConsumerBase):
         suspend_current_queue_ms: int = 1000,
         lock_interval: float = 20.0,
         await_termination: float = 5.0,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
+        trace_flush_interval: float = 1.0,
         **options: Any,
     ) -> None:
         super().__init__(nursery, namesrv, group, **options)
+        self.tracer = make_dispatcher(self, namesrv, "CONSUMER", enable_msg_trace, trace_topic,
+                                      {"flush_interval": trace_flush_interval})
         self.orderly = orderly
         self.listener = listener
         self.consume_batch_size = max(1, consume_batch_size)
@@ -146,6 +155,10 @@ class AsyncPushConsumer(ConsumerBase):
 
     # ---- lifecycle ----
 
+    async def _start_tracer(self, n: trio.Nursery) -> None:
+        if self.tracer is not None:
+            await n.start(self.tracer.run)
+
     def _start_extra(self, n: trio.Nursery) -> None:
         if self.orderly and self.clustering:
             n.start_soon(self._lock_loop)
@@ -165,6 +178,8 @@ class AsyncPushConsumer(ConsumerBase):
                 await self.offsets.persist_all()
                 if self.orderly and self.clustering:
                     await self._unlock(list(self.pqs))
+            if self.tracer is not None:
+                await self.tracer.close()
             self._stopped.set()
             await self.instance.shutdown(consumer_group=self.group)
 
@@ -355,12 +370,18 @@ class AsyncPushConsumer(ConsumerBase):
             return
         ctx = ConsumeContext(mq)
         began = trio.current_time()
+        traced = self.tracer.before_consume(self.group, batch, self.client_id) if self.tracer is not None else None
+        code = ConsumeReturnType.SUCCESS
         try:
             out = await self._call(batch, ctx)
             ok = out is None or out is True or out is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+            if not ok:
+                code = ConsumeReturnType.FAILED
         except Exception:
             log.exception("listener failed on %d message(s) of %s; reconsume later", len(batch), mq)
-            ok = False
+            ok, code = False, ConsumeReturnType.EXCEPTION
+        if traced is not None:
+            self.tracer.after_consume(self.group, traced, ok, code, len(batch))
         self.consumed_count += len(batch)
         self._consumed(mq, pq, len(batch), ok, began)
         again: list[MessageExt] = []
@@ -432,12 +453,18 @@ class AsyncPushConsumer(ConsumerBase):
             self._begin()
             began = trio.current_time()
             try:
+                traced = self.tracer.before_consume(self.group, batch, self.client_id) if self.tracer is not None else None
+                code = ConsumeReturnType.SUCCESS
                 try:
                     out = await self._call(batch, ctx)
                     ok = out is None or out is True or out is ConsumeOrderlyStatus.SUCCESS
+                    if not ok:
+                        code = ConsumeReturnType.FAILED
                 except Exception:
                     log.exception("orderly listener failed on %s; suspending the queue", mq)
-                    ok = False
+                    ok, code = False, ConsumeReturnType.EXCEPTION
+                if traced is not None:
+                    self.tracer.after_consume(self.group, traced, ok, code, len(batch))
                 self.consumed_count += len(batch)
                 self._consumed(mq, pq, len(batch), ok, began)
                 if not ok and all(m.reconsume_times >= self.max_reconsume_times for m in batch):

@@ -76,6 +76,9 @@ class LocalTransactionState(enum.Enum):
     UNKNOW = 0
 
 
+_JAVA_STATE = {8: "COMMIT_MESSAGE", 12: "ROLLBACK_MESSAGE", 0: "UNKNOW"}  # trace records name states as Java does
+
+
 class TransactionListener(Protocol):
     def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState | Awaitable[LocalTransactionState]: ...
 
@@ -140,13 +143,14 @@ class AsyncTransactionProducer(AsyncProducer):
             state = LocalTransactionState.ROLLBACK
         remark = f"executeLocalTransactionBranch exception: {error!r}" if error is not None else None
         try:
-            await self._end_transaction(result, state, remark)
+            await self._end_transaction(result, state, remark, msg)
         except Exception as exc:
             log.warning("END_TRANSACTION for %s failed (%s); the broker will check back", result.msg_id, exc)
         return TransactionSendResult(**{f.name: getattr(result, f.name) for f in fields(SendResult)},
                                      local_transaction_state=state)
 
-    async def _end_transaction(self, result: SendResult, state: LocalTransactionState, remark: str | None) -> None:
+    async def _end_transaction(self, result: SendResult, state: LocalTransactionState, remark: str | None,
+                               msg: Message | None = None) -> None:
         _host, commit_log_offset = parse_offset_msg_id(result.offset_msg_id or result.msg_id)
         addr = await self.instance.find_broker_addr(result.queue.broker_name, result.queue.topic)
         header = {
@@ -156,6 +160,9 @@ class AsyncTransactionProducer(AsyncProducer):
         }
         req = RemotingCommand.request(RequestCode.END_TRANSACTION, header, remark=remark)
         await self.instance.remoting.invoke_oneway(addr, req, self.send_timeout)
+        if self.tracer is not None and msg is not None:
+            self.tracer.on_end_transaction(self.group, msg, result.msg_id, header["transactionId"],
+                                           _JAVA_STATE[state.value], addr, False)
 
     async def _on_check(self, addr: str, cmd: RemotingCommand) -> None:
         try:
@@ -183,6 +190,9 @@ class AsyncTransactionProducer(AsyncProducer):
             await self.instance.remoting.invoke_oneway(
                 addr, RemotingCommand.request(RequestCode.END_TRANSACTION, header, remark=remark), self.send_timeout)
             self.checks_answered += 1
+            if self.tracer is not None:
+                self.tracer.on_end_transaction(self.group, msg, header["msgId"], header["transactionId"],
+                                               _JAVA_STATE[state.value], addr, True)
         except Exception as exc:
             log.warning("answering the check of %s to %s failed: %s", msg.msg_id, addr, exc)
         return None

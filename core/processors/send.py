@@ -27,7 +27,9 @@ Reference 2.1, 2.2, 4.7, 10 (``SendMessageProcessor``). Rules kept here:
   service's put hook (`core.delay_levels`).
 - Response codes and remarks come from the broker's `SendResult`; the
   response carries ``msgId`` (offset id, comma-joined for a batch),
-  ``queueId``, ``queueOffset`` and ``MSG_REGION``/``TRACE_ON``.
+  ``queueId``, ``queueOffset`` and ``MSG_REGION``/``TRACE_ON`` (``regionId``,
+  ``traceOn``), which every native send also gets in its stored properties
+  (RocketMQ's broker does the same; Java's tracing consumers need them).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ from core.store.message import (
     decode_message,
     decode_properties,
 )
+
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_ON = "TRACE_ON"
 
 V2_NAMES = {
     "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
@@ -75,7 +80,17 @@ def _num(h: RemotingCommand, name: str, *default: object, long: bool = False) ->
     return h.get_long(name, *default) if long else h.get_int(name, *default)
 
 
-def _response(req: RemotingCommand, result: SendResult) -> RemotingCommand | None:
+def _stamp(ctx: BrokerContext, s: "_Send") -> "_Send":
+    """MSG_REGION and TRACE_ON in the stored properties, as RocketMQ's broker writes them
+    (``AbstractSendMessageProcessor.buildMsgContext``): a tracing consumer reads its
+    region from there, and the Java client drops consumer trace records without one."""
+    cfg = ctx.broker.config
+    s.props[PROPERTY_MSG_REGION] = cfg.region_id
+    s.props[PROPERTY_TRACE_ON] = "true" if cfg.trace_on else "false"
+    return s
+
+
+def _response(req: RemotingCommand, result: SendResult, cfg=None) -> RemotingCommand | None:
     if req.is_oneway:
         return None  # nobody reads it: do not build it
     if not result.ok:
@@ -86,8 +101,8 @@ def _response(req: RemotingCommand, result: SendResult) -> RemotingCommand | Non
             "msgId": result.msg_id,
             "queueId": result.queue_id,
             "queueOffset": result.queue_offset,
-            "MSG_REGION": "DefaultRegion",
-            "TRACE_ON": "true",
+            PROPERTY_MSG_REGION: cfg.region_id if cfg is not None else "DefaultRegion",
+            PROPERTY_TRACE_ON: ("true" if cfg.trace_on else "false") if cfg is not None else "true",
         },
     )
 
@@ -150,7 +165,7 @@ def _message(s: _Send, body: bytes) -> Message:
 
 
 async def send_message(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
-    return await _execute(ctx, req, _parse(channel, req))
+    return await _execute(ctx, req, _stamp(ctx, _parse(channel, req)))
 
 
 async def send_messages(ctx: BrokerContext, channel: Channel, reqs: list[RemotingCommand]) -> list[RemotingCommand | None]:
@@ -166,12 +181,12 @@ async def send_messages(ctx: BrokerContext, channel: Channel, reqs: list[Remotin
         if pending:
             results = await broker.send_many([(m, q) for _i, m, q in pending])
             for (i, _m, _q), result in zip(pending, results):
-                out[i] = _response(reqs[i], result)
+                out[i] = _response(reqs[i], result, broker.config)
             pending.clear()
 
     for i, req in enumerate(reqs):
         try:
-            s = _parse(channel, req)
+            s = _stamp(ctx, _parse(channel, req))
         except HeaderFieldError as exc:
             await flush()
             out[i] = req.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
@@ -202,7 +217,7 @@ async def _execute(ctx: BrokerContext, req: RemotingCommand, s: _Send) -> Remoti
             msgs.append(Message(topic=s.topic, body=body, flag=item_flag, properties=merged, sysflag=s.sys_flag,
                                 born_timestamp=s.born_ts, born_host=s.host, reconsume_times=s.reconsume))
         result = await broker.send_batch(msgs, s.qid, default_topic=s.default_topic, default_topic_queue_nums=s.default_nums)
-        return _response(req, result)
+        return _response(req, result, broker.config)
 
     if s.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         group = s.topic[len(RETRY_GROUP_TOPIC_PREFIX):]
@@ -213,7 +228,7 @@ async def _execute(ctx: BrokerContext, req: RemotingCommand, s: _Send) -> Remoti
             s.props.pop(PROPERTY_DELAY, None)
     result = await broker.send(_message(s, req.body), s.qid, default_topic=s.default_topic,
                                default_topic_queue_nums=s.default_nums)
-    return _response(req, result)
+    return _response(req, result, broker.config)
 
 
 async def consumer_send_msg_back(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:

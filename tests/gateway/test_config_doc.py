@@ -19,6 +19,7 @@ from gateway.listeners import LISTENER_KEYS
 from core.timers import TimerConfig
 from gateway.serve import _TIMER_KEYS, TIMER_MAX_DELAY_LIMIT_S, TIMER_ROLL_WINDOW_LIMIT
 from gateway.settings import SESSION_KEYS
+from gateway.tracing import TRACE_KEYS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
 
@@ -30,7 +31,7 @@ def documented() -> set[str]:
 def accepted() -> set[str]:
     keys = set(BrokerConfig.keys()) | {_camel(n) for n in _store_fields()} | set(_TIMER_KEYS)
     keys |= set(LISTENER_KEYS) | set(SECURITY_KEYS) | set(LIMIT_KEYS) | set(SESSION_KEYS) | set(HTTP_KEYS)
-    keys |= set(LOG_KEYS)
+    keys |= set(LOG_KEYS) | set(TRACE_KEYS)
     keys |= (set(_TOP_KEYS) - set(TABLES)) | {"listenPort"}
     return keys
 
