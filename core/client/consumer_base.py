@@ -394,7 +394,7 @@ class ConsumerBase:
         new messages to `_deliver`, and the offset of an empty queue committed
         as it moves (OFFSET_MOVED, code 21, may move it back)."""
         while not pq.dropped:
-            if len(pq) >= self.pull_threshold_for_queue:
+            if self._held_back(pq):
                 await pq.changed.wait()
                 continue
             if not self._may_pull(pq):
@@ -419,6 +419,10 @@ class ConsumerBase:
                 self._deliver(mq, pq, added)
             elif not len(pq):
                 self.offsets.update(mq, offset, increase_only=code != 21)
+
+    def _held_back(self, pq: ProcessQueue) -> bool:
+        """True to stop pulling ``pq`` until messages leave it (flow control)."""
+        return len(pq) >= self.pull_threshold_for_queue
 
     def _may_pull(self, pq: ProcessQueue) -> bool:
         """False to wait a moment before the next pull (an orderly queue not locked)."""

@@ -14,6 +14,9 @@ Rules kept here:
   stops and nothing more is committed from it.
 - ``changed`` fires whenever messages arrive or leave, for flow control and
   for the orderly loop.
+- ``bytes`` is the body size of the messages held, and `span` the distance
+  from the lowest to the highest offset held (Java's ``msgSize`` and
+  ``getMaxSpan``): the push consumer stops pulling on either.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ LOCK_VALID_S = 30.0  # Java REBALANCE_LOCK_MAX_LIVE_TIME
 class ProcessQueue:
     def __init__(self) -> None:
         self.msgs: dict[int, MessageExt] = {}
+        self.bytes = 0  # body bytes of the messages held
         self._heap: list[int] = []
         self._consuming: dict[int, MessageExt] = {}  # orderly: taken, not yet committed
         self.max_offset = -1
@@ -55,6 +59,7 @@ class ProcessQueue:
         for m in msgs:
             if m.queue_offset not in self.msgs:
                 self.msgs[m.queue_offset] = m
+                self.bytes += len(m.body)
                 heapq.heappush(self._heap, m.queue_offset)
                 added.append(m)
                 if m.queue_offset > self.max_offset:
@@ -72,9 +77,19 @@ class ProcessQueue:
     def remove(self, msgs: list[MessageExt]) -> int:
         """Drop acknowledged messages; answer the offset that may now be committed."""
         for m in msgs:
-            self.msgs.pop(m.queue_offset, None)
+            if self.msgs.pop(m.queue_offset, None) is not None:
+                self.bytes -= len(m.body)
         self._fire()
         return self.committable()
+
+    def span(self) -> int:
+        """Highest offset held minus the lowest (0 with fewer than two held)."""
+        if len(self.msgs) < 2:
+            return 0
+        heap = self._heap
+        while heap and heap[0] not in self.msgs:
+            heapq.heappop(heap)
+        return max(self.msgs) - heap[0] if heap else 0
 
     # ---- orderly ----
 

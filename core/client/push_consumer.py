@@ -3,8 +3,10 @@
 Rules kept here:
 
 - One pull loop per owned queue, long polling; a queue holding
-  ``pull_threshold_for_queue`` (1000) unacknowledged messages stops pulling
-  until the listener catches up.
+  ``pull_threshold_for_queue`` (1000) unacknowledged messages, or more than
+  ``pull_threshold_size_for_queue`` (100) MiB of bodies, or (concurrent
+  consumers) offsets spanning more than ``consume_concurrently_max_span``
+  (2000), stops pulling until the listener catches up (Java's flow control).
 - Concurrent: messages go to the listener in batches of
   ``consume_batch_size`` (1), at most ``consume_concurrency`` (20) batches
   at a time across queues. CONSUME_SUCCESS acknowledges the batch;
@@ -113,6 +115,8 @@ class AsyncPushConsumer(ConsumerBase):
         consume_concurrency: int = 20,
         consume_batch_size: int = 1,
         pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100,
+        consume_concurrently_max_span: int = 2000,
         max_reconsume_times: int = -1,
         suspend_current_queue_ms: int = 1000,
         lock_interval: float = 20.0,
@@ -129,6 +133,9 @@ class AsyncPushConsumer(ConsumerBase):
         self.listener = listener
         self.consume_batch_size = max(1, consume_batch_size)
         self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue  # MiB, as Java's
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.flow_controlled = 0  # pulls held back by a threshold
         if max_reconsume_times < 0:
             max_reconsume_times = ORDERLY_MAX_RECONSUME if orderly else 16
         self.max_reconsume_times = max_reconsume_times
@@ -261,6 +268,20 @@ class AsyncPushConsumer(ConsumerBase):
                 if sub is not None:
                     await self._pull_loop(mq, pq, offset, sub)
 
+    def _held_back(self, pq: ProcessQueue) -> bool:
+        """Java's three checks before a pull: cached count, cached size (MiB) and, for
+        concurrent consumers, the span of offsets held."""
+        if (len(pq) >= self.pull_threshold_for_queue
+                or pq.bytes > self.pull_threshold_size_for_queue * 1024 * 1024
+                or (not self.orderly and pq.span() > self.consume_concurrently_max_span)):
+            self.flow_controlled += 1
+            if self.flow_controlled % 1000 == 1:
+                log.warning("%s: pulling held back (flow control, %d times): %d messages, %.1f MiB, span %d "
+                            "cached in one queue; the listener is slower than the pulls", self.group,
+                            self.flow_controlled, len(pq), pq.bytes / 1048576, pq.span())
+            return True
+        return False
+
     def _may_pull(self, pq: ProcessQueue) -> bool:
         return not (self.orderly and self.clustering and not pq.lock_valid())
 
@@ -306,6 +327,8 @@ class AsyncPushConsumer(ConsumerBase):
     def config_properties(self) -> dict[str, str]:
         props = super().config_properties()
         props.update({"consumeMessageBatchMaxSize": str(self.consume_batch_size),
+                      "pullThresholdSizeForQueue": str(self.pull_threshold_size_for_queue),
+                      "consumeConcurrentlyMaxSpan": str(self.consume_concurrently_max_span),
                       "consumeThreadMax": str(int(self._limiter.total_tokens)),
                       "maxReconsumeTimes": str(self.max_reconsume_times),
                       "suspendCurrentQueueTimeMillis": str(self.suspend_current_queue_ms),
