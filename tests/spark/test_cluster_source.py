@@ -30,6 +30,7 @@ import trio
 
 from core.client import Message, Producer
 from core.client.api import open_client_api
+from core.client.model import MessageQueue
 from etcd_process import EtcdProcess
 from ha_group import Group, ha_status, wait_until
 from spark import telemetry
@@ -48,7 +49,8 @@ class TwoGroups:
         for label, bid in (("a0", 0), ("a1", 1)):
             self.g1.broker(label, bid, "SYNC_MASTER" if bid == 0 else "SLAVE", etcdEndpoints=self.etcd.endpoint,
                            **LEASE).start()
-        self.g2.broker("b0", 0, "ASYNC_MASTER").start()
+        # g2 runs its retention check every 0.3 s at any hour: a test ages segments to make data loss
+        self.g2.broker("b0", 0, "ASYNC_MASTER", deleteWhen="*", cleanResourceInterval=300).start()
         self.master = trio.run(self._elected, ["a0", "a1"])
         self.created: set[str] = set()
 
@@ -195,6 +197,52 @@ def test_telemetry_job_over_the_cluster(spark, groups, tmp_path):
         assert min(r["min"] for r in got) == min(want) and max(r["max"] for r in got) == max(want)
     with pytest.raises(SystemExit):
         telemetry.parse_args(["--namesrv", groups.namesrv, "--out", str(out)])  # --topic is required with it
+
+
+def test_offsets_deleted_by_retention_are_data_loss(spark, groups):
+    topic = "SparkLoss"
+    groups.create_topic(topic)
+    mq = MessageQueue(topic, "g2", 0)
+    with Producer(groups.namesrv, "PG_loss") as p:  # 40 x 64 KiB into g2:0: more than two 1 MiB segments
+        for i in range(40):
+            p.send(Message(topic, os.urandom(65536)), queue=mq)
+
+    def read(**opts):
+        r = spark.read.format("rocketmq").option("namesrv", groups.namesrv).option("topic", topic)
+        for k, v in opts.items():
+            r = r.option(k, v)
+        return r.load()
+
+    from_zero = json.dumps({topic: {"g2:0": 0}})
+    planned = read(startingOffsets=from_zero)
+    planned_lenient = read(startingOffsets=from_zero, failOnDataLoss="false")
+    assert planned.count() == 40
+    # age g2's sealed segments past fileReservedTime (72 h): its retention deletes them
+    seg_dir = groups.g2.brokers["b0"].data_dir / "commitlog"
+    segs = sorted(seg_dir.iterdir())
+    old = time.time() - 100 * 3600
+    for seg in segs[:-1]:
+        os.utime(seg, (old, old))
+
+    async def min_offset():
+        async with open_client_api(5.0) as api:
+            return await api.min_offset(groups.g2.addr("b0"), mq)
+
+    async def moved():
+        return await min_offset() > 0
+
+    trio.run(wait_until, moved, 20, "g2's retention deletes the aged segments")
+    lost = trio.run(min_offset)
+    # planned before the deletion, read after: the task meets the loss
+    with pytest.raises(Exception, match=rf"rocketmq: {topic} queue g2:0: offsets 0..{lost} \({lost} messages\) were "
+                                        r"deleted by the broker's retention \(data loss"):
+        planned.count()
+    assert planned_lenient.count() == 40 - lost
+    # a start below the min offset, found when planning
+    with pytest.raises(Exception, match=r"were deleted by the broker's retention .*set failOnDataLoss=false"):
+        read(startingOffsets=from_zero).count()
+    assert read(startingOffsets=from_zero, failOnDataLoss="false").count() == 40 - lost
+    assert read().count() == 40 - lost  # earliest is the oldest left
 
 
 def _wait_rows(spark, out, n: int, query, timeout: float = 120.0) -> int:
