@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from spark.cluster import read_order
 from spark.cluster_options import ClusterOptions, Position
 from spark.rocketmq_source import QueueRange, rate_limit, split
 
@@ -60,3 +61,8 @@ def test_trigger_cap_is_shared_by_backlog_and_never_exceeded():
     assert sum(got[k] - begin.get(k, 0) for k in got) == 100
     assert got["a:0"] == 75 and got["a:1"] == 125 and got["b:0"] == 7 and got["b:1"] == 0
     assert rate_limit(begin, want, 1000) == want
+
+
+def test_replicas_are_asked_slaves_first():
+    assert read_order({0: "master", 2: "slave-2", 1: "slave-1"}) == ["slave-1", "slave-2", "master"]
+    assert read_order({0: "master"}) == ["master"]
