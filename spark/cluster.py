@@ -273,7 +273,8 @@ def pull_range(namesrv: str, topic: str, broker: str, qid: int, start: int, end:
     namesrvs = parse_namesrv(namesrv)
     key = queue_key(broker, qid)
     if end is None:
-        end = queue_bounds(namesrv, topic, timeout)[key].max
+        bounds = queue_bounds(namesrv, topic, timeout).get(key)
+        end = bounds.max if bounds is not None else start  # a queue that left the route: nothing to add
     skipped = [0]
     offset = start
     while offset < end:

@@ -181,6 +181,7 @@ def test_telemetry_job_over_the_cluster(spark, groups, tmp_path):
 
     sent = groups.send("devices", 60, "tele", telemetry_msg)
     assert len(sent) == 60
+    groups.send("devices", 1, "tele-bad", lambda i: ({"mqttTopic": "devices/d9/telemetry"}, b"{broken"))
     out = tmp_path / "out"
     argv = ["--namesrv", groups.namesrv, "--topic", "devices", "--out", str(out), "--filter", "devices/+/telemetry",
             "--window", "1 hour"]
@@ -195,6 +196,13 @@ def test_telemetry_job_over_the_cluster(spark, groups, tmp_path):
         got = by_device[f"d{d}"]
         assert sum(r["count"] for r in got) == len(want)
         assert min(r["min"] for r in got) == min(want) and max(r["max"] for r in got) == max(want)
+    assert [r.device for r in spark.read.parquet(str(out / "rejects")).collect()] == ["d9"]
+    # the streaming job over the cluster: the reject is appended at once, offsets are in the checkpoint
+    out2 = tmp_path / "out2"
+    assert telemetry.main([*argv[:argv.index("--out")], "--out", str(out2), "--stream", "--once"], session=spark) == 0
+    assert [r.device for r in spark.read.schema(telemetry.REJECTS_SCHEMA).parquet(str(out2 / "rejects")).collect()] == ["d9"]
+    offsets = sorted((out2 / "_checkpoints" / "rejects" / "offsets").iterdir())
+    assert '"devices": {"g1:0":' in offsets[-1].read_text()
     with pytest.raises(SystemExit):
         telemetry.parse_args(["--namesrv", groups.namesrv, "--out", str(out)])  # --topic is required with it
 
