@@ -195,7 +195,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._end: dict[str, int] = {}
 
     def _offsets(self, d: dict) -> dict[str, int]:
-        return {str(k): int(v) for k, v in (d.get(self.options.topic) or {}).items()}
+        topic = self.options.topic
+        other = [k for k in d if k != topic]
+        if other:  # a checkpoint of another query: reading from "earliest" would silently repeat everything
+            raise ValueError(f"rocketmq: the checkpoint holds offsets of topic {other[0]!r}, this query reads {topic!r}; "
+                             "give the query a checkpoint location of its own")
+        return {str(k): int(v) for k, v in (d.get(topic) or {}).items()}
 
     def _wrap(self, d: dict[str, int]) -> dict:
         return {self.options.topic: dict(sorted(d.items()))}

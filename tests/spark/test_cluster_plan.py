@@ -6,7 +6,7 @@ import pytest
 
 from spark.cluster import read_order
 from spark.cluster_options import ClusterOptions, Position
-from spark.rocketmq_source import QueueRange, rate_limit, split
+from spark.rocketmq_source import QueueRange, RocketMQStreamReader, rate_limit, split
 
 BASE = {"namesrv": "127.0.0.1:9876;10.0.0.2:9876", "topic": "Orders"}
 
@@ -66,3 +66,10 @@ def test_trigger_cap_is_shared_by_backlog_and_never_exceeded():
 def test_replicas_are_asked_slaves_first():
     assert read_order({0: "master", 2: "slave-2", 1: "slave-1"}) == ["slave-1", "slave-2", "master"]
     assert read_order({0: "master"}) == ["master"]
+
+
+def test_a_checkpoint_of_another_topic_is_refused():
+    reader = RocketMQStreamReader(parse("stream"))
+    assert reader._offsets({"Orders": {"broker-a:0": 3}}) == {"broker-a:0": 3}
+    with pytest.raises(ValueError, match="rocketmq: the checkpoint holds offsets of topic 'Payments', this query reads 'Orders'"):
+        reader._offsets({"Payments": {"broker-a:0": 3}})
