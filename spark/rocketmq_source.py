@@ -160,6 +160,8 @@ class RocketMQReader(DataSourceReader):
         self.tails: list[QueueRange] = []  # to the end of the moment a task runs
         for key in sorted(bounds):
             b, s, e = bounds[key], starts[key], ends[key]
+            if s > b.max:
+                raise ValueError(f"rocketmq: startingOffsets: queue {key} offset {s} is past its end ({b.max})")
             if s < b.min:
                 _lost(o, key, s, b, "startingOffsets")
                 s = b.min

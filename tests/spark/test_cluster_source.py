@@ -163,6 +163,7 @@ def test_batch_read_options_positions_and_each_action_to_the_end(spark, groups):
         ({"startingOffsets": '{"Other": {"g1:0": 1}}'}, "the topic read is 'SparkBatch'"),
         ({"startingOffsets": '{"SparkBatch": {"g1-0": 1}}'}, "a queue is named '<broker>:<queue id>'"),
         ({"failOnDataLoss": "maybe"}, "rocketmq: failOnDataLoss must be true or false"),
+        ({"startingOffsets": '{"SparkBatch": {"g1:0": 100000}}'}, "rocketmq: startingOffsets: queue g1:0 offset 100000 is past its end"),
     ]:
         with pytest.raises(Exception, match="(?i)" + re.escape(msg)):  # Spark lower-cases names
             read(**opts).count()
