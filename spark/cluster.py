@@ -181,7 +181,7 @@ def search_offsets(namesrv: str, topic: str, ms: int, timeout: float = 30.0) -> 
 
 @dataclass(slots=True)
 class Pulled:
-    """Entries of one queue, offsets ``first .. first + count - 1``, in ``data`` at ``starts``."""
+    """``count`` entries of one queue from offset ``first`` on, in ``data`` at ``starts``."""
 
     data: bytes
     starts: np.ndarray
@@ -283,9 +283,17 @@ def pull_range(namesrv: str, topic: str, broker: str, qid: int, start: int, end:
                                                      skipped))
         if not chunks:
             break  # only a skip to the end (data loss) happened
-        for c in chunks:
-            yield c
+        yield merge(chunks)  # one buffer per chunk: the decoder makes few large batches
         offset = chunks[-1].first + chunks[-1].count
+
+
+def merge(chunks: list[Pulled]) -> Pulled:
+    """The pulls of one chunk as one buffer (offsets may have gaps where data loss was skipped)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    bases = np.cumsum([0] + [len(c.data) for c in chunks[:-1]])
+    starts = np.concatenate([c.starts + base for c, base in zip(chunks, bases)])
+    return Pulled(b"".join(c.data for c in chunks), starts, chunks[0].first, sum(c.count for c in chunks))
 
 
 def store_ms(p: Pulled) -> np.ndarray:
