@@ -84,7 +84,16 @@ def read_order(addrs: dict[int, str]) -> list[str]:
 
 
 def _run(afn, *args):
-    return trio.run(afn, *args)
+    """``trio.run``; an error is raised as itself, not inside the nurseries' exception groups."""
+    try:
+        return trio.run(afn, *args)
+    except BaseExceptionGroup as group:
+        leaf = group
+        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if leaf is group or isinstance(leaf, BaseExceptionGroup):
+            raise
+        raise leaf from None
 
 
 async def _route(api, namesrvs: list[str], topic: str) -> TopicRoute:

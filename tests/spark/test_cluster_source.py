@@ -33,7 +33,7 @@ from core.client.api import open_client_api
 from core.client.model import MessageQueue
 from etcd_process import EtcdProcess
 from ha_group import Group, ha_status, wait_until
-from spark import telemetry
+from spark import cluster, telemetry
 
 LEASE = {"haLeaseTtlMs": 3000}
 QUEUES = 4
@@ -242,6 +242,11 @@ def test_offsets_deleted_by_retention_are_data_loss(spark, groups):
 
     trio.run(wait_until, moved, 20, "g2's retention deletes the aged segments")
     lost = trio.run(min_offset)
+    # a task's pulls meet the loss (what a range planned before the deletion does)
+    with pytest.raises(cluster.QueueDataLossError, match=rf"offsets 0..{lost} \({lost} messages\)"):
+        list(cluster.pull_range(groups.namesrv, topic, "g2", 0, 0, 40))
+    assert sum(c.count for c in cluster.pull_range(groups.namesrv, topic, "g2", 0, 0, 40,
+                                                   fail_on_data_loss=False)) == 40 - lost
     # planned before the deletion, read after: the task meets the loss
     with pytest.raises(Exception, match=rf"rocketmq: {topic} queue g2:0: offsets 0..{lost} \({lost} messages\) were "
                                         r"deleted by the broker's retention \(data loss"):
