@@ -10,7 +10,8 @@ Shown, in this order (the last test fails a master over, so it runs last):
 - options are checked like the commitlog source's (unknown, Kafka-only,
   wrong kind of read, malformed positions); a batch read returns every
   message once with the documented columns, per-queue JSON positions bound
-  the read, and each action reads to the end of its moment;
+  the read, each action reads to the end of its moment, and g1's slave
+  serves the reads (its master never sees a pull);
 - `mqgate telemetry --namesrv --topic` aggregates over the cluster;
 - a streaming query writing parquet with a checkpoint counts every message
   exactly once across a stop and restart of the query, a `maxOffsetsPerTrigger`
@@ -126,6 +127,13 @@ def test_batch_read_options_positions_and_each_action_to_the_end(spark, groups):
             r = r.option(k, v)
         return r.load()
 
+    slave = "a1" if groups.master == "a0" else "a0"
+
+    async def slave_has_topic():
+        async with open_client_api(5.0) as api:
+            return await api.topic_stats(groups.g1.addr(slave), "SparkBatch") is not None
+
+    trio.run(wait_until, slave_has_topic, 30, "g1's slave has the topic (metadata sync)")
     df = read()
     assert df.columns == ["topic", "queue_id", "queue_offset", "commitlog_offset", "born_ts", "store_ts", "tags",
                           "keys", "properties", "mqtt_topic", "body", "broker"]
@@ -137,6 +145,14 @@ def test_batch_read_options_positions_and_each_action_to_the_end(spark, groups):
     # every queue holds offsets 0..n-1, each once
     offs = df.groupBy("broker", "queue_id").agg({"queue_offset": "max"}).collect()
     assert all(r[2] == per_queue[(r.broker, r.queue_id)] - 1 for r in offs)
+
+    # slaves first: g1's master never saw a pull (a pull auto-creates the group on the broker it reaches)
+    async def groups_of(addr):
+        async with open_client_api(5.0) as api:
+            return set(await api.all_subscription_groups(addr))
+
+    assert "MQGATE_SPARK" in trio.run(groups_of, groups.g2.addr("b0"))  # g2 has no slave: its master serves
+    assert "MQGATE_SPARK" not in trio.run(groups_of, groups.g1.addr(groups.master))
 
     # each action reads to the end of its moment
     more = groups.send("SparkBatch", 10, "batch2")
