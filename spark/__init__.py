@@ -1,8 +1,10 @@
-"""spark: a PySpark data source over the commit log, and the telemetry job.
+"""spark: PySpark data sources over the commit log and over a cluster, and the telemetry job.
 
 What other code may use:
-- `register(session)`: make ``format("commitlog")`` available (batch and
-  streaming) in a SparkSession.
+- `register(session)`: make ``format("commitlog")`` (a local data
+  directory) and ``format("rocketmq")`` (a cluster, through its name
+  servers; `spark.rocketmq_source`) available, batch and streaming, in a
+  SparkSession.
 - `CommitLogDataSource`, `SCHEMA`: the data source and its schema (DDL).
 - ``python -m spark.telemetry``: the telemetry aggregation job.
 
@@ -15,10 +17,12 @@ __all__ = ["register", "CommitLogDataSource", "SCHEMA"]
 
 
 def register(session) -> None:
-    """``session.dataSource.register(CommitLogDataSource)``."""
+    """``session.dataSource.register(...)`` for both sources."""
     from .commitlog_source import register as _register
+    from .rocketmq_source import register as _register_cluster
 
     _register(session)
+    _register_cluster(session)
 
 
 def __getattr__(name: str):

@@ -85,9 +85,10 @@ class RowFilter:
 
 
 def decode_range(
-    b: np.ndarray, starts: np.ndarray, origin: int, flt: RowFilter, columns: tuple[str, ...] = COLUMNS
+    b: np.ndarray, starts: np.ndarray, origin: int | None, flt: RowFilter, columns: tuple[str, ...] = COLUMNS
 ) -> Iterator[pa.RecordBatch]:
-    """RecordBatches for the entries at ``starts`` of ``b``; ``b[0]`` is global position ``origin``.
+    """RecordBatches for the entries at ``starts`` of ``b``; ``b[0]`` is global position ``origin``
+    (None: entries pulled from a broker, each carrying its own position; `spark.entries.locate`).
 
     ``columns`` (names of `ARROW_SCHEMA`, in output order) are the only ones
     decoded: an unrequested properties map or body costs nothing.
@@ -97,7 +98,9 @@ def decode_range(
     fields = locate(b, starts, origin)
     if not fields.valid.all():
         bad = int(np.flatnonzero(~fields.valid)[0])
-        raise DecodeError(f"invalid entry at commit-log position {origin + int(starts[bad])}")
+        where = f"commit-log position {origin + int(starts[bad])}" if origin is not None else \
+            f"byte {int(starts[bad])} of a pull response"
+        raise DecodeError(f"invalid entry at {where}")
     # chunk by rows and bytes so gathers stay a few tens of MB
     cum = np.cumsum(fields.size)
     lo = 0
@@ -122,7 +125,7 @@ def _strings(b: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
         )
 
 
-def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, columns: tuple[str, ...]) -> pa.RecordBatch:
+def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int | None, flt: RowFilter, columns: tuple[str, ...]) -> pa.RecordBatch:
     store_ms = f.store_ms
     keep = np.ones(len(f.start), dtype=bool)
     if not flt.include_system:
@@ -166,7 +169,7 @@ def _decode_chunk(b: np.ndarray, f: EntryFields, origin: int, flt: RowFilter, co
     fixed = {
         "queue_id": lambda: pa.array(f.queue_id.astype(np.int32)),
         "queue_offset": lambda: pa.array(f.queue_offset),
-        "commitlog_offset": lambda: pa.array(f.start + origin),
+        "commitlog_offset": lambda: pa.array(f.physical),
         "born_ts": lambda: pa.array(f.born_ms * 1000, type=pa.int64()).view(ts_type),
         "store_ts": lambda: pa.array(store_ms * 1000, type=pa.int64()).view(ts_type),
         "body": lambda: gather_var(b, f.body_pos, f.body_len),

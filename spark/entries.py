@@ -128,19 +128,23 @@ class EntryFields:
     topic_len: np.ndarray
     props_pos: np.ndarray
     props_len: np.ndarray
+    physical: np.ndarray  # PHYSICALOFFSET: the entry's position in its broker's commit log
     valid: np.ndarray
 
     def take(self, idx) -> "EntryFields":
         return EntryFields(*(getattr(self, f)[idx] for f in self.__slots__))
 
 
-def locate(b: np.ndarray, starts: np.ndarray, origin: int) -> EntryFields:
+def locate(b: np.ndarray, starts: np.ndarray, origin: int | None) -> EntryFields:
     """Fixed fields, field positions and the validity mask of entries at ``starts``.
 
     ``b`` is a uint8 array whose first byte is commit-log position ``origin``.
     PHYSICALOFFSET must equal the entry's position, so stale bytes left at
     another position (a preallocated segment after truncation) never pass
-    as an entry. The first 88 bytes of every entry are copied out in one
+    as an entry. ``origin=None``: ``b`` holds entries that are not one span
+    of a log (a pull response body: the entries of one queue, each from
+    wherever it lies in the broker's log), so PHYSICALOFFSET is taken as
+    given; every other check holds. The first 88 bytes of every entry are copied out in one
     gather; entries with an IPv6 host (rare) read their moved fields apart.
     """
     if len(b) < _HEAD:
@@ -166,9 +170,10 @@ def locate(b: np.ndarray, starts: np.ndarray, origin: int) -> EntryFields:
     props_len = gather_be(b, props_len_pos, 2)
     props_pos = props_len_pos + 2
     end = starts + size
+    physical = _field(block, 28, 8)
     valid = (
         (magic == MAGIC_V1)
-        & (_field(block, 28, 8) == starts + origin)
+        & (True if origin is None else physical == starts + origin)
         & (body_len >= 0)
         & (body_pos + body_len + 3 <= end)
         & (props_len >= 0)
@@ -180,7 +185,7 @@ def locate(b: np.ndarray, starts: np.ndarray, origin: int) -> EntryFields:
         start=starts, size=size, sysflag=sysflag, queue_id=_field(block, 12, 4),
         queue_offset=_field(block, 20, 8), born_ms=_field(block, 40, 8), store_ms=store_ms,
         body_pos=body_pos, body_len=body_len, topic_pos=topic_pos, topic_len=topic_len,
-        props_pos=props_pos, props_len=props_len, valid=valid,
+        props_pos=props_pos, props_len=props_len, physical=physical, valid=valid,
     )
 
 

@@ -1,6 +1,7 @@
 """Telemetry aggregation over the commit log (``mqgate telemetry`` runs this module).
 
     python -m spark.telemetry --data-dir DIR --out DIR [--filter 'devices/+/telemetry']
+    python -m spark.telemetry --namesrv HOST:PORT[;HOST:PORT] --topic devices --out DIR [...]   (a cluster)
         [--device-level 2] [--window '1 minute'] [--metrics 'temp,env.*'] [--ignore-fields 'ts,seq']
         [--stream [--once] [--watermark '2 minutes']]
 
@@ -165,6 +166,10 @@ SOURCE_COLUMNS = (
 
 def _source(reader, args):
     # only the columns the job uses are decoded
+    if args.namesrv:  # a cluster: format("rocketmq"), one topic
+        r = (reader.format("rocketmq").schema(SOURCE_COLUMNS).option("mqttTopicFilter", args.filter)
+             .option("namesrv", args.namesrv).option("topic", args.topic))
+        return r.load()
     r = reader.format("commitlog").schema(SOURCE_COLUMNS).option("mqttTopicFilter", args.filter)
     if args.topics:
         r = r.option("topics", args.topics)
@@ -334,7 +339,10 @@ def _session():
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="mqgate telemetry", description="Aggregate device telemetry from the commit log.")
-    p.add_argument("--data-dir", required=True, help="the store's data directory (holds commitlog/)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data-dir", help="the store's data directory (holds commitlog/)")
+    src.add_argument("--namesrv", help="read a cluster instead: its name servers (host:port[;host:port]), with --topic")
+    p.add_argument("--topic", default=None, help="with --namesrv: the broker topic (MQTT first level) to read")
     p.add_argument("--out", required=True, help="output directory (aggregates/, rejects/)")
     p.add_argument("--filter", default="#", help="MQTT topic filter of telemetry messages (default #)")
     p.add_argument("--topics", default=None, help="comma-separated broker topics to scan (default all)")
@@ -356,7 +364,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--device-level counts from 1")
     if args.once and not args.stream:
         p.error("--once goes with --stream")
-    if not os.path.isdir(os.path.join(args.data_dir, "commitlog")):  # before Spark starts: one line, not its traceback
+    if args.namesrv:
+        if not args.topic:
+            p.error("--namesrv needs --topic (the broker topic to read, e.g. devices)")
+        if args.topics:
+            p.error("--topics goes with --data-dir; with --namesrv give one --topic")
+    elif args.topic:
+        p.error("--topic goes with --namesrv; with --data-dir use --topics")
+    elif not os.path.isdir(os.path.join(args.data_dir, "commitlog")):  # before Spark starts: one line, not its traceback
         p.error(f"--data-dir {args.data_dir}: no commitlog/ there (the directory mqgate serve --data-dir wrote)")
     from .topicfilter import FilterError, validate
 
@@ -369,7 +384,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None, session=None) -> int:
     args = parse_args(argv)
-    from .commitlog_source import register
+    from . import register
 
     own = session is None
     session = session or _session()

@@ -74,7 +74,11 @@ def test_every_option_is_documented_with_its_default():
 
     from spark.options import OPTIONS
 
+    from spark.cluster_options import OPTIONS as CLUSTER_OPTIONS
+
     doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "SPARK.md").read_text()
-    table = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", doc.split("## Options", 1)[1], re.M))
-    assert sorted(table) == sorted(OPTIONS)
-    assert all(v.strip() for v in table.values())
+    for heading, options in (("## Options", OPTIONS), ("## Cluster options", CLUSTER_OPTIONS)):
+        section = doc.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+        table = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", section, re.M))
+        assert sorted(table) == sorted(options), heading
+        assert all(v.strip() for v in table.values())
