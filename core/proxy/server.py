@@ -1,0 +1,164 @@
+"""The gRPC endpoint: grpcio's server, its calls carried into trio.
+
+Why grpcio: it is the gRPC implementation the 5.x clients themselves use
+(rocketmq-python-client is built on it), it is kept current with protobuf,
+and it speaks every HTTP/2 detail those clients expect. purerpc (native
+anyio/trio) was the other candidate; its last release (0.8.0, 2022) predates
+the protobuf versions the clients now need.
+
+How the bridge works: grpcio runs handlers on its own worker threads. Each
+handler hands the decoded request to the trio loop with
+``trio.from_thread.run`` (through the loop's token) and returns what the
+`MessagingService` coroutine returns. All broker state is touched on the trio
+thread only; the worker threads hold no state.
+
+Rules kept here:
+- ``started`` reports the bound port after the server accepts connections;
+  a port that cannot be bound is a one-line `OSError` naming it.
+- A ReceiveMessage long poll occupies a worker thread for its length, and a
+  Telemetry stream one for the client's life: the pool has ``max_workers``
+  threads (the ``[proxy] grpcMaxWorkers`` key is not there yet: 256) and calls
+  beyond it wait in grpcio's queue.
+- A handler that fails answers INTERNAL_SERVER_ERROR with one line and is
+  logged; the server keeps serving.
+- Stopping: the service is closed first (waiting receives answer at once),
+  then the gRPC server stops with a short grace.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+import grpc
+import trio
+
+from . import rocketmq_v2_pb2 as pb
+from .service import MessagingService
+from .wire import status
+
+log = logging.getLogger("mqgate.proxy")
+
+SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
+MAX_WORKERS = 256
+STOP_GRACE_S = 1.0
+
+
+def _client_id(context: grpc.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return value
+    return context.peer()
+
+
+class _Bridge:
+    """The sync grpcio handlers, each one call into the trio loop."""
+
+    def __init__(self, service: MessagingService, token: trio.lowlevel.TrioToken) -> None:
+        self.service = service
+        self.token = token
+
+    def _run(self, fn, *args, failed):
+        try:
+            return trio.from_thread.run(fn, *args, trio_token=self.token)
+        except trio.RunFinishedError:
+            return failed(status(pb.INTERNAL_SERVER_ERROR, "the broker is stopping"))
+        except Exception as e:  # a bug of ours: answer, log, keep serving
+            log.exception("gRPC %s failed", getattr(fn, "__name__", fn))
+            return failed(status(pb.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}".splitlines()[0]))
+
+    def unary(self, name: str, response_cls, with_client: bool = False):
+        fn = getattr(self.service, name)
+
+        def handler(request, context):
+            args = (request, _client_id(context)) if with_client else (request,)
+            return self._run(fn, *args, failed=lambda st: response_cls(status=st))
+        return handler
+
+    def receive(self, request, context):
+        left = context.time_remaining()
+        answers = self._run(self.service.receive_message, request, left,
+                            failed=lambda st: [pb.ReceiveMessageResponse(status=st)])
+        yield from answers
+
+    def telemetry(self, requests, context):
+        client_id = _client_id(context)
+        for cmd in requests:
+            answer = self._run(self.service.telemetry, cmd, client_id,
+                               failed=lambda st: pb.TelemetryCommand(status=st))
+            if answer is not None:
+                yield answer
+
+    def handlers(self) -> grpc.GenericRpcHandler:
+        def unary(name, req_cls, resp_cls, with_client=False):
+            return grpc.unary_unary_rpc_method_handler(
+                self.unary(name, resp_cls, with_client), request_deserializer=req_cls.FromString,
+                response_serializer=resp_cls.SerializeToString)
+
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, {
+            "QueryRoute": unary("query_route", pb.QueryRouteRequest, pb.QueryRouteResponse),
+            "Heartbeat": unary("heartbeat", pb.HeartbeatRequest, pb.HeartbeatResponse, True),
+            "SendMessage": unary("send_message", pb.SendMessageRequest, pb.SendMessageResponse),
+            "QueryAssignment": unary("query_assignment", pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
+            "AckMessage": unary("ack_message", pb.AckMessageRequest, pb.AckMessageResponse),
+            "ChangeInvisibleDuration": unary("change_invisible_duration", pb.ChangeInvisibleDurationRequest,
+                                             pb.ChangeInvisibleDurationResponse),
+            "NotifyClientTermination": unary("notify_client_termination", pb.NotifyClientTerminationRequest,
+                                             pb.NotifyClientTerminationResponse, True),
+            "ReceiveMessage": grpc.unary_stream_rpc_method_handler(
+                self.receive, request_deserializer=pb.ReceiveMessageRequest.FromString,
+                response_serializer=pb.ReceiveMessageResponse.SerializeToString),
+            "Telemetry": grpc.stream_stream_rpc_method_handler(
+                self.telemetry, request_deserializer=pb.TelemetryCommand.FromString,
+                response_serializer=pb.TelemetryCommand.SerializeToString),
+        })
+
+
+async def run_grpc(broker, host: str, port: int, *, max_workers: int = MAX_WORKERS,
+                   task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve RocketMQ 5's MessagingService for ``broker`` on ``host:port`` (0 = any free
+    port) until cancelled; ``started`` gets the bound port."""
+    _probe(host, port)
+    token = trio.lowlevel.current_trio_token()
+    executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
+    server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
+    service = MessagingService(broker, host, port)
+    server.add_generic_rpc_handlers((_Bridge(service, token).handlers(),))
+    try:
+        bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    except RuntimeError:
+        bound = 0
+    if not bound:
+        executor.shutdown(wait=False)
+        raise OSError(f"[proxy] grpcPort {port}: cannot listen on {host}:{port} (in use, or not an address of "
+                      f"this machine); choose another port or 0 to turn gRPC off")
+    service.port = bound
+    server.start()
+    try:
+        task_status.started(bound)
+        await trio.sleep_forever()
+    finally:
+        service.close()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(partial(_stop, server, executor))
+
+
+def _probe(host: str, port: int) -> None:
+    """Bind ``host:port`` once with a plain socket: grpcio only says that binding failed,
+    this says why (an `OSError` with its errno, naming the port)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise OSError(e.errno, f"gRPC port {port} on {host}: {e.strerror}") from None
+
+
+def _stop(server: grpc.Server, executor: ThreadPoolExecutor) -> None:
+    server.stop(STOP_GRACE_S).wait()
+    executor.shutdown(wait=False, cancel_futures=True)
