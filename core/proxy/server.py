@@ -35,7 +35,7 @@ from functools import partial
 import grpc
 import trio
 
-from . import rocketmq_v2_pb2 as pb
+from . import pb
 from .service import MessagingService
 from .wire import status
 

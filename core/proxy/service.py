@@ -33,7 +33,7 @@ import trio
 from core.broker import Broker, PullStatus, dlq_topic, validate_topic
 from core.store.message import PROPERTY_UNIQ_KEY, StoredMessage
 
-from . import rocketmq_v2_pb2 as pb
+from . import pb
 from . import wire
 from .pop import PopQueue, PopTable, ReceiptError
 from .wire import OK, WireError, status

@@ -1,25 +1,7 @@
-"""The RocketMQ 5 gRPC wire (``apache.rocketmq.v2``): generated message classes
-and the mapping between them and the store's messages.
-
-The ``.proto`` beside this file is ours, written from the published
-interface. Its Python (``rocketmq_v2_pb2.py``) is generated and checked in,
-not built at install time: a fresh clone runs without ``grpcio-tools`` (and
-its bundled protoc) on the user's machine, and the generator is pinned in one
-place. Generated with grpcio-tools 1.85.1 (libprotoc 35.1, protobuf Python
-gencode 7.35.1), so the runtime needs ``protobuf>=7.35.1,<8``. Regenerate::
-
-    cd core/proxy && python -m grpc_tools.protoc -I. --python_out=. rocketmq_v2.proto
-
-(``tests/core/proxy/test_wire.py`` checks that the checked-in file is what the
-``.proto`` gives.) Only message classes are generated; the service is
-registered by hand in `core.proxy.server` (no ``_pb2_grpc`` module).
+"""The mapping between RocketMQ 5 gRPC messages (``apache.rocketmq.v2``, see
+`core.proxy.pb`) and the store's messages.
 
 Rules kept here:
-- The generated module registers its file as ``rocketmq_v2.proto`` in
-  protobuf's default pool: a process must not also import another
-  ``apache.rocketmq.v2`` description (the rocketmq-python-client's), or
-  protobuf refuses the duplicate names. The server and that client run in
-  different processes.
 - System properties travel as RocketMQ 5's proxy puts them in the store
   (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``__SHARDINGKEY`` for the message group,
   ``TIMER_DELIVER_MS`` for a delivery time), so a message sent over gRPC is
@@ -32,7 +14,7 @@ import zlib
 
 from core.store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, StoredMessage, unpack_host
 
-from . import rocketmq_v2_pb2 as pb
+from . import pb
 
 SHARDING_KEY = "__SHARDINGKEY"  # the FIFO message group (RocketMQ's PROPERTY_SHARDING_KEY)
 DELIVER_MS = "TIMER_DELIVER_MS"  # absolute delivery time, ms (RocketMQ 5 timer messages)

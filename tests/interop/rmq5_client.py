@@ -1,0 +1,124 @@
+"""Drive the unmodified PyPI ``rocketmq-python-client`` (5.x) against a gRPC endpoint.
+
+Run as ``python rmq5_client.py HOST:PORT SCENARIO``; prints one JSON object
+with what the client observed (the test asserts on it). A separate process
+on purpose: the client's generated ``apache.rocketmq.v2`` classes and ours
+(core/proxy) cannot share one protobuf descriptor pool, and this keeps the
+test process free of both.
+
+Imports go through ``rocketmq.v5.*``: the 4.x ``rocketmq`` package (the C++
+client, also in the dev extra) ships a ``rocketmq/__init__.py`` of its own,
+and whichever is installed last owns it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from rocketmq.v5.client import ClientConfiguration, Credentials
+from rocketmq.v5.consumer import SimpleConsumer
+from rocketmq.v5.model import FilterExpression, Message
+from rocketmq.v5.producer import Producer
+
+
+def config(endpoint: str) -> ClientConfiguration:
+    return ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+
+
+def message(topic: str, body: bytes, **kw) -> Message:
+    m = Message()
+    m.topic = topic
+    m.body = body
+    for key, value in kw.items():
+        if key == "properties":
+            for k, v in value.items():
+                m.add_property(k, v)
+        else:
+            setattr(m, key, value)
+    return m
+
+
+def seen(m, t0: float) -> dict:
+    return {"body": m.body.decode(), "tag": m.tag, "keys": list(m.keys or []), "properties": dict(m.properties or {}),
+            "group": m.message_group, "attempt": m.delivery_attempt, "id": m.message_id, "at": time.time() - t0}
+
+
+def send_and_receive(endpoint: str, topic: str, group: str) -> dict:
+    t0 = time.time()
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    sent = []
+    try:
+        r = producer.send(message(topic, b"normal", tag="TagA", keys="k1", properties={"color": "red"}))
+        sent.append(r.message_id)
+        deliver_at = int(time.time()) + 3
+        r = producer.send(message(topic, b"delayed", delivery_timestamp=deliver_at))
+        sent.append(r.message_id)
+        for i in range(3):
+            for g in ("g1", "g2"):
+                sent.append(producer.send(message(topic, f"{g}-{i}".encode(), message_group=g)).message_id)
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 5)
+    consumer.startup()
+    got = []
+    try:
+        while len(got) < len(sent) and time.time() - t0 < 40:
+            for m in consumer.receive(16, 15):
+                got.append(seen(m, t0))
+                consumer.ack(m)
+        t = time.time()
+        after = [seen(m, t0) for m in consumer.receive(16, 2)]
+        empty_wait = time.time() - t
+    finally:
+        consumer.shutdown()
+    return {"sent": sent, "got": got, "after_ack": after, "empty_wait": empty_wait, "deliver_at": deliver_at - t0}
+
+
+def redelivery(endpoint: str, topic: str, group: str) -> dict:
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        for body in (b"a", b"b", b"c"):
+            producer.send(message(topic, body))
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 10)
+    consumer.startup()
+    events = []
+    t0 = time.time()
+    try:
+        first = {}
+        while len(first) < 3 and time.time() - t0 < 20:
+            for m in consumer.receive(16, 2):
+                first[m.body.decode()] = m
+        events.append({"step": "first", "got": sorted((k, m.delivery_attempt) for k, m in first.items())})
+        consumer.ack(first["a"])
+        consumer.change_invisible_duration(first["c"], 7)
+        t1 = time.time()
+        again = []
+        while len(again) < 2 and time.time() - t0 < 40:
+            for m in consumer.receive(16, 20):
+                again.append(m)
+                events.append({"step": "again", "body": m.body.decode(), "attempt": m.delivery_attempt,
+                               "after": time.time() - t1})
+        try:
+            consumer.ack(first["b"])  # the handle of b's first delivery: stale now
+            events.append({"step": "stale_ack", "error": None})
+        except Exception as e:
+            events.append({"step": "stale_ack", "error": f"{type(e).__name__}: {e}"})
+        for m in again:
+            consumer.ack(m)
+        events.append({"step": "left", "got": [m.body.decode() for m in consumer.receive(16, 4)]})
+    finally:
+        consumer.shutdown()
+    return {"events": events}
+
+
+SCENARIOS = {"send_and_receive": send_and_receive, "redelivery": redelivery}
+
+if __name__ == "__main__":
+    endpoint, scenario, *args = sys.argv[1:]
+    print(json.dumps(SCENARIOS[scenario](endpoint, *args)))

@@ -1,0 +1,75 @@
+"""The unmodified PyPI ``rocketmq-python-client`` (5.x, gRPC) against a real ``mqgate serve``.
+
+The client runs in its own process (``rmq5_client.py``, which says why); the
+server is a subprocess with a free gRPC port. Each test uses fresh topic and
+group names.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from serve_process import ServeProcess, free_port
+
+DRIVER = Path(__file__).with_name("rmq5_client.py")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    grpc_port = free_port()
+    with ServeProcess(tmp_path_factory.mktemp("rmq5") / "data", "--namesrv-port", "0", "--broker-port", "0",
+                      "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
+        assert s.ports["grpc"] == grpc_port
+        yield s
+
+
+def drive(server, scenario: str, *args: str) -> dict:
+    r = subprocess.run([sys.executable, str(DRIVER), f"127.0.0.1:{server.ports['grpc']}", scenario, *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"{scenario} failed:\n{r.stderr[-3000:]}\nserver log:\n{server.output()[-3000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def names(*bases: str) -> list[str]:
+    suffix = uuid.uuid4().hex[:8]
+    return [f"{b}_{suffix}" for b in bases]
+
+
+def test_producer_sends_normal_delay_and_fifo_and_a_simple_consumer_receives_each_once(server):
+    topic, group = names("rmq5_topic", "rmq5_group")
+    out = drive(server, "send_and_receive", topic, group)
+    got = {m["body"]: m for m in out["got"]}
+    assert sorted(m["id"] for m in out["got"]) == sorted(out["sent"])  # each once, with the producer's ids
+    normal = got["normal"]
+    assert (normal["tag"], normal["keys"], normal["properties"], normal["attempt"]) == ("TagA", ["k1"], {"color": "red"}, 1)
+    # the delayed message is not visible before its delivery time (whole seconds on the wire)
+    assert got["delayed"]["at"] >= out["deliver_at"] - 0.5
+    assert max(got[b]["at"] for b in got if b != "delayed") < got["delayed"]["at"]
+    for g in ("g1", "g2"):  # each message group in send order, with its group
+        seq = [m["body"] for m in out["got"] if m["group"] == g]
+        assert seq == [f"{g}-{i}" for i in range(3)]
+    # acked: nothing comes back, and the empty receive long-polled (the consumer's await duration, 5 s)
+    assert out["after_ack"] == []
+    assert out["empty_wait"] >= 4.0
+
+
+def test_unacked_message_comes_back_with_its_attempt_and_a_changed_invisible_time_holds(server):
+    topic, group = names("rmq5_redeliver", "rmq5_redeliver_group")
+    ev = drive(server, "redelivery", topic, group)["events"]
+    first = ev[0]
+    assert first == {"step": "first", "got": [["a", 1], ["b", 1], ["c", 1]]}
+    again = [e for e in ev if e["step"] == "again"]
+    # b was not acked: back after its 2 s invisible time, second attempt; c's time was changed to 7 s
+    assert [(e["body"], e["attempt"]) for e in again] == [("b", 2), ("c", 2)]
+    b, c = again
+    assert 1.0 <= b["after"] < 6.0
+    assert c["after"] >= 6.0
+    stale = next(e for e in ev if e["step"] == "stale_ack")
+    assert stale["error"] is not None and "40013" in stale["error"] and "stale" in stale["error"]
+    assert ev[-1] == {"step": "left", "got": []}  # a was acked, b and c acked after redelivery
