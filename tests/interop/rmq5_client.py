@@ -117,7 +117,30 @@ def redelivery(endpoint: str, topic: str, group: str) -> dict:
     return {"events": events}
 
 
-SCENARIOS = {"send_and_receive": send_and_receive, "redelivery": redelivery}
+def send(endpoint: str, topic: str, body: str, properties: str = "{}") -> dict:
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        return {"id": producer.send(message(topic, body.encode(), properties=json.loads(properties))).message_id}
+    finally:
+        producer.shutdown()
+
+
+def receive(endpoint: str, topic: str, group: str, count: str) -> dict:
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 5)
+    consumer.startup()
+    got, t0 = [], time.time()
+    try:
+        while len(got) < int(count) and time.time() - t0 < 30:
+            for m in consumer.receive(16, 30):
+                got.append(seen(m, t0))
+                consumer.ack(m)
+    finally:
+        consumer.shutdown()
+    return {"got": got}
+
+
+SCENARIOS = {"send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]
