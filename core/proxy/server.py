@@ -46,6 +46,20 @@ MAX_WORKERS = 256
 STOP_GRACE_S = 1.0
 
 
+def _one_line(record: logging.LogRecord) -> bool:
+    """grpcio logs a request it cannot decode with a traceback: the peer's fault,
+    so one line (the error's own text) is enough."""
+    if record.exc_info and record.exc_info[1] is not None:
+        record.msg = f"{record.getMessage()} {type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+        record.args = ()
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
+
+
+logging.getLogger("grpc._common").addFilter(_one_line)
+
+
 def _client_id(context: grpc.ServicerContext) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == "x-mq-client-id":

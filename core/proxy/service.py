@@ -106,8 +106,9 @@ class MessagingService:
         if cfg is None and create and self.broker.config.auto_create_topic_enable:
             cfg = await self.broker.ensure_topic(name, queue_nums=self.broker.config.default_topic_queue_nums)
         if cfg is None:
+            why = " (autoCreateTopicEnable is off)" if create else ""
             raise WireError(pb.TOPIC_NOT_FOUND, f"topic {name} does not exist on broker "
-                                                f"{self.broker.config.broker_name} (autoCreateTopicEnable is off)")
+                                                f"{self.broker.config.broker_name}{why}")
         return cfg
 
     async def query_route(self, req: pb.QueryRouteRequest) -> pb.QueryRouteResponse:

@@ -1,0 +1,145 @@
+"""The MessagingService over a real gRPC port, in-process: a broker in a temp dir,
+`run_grpc` on port 0, a plain grpcio channel (from a thread) as the client.
+
+Bad input gets its status with one line and the server keeps serving;
+long polling wakes at a send; a message never acked goes to the DLQ after
+the group's maximum deliveries."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import grpc
+import pytest
+import trio
+
+from core.broker import BrokerConfig, dlq_topic, open_broker
+from core.proxy import pb, run_grpc
+from core.store import StoreConfig
+
+SERVICE = "/apache.rocketmq.v2.MessagingService/"
+
+
+class Stub:
+    def __init__(self, port: int) -> None:
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+
+    def unary(self, method: str, req, resp_cls, timeout: float = 10):
+        call = self.channel.unary_unary(SERVICE + method, request_serializer=_bytes,
+                                        response_deserializer=resp_cls.FromString)
+        return call(req, timeout=timeout, metadata=[("x-mq-client-id", "test-client")])
+
+    def receive(self, req, timeout: float = 20) -> list:
+        call = self.channel.unary_stream(SERVICE + "ReceiveMessage", request_serializer=_bytes,
+                                         response_deserializer=pb.ReceiveMessageResponse.FromString)
+        return list(call(req, timeout=timeout))
+
+
+def _bytes(m) -> bytes:
+    return m if isinstance(m, bytes) else m.SerializeToString()
+
+
+@pytest.fixture
+async def stub(tmp_path):
+    store = StoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=1 << 20,
+                        mapped_file_size_consume_queue=20 * 1024, max_hash_slot_num=1024, max_index_num=8192)
+    async with open_broker(BrokerConfig(default_topic_queue_nums=2), store) as broker:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(run_grpc, broker, "127.0.0.1", 0))
+            s = Stub(port)
+            s.broker = broker
+            yield s
+            s.channel.close()
+            nursery.cancel_scope.cancel()
+
+
+def send_req(topic: str, body: bytes, msg_id: str = "01TEST") -> pb.SendMessageRequest:
+    m = pb.Message(body=body)
+    m.topic.name = topic
+    m.system_properties.message_id = msg_id
+    return pb.SendMessageRequest(messages=[m])
+
+
+def receive_req(topic: str, group: str, *, invisible_s: float = 30, poll_s: float = 5) -> pb.ReceiveMessageRequest:
+    r = pb.ReceiveMessageRequest(batch_size=16)
+    r.group.name = group
+    r.message_queue.topic.name = topic
+    r.invisible_duration.FromMilliseconds(int(invisible_s * 1000))
+    r.long_polling_timeout.FromMilliseconds(int(poll_s * 1000))
+    return r
+
+
+def in_thread(fn, *args, **kw):
+    return trio.to_thread.run_sync(partial(fn, *args, **kw))
+
+
+async def test_bad_requests_get_their_status_in_one_line_and_the_server_keeps_serving(stub, caplog):
+    with pytest.raises(grpc.RpcError) as e:  # not a protobuf message at all
+        await in_thread(stub.unary, "SendMessage", b"\xff\xff\xff", pb.SendMessageResponse)
+    assert e.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT)
+    (logged,) = [r for r in caplog.records if r.name == "grpc._common"]
+    assert logged.exc_info is None and "Wire format was corrupt" in logged.getMessage()
+    with pytest.raises(grpc.RpcError) as e:
+        await in_thread(stub.unary, "RecallMessage", b"", pb.SendMessageResponse)
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+    cases = [
+        ("SendMessage", pb.SendMessageRequest(), pb.SendMessageResponse, pb.BAD_REQUEST),
+        ("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="bad topic!")), pb.QueryRouteResponse,
+         pb.ILLEGAL_TOPIC),
+        ("AckMessage", pb.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T"),
+                                            entries=[pb.AckMessageEntry(message_id="x", receipt_handle="junk")]),
+         pb.AckMessageResponse, pb.INVALID_RECEIPT_HANDLE),
+    ]
+    for method, req, resp_cls, code in cases:
+        resp = await in_thread(stub.unary, method, req, resp_cls)
+        assert resp.status.code == code, (method, resp)
+        assert resp.status.message and "\n" not in resp.status.message
+    (answer,) = await in_thread(stub.receive, receive_req("NoSuchTopic", "G"))
+    assert answer.status.code == pb.TOPIC_NOT_FOUND and "NoSuchTopic" in answer.status.message
+    await in_thread(stub.unary, "QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="T")), pb.QueryRouteResponse)
+    entry = (await in_thread(stub.unary, "SendMessage", send_req("T", b""), pb.SendMessageResponse)).entries[0]
+    assert entry.status.code == pb.MESSAGE_BODY_EMPTY
+    (answer,) = await in_thread(stub.receive, receive_req("T", "G", invisible_s=0.2))
+    assert answer.status.code == pb.ILLEGAL_INVISIBLE_TIME and "0.2 s" in answer.status.message
+
+    resp = await in_thread(stub.unary, "SendMessage", send_req("T", b"still serving"), pb.SendMessageResponse)
+    assert resp.status.code == pb.OK and resp.entries[0].message_id == "01TEST"
+
+
+async def test_a_waiting_receive_wakes_when_a_message_arrives(stub):
+    await in_thread(stub.unary, "QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="Wake")),
+                    pb.QueryRouteResponse)
+    async with trio.open_nursery() as nursery:
+        result = {}
+
+        async def receive():
+            t = time.monotonic()
+            result["answers"] = await in_thread(stub.receive, receive_req("Wake", "G", poll_s=15))
+            result["waited"] = time.monotonic() - t
+
+        nursery.start_soon(receive)
+        await trio.sleep(0.5)  # let the receive start waiting: nothing to give yet
+        await in_thread(stub.unary, "SendMessage", send_req("Wake", b"hello"), pb.SendMessageResponse)
+    status, message, stamp = result["answers"]
+    assert status.status.code == pb.OK and message.message.body == b"hello"
+    assert stamp.HasField("delivery_timestamp")
+    assert result["waited"] < 10  # woken by the send, not by the end of the 15 s poll
+
+
+async def test_a_message_never_acked_goes_to_the_dead_letter_queue_after_the_group_maximum(stub):
+    stub.broker.groups.get_or_create("Fragile")
+    stub.broker.groups.update("Fragile", retry_max_times=1)  # at most 2 deliveries
+    await in_thread(stub.unary, "SendMessage", send_req("Dlq", b"poison", "01POISON"), pb.SendMessageResponse)
+    attempts = []
+    for _ in range(2):
+        answers = await in_thread(stub.receive, receive_req("Dlq", "Fragile", invisible_s=1, poll_s=5))
+        attempts += [a.message.system_properties.delivery_attempt for a in answers if a.HasField("message")]
+    assert attempts == [1, 2]
+    # the third time it comes due it is not delivered: it goes to %DLQ%Fragile
+    (answer,) = await in_thread(stub.receive, receive_req("Dlq", "Fragile", invisible_s=1, poll_s=3))
+    assert answer.status.code == pb.MESSAGE_NOT_FOUND
+    dead = (await stub.broker.read_queue(dlq_topic("Fragile"), 0, 0)).messages()
+    assert [(m.body, m.properties["UNIQ_KEY"], m.reconsume_times) for m in dead] == [(b"poison", "01POISON", 2)]
+    assert stub.broker.query_offset("Fragile", "Dlq", 0) is not None
