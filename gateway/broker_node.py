@@ -77,7 +77,7 @@ async def run_broker_node(cfg, role: str, namesrv_addrs: list[str], ports: dict[
             node.apply(change)
 
 
-async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int]) -> None:
+async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int], transactions=None) -> None:
     """RocketMQ 5's gRPC MessagingService (``core.proxy``) on a master: the default
     port (8081) may be taken by another server (then a warning, no gRPC); a
     port given in the file or a flag must be free."""
@@ -85,7 +85,7 @@ async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int])
 
     port = DEFAULT_GRPC_PORT if cfg.grpc_port is None else cfg.grpc_port
     try:
-        bound = await nursery.start(partial(run_grpc, broker, cfg.host, port))
+        bound = await nursery.start(partial(run_grpc, broker, cfg.host, port, transactions=transactions))
     except OSError as e:
         if cfg.grpc_port is not None or e.errno != errno.EADDRINUSE:
             raise
@@ -114,7 +114,7 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
         log.info("broker remoting listening on %s:%d (name servers %s)", cfg.host, broker_port,
                  ";".join(namesrv_addrs) or "none")
     if node.is_master and cfg.grpc_port != 0:
-        await _start_grpc(nursery, broker, cfg, ports)
+        await _start_grpc(nursery, broker, cfg, ports, remoting.transactions if broker_port else None)
     if not node.is_master:
         await node.start_slave(nursery, broker)
         if broker_port:  # topics, offsets, groups and delay offsets follow the master's (4.x SlaveSynchronize)

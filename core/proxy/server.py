@@ -16,9 +16,11 @@ Rules kept here:
 - ``started`` reports the bound port after the server accepts connections;
   a port that cannot be bound is a one-line `OSError` naming it.
 - A ReceiveMessage long poll occupies a worker thread for its length, and a
-  Telemetry stream one for the client's life: the pool has ``max_workers``
-  threads (the ``[proxy] grpcMaxWorkers`` key is not there yet: 256) and calls
-  beyond it wait in grpcio's queue.
+  Telemetry stream one for the client's life (plus one reader thread of a
+  second pool): the pools have ``max_workers`` threads each (no
+  configuration key yet: 256) and calls beyond that wait in grpcio's queue.
+- The transaction checker's view of producers is widened once, at start, to
+  the 5.x producers of the half's topic (their Telemetry streams).
 - A handler that fails answers INTERNAL_SERVER_ERROR with one line and is
   logged; the server keeps serving.
 - Stopping: the service is closed first (waiting receives answer at once),
@@ -28,6 +30,7 @@ Rules kept here:
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -36,12 +39,13 @@ import grpc
 import trio
 
 from . import pb
-from .service import MessagingService
+from .service import MessagingService, TelemetryChannel
 from .wire import status
 
 log = logging.getLogger("mqgate.proxy")
 
 SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
+_END = object()  # a Telemetry stream's queue: the client's side ended
 MAX_WORKERS = 256
 STOP_GRACE_S = 1.0
 
@@ -70,9 +74,10 @@ def _client_id(context: grpc.ServicerContext) -> str:
 class _Bridge:
     """The sync grpcio handlers, each one call into the trio loop."""
 
-    def __init__(self, service: MessagingService, token: trio.lowlevel.TrioToken) -> None:
+    def __init__(self, service: MessagingService, token: trio.lowlevel.TrioToken, readers: ThreadPoolExecutor) -> None:
         self.service = service
         self.token = token
+        self.readers = readers
 
     def _run(self, fn, *args, failed):
         try:
@@ -98,12 +103,36 @@ class _Bridge:
         yield from answers
 
     def telemetry(self, requests, context):
+        """Answers to the client's commands and the broker's own (transaction checks)
+        share one queue; a reader on the readers' pool feeds it the answers."""
         client_id = _client_id(context)
-        for cmd in requests:
-            answer = self._run(self.service.telemetry, cmd, client_id,
-                               failed=lambda st: pb.TelemetryCommand(status=st))
-            if answer is not None:
-                yield answer
+        out: queue.SimpleQueue = queue.SimpleQueue()
+        channel = TelemetryChannel(out.put)
+        self._run_sync(self.service.attach, client_id, channel)
+        self.readers.submit(self._read_telemetry, requests, client_id, out)
+        try:
+            while (item := out.get()) is not _END:
+                yield item
+        finally:
+            self._run_sync(self.service.detach, client_id, channel)
+
+    def _read_telemetry(self, requests, client_id: str, out: queue.SimpleQueue) -> None:
+        try:
+            for cmd in requests:
+                answer = self._run(self.service.telemetry, cmd, client_id,
+                                   failed=lambda st: pb.TelemetryCommand(status=st))
+                if answer is not None:
+                    out.put(answer)
+        except grpc.RpcError:
+            pass  # the client went away or the server stops: the stream ends either way
+        finally:
+            out.put(_END)
+
+    def _run_sync(self, fn, *args) -> None:
+        try:
+            trio.from_thread.run_sync(fn, *args, trio_token=self.token)
+        except trio.RunFinishedError:
+            pass
 
     def handlers(self) -> grpc.GenericRpcHandler:
         def unary(name, req_cls, resp_cls, with_client=False):
@@ -117,6 +146,7 @@ class _Bridge:
             "SendMessage": unary("send_message", pb.SendMessageRequest, pb.SendMessageResponse),
             "QueryAssignment": unary("query_assignment", pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
             "AckMessage": unary("ack_message", pb.AckMessageRequest, pb.AckMessageResponse),
+            "EndTransaction": unary("end_transaction", pb.EndTransactionRequest, pb.EndTransactionResponse),
             "ChangeInvisibleDuration": unary("change_invisible_duration", pb.ChangeInvisibleDurationRequest,
                                              pb.ChangeInvisibleDurationResponse),
             "NotifyClientTermination": unary("notify_client_termination", pb.NotifyClientTerminationRequest,
@@ -130,22 +160,30 @@ class _Bridge:
         })
 
 
-async def run_grpc(broker, host: str, port: int, *, max_workers: int = MAX_WORKERS,
+async def run_grpc(broker, host: str, port: int, *, transactions=None, max_workers: int = MAX_WORKERS,
                    task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve RocketMQ 5's MessagingService for ``broker`` on ``host:port`` (0 = any free
-    port) until cancelled; ``started`` gets the bound port."""
+    port) until cancelled; ``started`` gets the bound port.
+
+    ``transactions``: the broker's `TransactionService`; its checks then also
+    reach 5.x producers, through their Telemetry streams."""
     _probe(host, port)
     token = trio.lowlevel.current_trio_token()
     executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
+    readers = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc-telemetry")
     server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
-    service = MessagingService(broker, host, port)
-    server.add_generic_rpc_handlers((_Bridge(service, token).handlers(),))
+    service = MessagingService(broker, host, port, transactions)
+    if transactions is not None:
+        remoting_producers = transactions.producer_channels
+        transactions.producer_channels = lambda group: [*remoting_producers(group), *service.producer_channels(group)]
+    server.add_generic_rpc_handlers((_Bridge(service, token, readers).handlers(),))
     try:
         bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     except RuntimeError:
         bound = 0
     if not bound:
         executor.shutdown(wait=False)
+        readers.shutdown(wait=False)
         raise OSError(f"[proxy] grpcPort {port}: cannot listen on {host}:{port} (in use, or not an address of "
                       f"this machine); choose another port or 0 to turn gRPC off")
     service.port = bound
@@ -156,7 +194,7 @@ async def run_grpc(broker, host: str, port: int, *, max_workers: int = MAX_WORKE
     finally:
         service.close()
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(partial(_stop, server, executor))
+            await trio.to_thread.run_sync(partial(_stop, server, executor, readers))
 
 
 def _probe(host: str, port: int) -> None:
@@ -173,6 +211,7 @@ def _probe(host: str, port: int) -> None:
             raise OSError(e.errno, f"gRPC port {port} on {host}: {e.strerror}") from None
 
 
-def _stop(server: grpc.Server, executor: ThreadPoolExecutor) -> None:
+def _stop(server: grpc.Server, *pools: ThreadPoolExecutor) -> None:
     server.stop(STOP_GRACE_S).wait()
-    executor.shutdown(wait=False, cancel_futures=True)
+    for pool in pools:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -30,8 +30,11 @@ from dataclasses import dataclass, field
 
 import trio
 
-from core.broker import Broker, PullStatus, dlq_topic, validate_topic
-from core.store.message import PROPERTY_UNIQ_KEY, StoredMessage
+from core.broker import TRANS_HALF_TOPIC, Broker, PullStatus, dlq_topic, validate_topic
+from core.store.message import (
+    PROPERTY_UNIQ_KEY, MessageFormatError, StoredMessage, decode_message, decode_messages, offset_msg_id,
+    parse_offset_msg_id,
+)
 
 from . import pb
 from . import wire
@@ -63,9 +66,13 @@ class MessagingService:
     """RocketMQ 5's MessagingService over ``broker``; ``host``/``port`` name the
     endpoint when a request does not say how the client reached us."""
 
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    def __init__(self, broker: Broker, host: str, port: int, transactions=None) -> None:
+        """``transactions``: the broker's `core.transactions.TransactionService` (None:
+        transactional sends are answered UNSUPPORTED)."""
         self.broker = broker
         self.host, self.port = host, port
+        self.transactions = transactions
+        self.streams: dict[str, TelemetryChannel] = {}
         self.pop = PopTable()
         self.clients: dict[str, ClientInfo] = {}
         self.closing = trio.Event()
@@ -82,6 +89,24 @@ class MessagingService:
         ev = self._arrived.pop(topic, None)
         if ev is not None:
             ev.set()
+
+    def attach(self, client_id: str, channel: "TelemetryChannel") -> None:
+        """A Telemetry stream opened: the way to send commands to that client."""
+        self.streams[client_id] = channel
+
+    def detach(self, client_id: str, channel: "TelemetryChannel") -> None:
+        channel.closed = True
+        if self.streams.get(client_id) is channel:
+            del self.streams[client_id]
+
+    def producer_channels(self, group: str) -> list["TelemetryChannel"]:
+        """For the transaction checker: the streams of 5.x producers of the topic that
+        ``group`` (a `wire.transaction_group`) stands for."""
+        topic = wire.topic_of_transaction_group(group)
+        if topic is None:
+            return []
+        return [ch for cid, ch in self.streams.items() if not ch.closed and (c := self.clients.get(cid)) is not None
+                and c.client_type == pb.PRODUCER and topic in c.topics]
 
     def _client(self, client_id: str) -> ClientInfo:
         c = self.clients.get(client_id)
@@ -204,6 +229,9 @@ class MessagingService:
 
     async def _send_one(self, m: pb.Message) -> pb.SendResultEntry:
         try:
+            if m.system_properties.message_type == pb.TRANSACTION and self.transactions is None:
+                raise WireError(pb.UNSUPPORTED, "transactional messages need the broker's remoting listener "
+                                                "(--broker-port not 0), whose transaction service checks them")
             if m.system_properties.HasField("lite_topic"):
                 raise WireError(pb.UNSUPPORTED, "lite topics are not supported yet (docs/CLIENTS.md)")
             msg, _ = wire.to_store(m)
@@ -226,8 +254,52 @@ class MessagingService:
                                       message_id=m.system_properties.message_id)
         code = {"FLUSH_DISK_TIMEOUT": pb.MASTER_PERSISTENCE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT": pb.SLAVE_PERSISTENCE_TIMEOUT,
                 "SLAVE_NOT_AVAILABLE": pb.HA_NOT_AVAILABLE}.get(result.status.name, pb.OK)
+        # a half's transaction id is its offset message id: EndTransaction finds the half by it
+        tx_id = offset_msg_id(msg.store_host, result.physical_offset) if wire.TRAN_MSG in msg.properties else ""
         return pb.SendResultEntry(status=status(code, "OK" if code == pb.OK else result.status.name),
-                                  message_id=msg.properties[PROPERTY_UNIQ_KEY], offset=result.queue_offset)
+                                  message_id=msg.properties[PROPERTY_UNIQ_KEY], offset=result.queue_offset,
+                                  transaction_id=tx_id)
+
+    # ------------------------------------------------------------------ transactions
+
+    async def end_transaction(self, req: pb.EndTransactionRequest) -> pb.EndTransactionResponse:
+        try:
+            await self._end_transaction(req)
+        except WireError as e:
+            return pb.EndTransactionResponse(status=status(e.code, str(e)))
+        return pb.EndTransactionResponse(status=OK)
+
+    async def _end_transaction(self, req: pb.EndTransactionRequest) -> None:
+        if self.transactions is None:
+            raise WireError(pb.UNSUPPORTED, "this broker runs no transaction service (--broker-port 0)")
+        if req.resolution == pb.TRANSACTION_RESOLUTION_UNSPECIFIED:
+            await trio.lowlevel.checkpoint()  # unknown: the half stays and is checked again
+            return
+        try:
+            _, log_offset = parse_offset_msg_id(req.transaction_id)
+        except ValueError:
+            raise WireError(pb.INVALID_TRANSACTION_ID, f"transaction id {req.transaction_id[:60]!r} is not one "
+                                                       f"this broker issued") from None
+        raw = await self.broker.read_at(log_offset)
+        try:
+            half = decode_message(raw) if raw is not None else None
+        except MessageFormatError:
+            half = None
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            raise WireError(pb.INVALID_TRANSACTION_ID, f"no half message at transaction id {req.transaction_id}")
+        if half.properties.get(PROPERTY_UNIQ_KEY) != req.message_id:
+            raise WireError(pb.INVALID_TRANSACTION_ID, f"transaction {req.transaction_id} is not the one of "
+                                                       f"message {req.message_id}")
+        if half.properties.get(wire.REAL_TOPIC) != req.topic.name:
+            raise WireError(pb.INVALID_TRANSACTION_ID, f"transaction {req.transaction_id} is not in topic "
+                                                       f"{req.topic.name}")
+        commit = req.resolution == pb.COMMIT
+        if req.source == pb.SOURCE_SERVER_CHECK or not commit:
+            log.info("5.x producer %s transaction %s%s", "commits" if commit else "rolls back", req.message_id,
+                     " after a check" if req.source == pb.SOURCE_SERVER_CHECK else "")
+        result = await self.transactions.end_transaction(half, commit)
+        if result is not None and not result.ok:
+            raise WireError(pb.INTERNAL_SERVER_ERROR, result.remark or result.status.name)
 
     # ------------------------------------------------------------------ pop consumption
 
@@ -378,6 +450,25 @@ class MessagingService:
         if ev is not None:
             ev.set()
         return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+
+
+class TelemetryChannel:
+    """One client's Telemetry stream, as the transaction checker sees a producer:
+    ``closed`` and ``send_oneway(command)``; the remoting CHECK_TRANSACTION_STATE
+    command becomes a RecoverOrphanedTransactionCommand, put on the stream's
+    queue (``push``, thread-safe) that the gRPC thread writes from."""
+
+    def __init__(self, push) -> None:
+        self.push = push
+        self.closed = False
+
+    def send_oneway(self, command) -> None:
+        if self.closed:
+            return
+        half = decode_messages(command.body)[0]
+        recover = pb.RecoverOrphanedTransactionCommand(
+            message=wire.orphan_from_store(half), transaction_id=command.ext_fields.get("offsetMsgId", ""))
+        self.push(pb.TelemetryCommand(recover_orphaned_transaction_command=recover))
 
 
 async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

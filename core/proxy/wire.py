@@ -26,8 +26,22 @@ _SYSTEM = frozenset({
     "MIN_OFFSET", "MAX_OFFSET", "REAL_TOPIC", "REAL_QID", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
     "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME", "DELAY",
     "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INNER_MULTI_DISPATCH",
-    "INNER_MULTI_QUEUE_OFFSET", "TRAN_MSG", "PGROUP", "TRANSACTION_ID",
+    "INNER_MULTI_QUEUE_OFFSET", "TRAN_MSG", "PGROUP", "TRANSACTION_ID", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET",
 })
+_HELD_PREFIX = "TRAN_HELD_"  # core.transactions keeps a half's delay properties under this prefix
+TRAN_MSG, PGROUP, CHECK_IMMUNITY = "TRAN_MSG", "PGROUP", "CHECK_IMMUNITY_TIME_IN_SECONDS"
+REAL_TOPIC = "REAL_TOPIC"
+
+
+def transaction_group(topic: str) -> str:
+    """The producer group a 5.x transactional message is stored under (PGROUP): 5.x
+    producers have no group, so a half is checked with any producer of its topic."""
+    return f"%GRPC%{topic}"
+
+
+def topic_of_transaction_group(group: str) -> str | None:
+    return group[len("%GRPC%"):] if group.startswith("%GRPC%") else None
 
 
 def status(code: int, message: str = "OK") -> pb.Status:
@@ -74,7 +88,10 @@ def to_store(m: pb.Message) -> tuple[Message, int]:
     if sp.HasField("trace_context") and sp.trace_context:
         props[TRACE_CONTEXT] = sp.trace_context
     if sp.message_type == pb.TRANSACTION:
-        raise WireError(pb.UNSUPPORTED, "transactional messages over gRPC are not supported yet (docs/CLIENTS.md)")
+        props[TRAN_MSG] = "true"
+        props[PGROUP] = transaction_group(topic)
+        if sp.HasField("orphaned_transaction_recovery_duration"):
+            props[CHECK_IMMUNITY] = str(max(1, sp.orphaned_transaction_recovery_duration.seconds))
     born = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
     return Message(topic=topic, body=bytes(m.body), properties=props, born_timestamp=born), sp.queue_id
 
@@ -85,7 +102,7 @@ def from_store(sm: StoredMessage, *, receipt_handle: str, attempt: int, invisibl
     out = pb.Message(body=sm.body)
     out.topic.name = sm.topic
     for key, value in props.items():
-        if key not in _SYSTEM:
+        if key not in _SYSTEM and not key.startswith(_HELD_PREFIX):
             out.user_properties[key] = value
     sp = out.system_properties
     if PROPERTY_TAGS in props:
@@ -114,6 +131,18 @@ def from_store(sm: StoredMessage, *, receipt_handle: str, attempt: int, invisibl
     sp.delivery_attempt = attempt
     if TRACE_CONTEXT in props:
         sp.trace_context = props[TRACE_CONTEXT]
+    return out
+
+
+def orphan_from_store(sm: StoredMessage) -> pb.Message:
+    """A pending transaction's half (or its check copy) as a 5.x producer's checker sees it:
+    in its real topic, typed TRANSACTION."""
+    out = from_store(sm, receipt_handle="", attempt=1, invisible_ms=0)
+    out.topic.name = sm.properties.get(REAL_TOPIC, sm.topic)
+    sp = out.system_properties
+    sp.message_type = pb.TRANSACTION
+    for field in ("receipt_handle", "invisible_duration", "delivery_attempt"):
+        sp.ClearField(field)
     return out
 
 

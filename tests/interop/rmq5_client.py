@@ -20,7 +20,8 @@ import time
 from rocketmq.v5.client import ClientConfiguration, Credentials
 from rocketmq.v5.consumer import SimpleConsumer
 from rocketmq.v5.model import FilterExpression, Message
-from rocketmq.v5.producer import Producer
+from rocketmq.grpc_protocol import TransactionResolution
+from rocketmq.v5.producer import Producer, TransactionChecker
 
 
 def config(endpoint: str) -> ClientConfiguration:
@@ -140,7 +141,45 @@ def receive(endpoint: str, topic: str, group: str, count: str) -> dict:
     return {"got": got}
 
 
-SCENARIOS = {"send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+class CommitOnCheck(TransactionChecker):
+    """Answers the broker's check of a transaction left open: commit."""
+
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+
+    def check(self, message) -> TransactionResolution:
+        self.checked.append(message.body.decode())
+        return TransactionResolution.COMMIT
+
+
+def transactions(endpoint: str, topic: str, group: str) -> dict:
+    checker = CommitOnCheck()
+    producer = Producer(config(endpoint), (topic,), checker)
+    producer.startup()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 3)
+    consumer.startup()
+    got, t0 = [], time.time()
+    try:
+        for body, end in (("committed", "commit"), ("rolled back", "rollback"), ("left open", None)):
+            tx = producer.begin_transaction()
+            receipt = producer.send(message(topic, body.encode()), tx)
+            assert receipt.transaction_id, "no transaction id"
+            if end == "commit":
+                tx.commit()
+            elif end == "rollback":
+                tx.rollback()
+        while time.time() - t0 < 40 and len(got) < 2:
+            for m in consumer.receive(16, 30):
+                got.append(seen(m, t0))
+                consumer.ack(m)
+        got += [seen(m, t0) for m in consumer.receive(16, 30)]  # nothing more: the rollback stays out
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return {"got": [m["body"] for m in got], "checked": checker.checked}
+
+
+SCENARIOS = {"transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]

@@ -73,3 +73,17 @@ def test_unacked_message_comes_back_with_its_attempt_and_a_changed_invisible_tim
     stale = next(e for e in ev if e["step"] == "stale_ack")
     assert stale["error"] is not None and "40013" in stale["error"] and "stale" in stale["error"]
     assert ev[-1] == {"step": "left", "got": []}  # a was acked, b and c acked after redelivery
+
+
+def test_transactions_commit_roll_back_and_an_open_one_is_checked_through_telemetry_and_committed(tmp_path):
+    """A half nobody ends is checked back (transactionTimeOut 1 s) over the producer's
+    Telemetry stream; its checker commits it."""
+    config = tmp_path / "mqgate.toml"
+    config.write_text("[broker]\ntransactionTimeOut = 1000\ntransactionCheckInterval = 1000\n")
+    grpc_port = free_port()
+    with ServeProcess(tmp_path / "data", "--config", str(config), "--namesrv-port", "0", "--broker-port",
+                      str(free_port()), "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
+        topic, group = names("rmq5_tx", "rmq5_tx_group")
+        out = drive(s, "transactions", topic, group)
+    assert out["checked"] == ["left open"]
+    assert sorted(out["got"]) == ["committed", "left open"]

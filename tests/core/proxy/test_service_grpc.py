@@ -101,6 +101,13 @@ async def test_bad_requests_get_their_status_in_one_line_and_the_server_keeps_se
     await in_thread(stub.unary, "QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="T")), pb.QueryRouteResponse)
     entry = (await in_thread(stub.unary, "SendMessage", send_req("T", b""), pb.SendMessageResponse)).entries[0]
     assert entry.status.code == pb.MESSAGE_BODY_EMPTY
+    half = send_req("T", b"half")
+    half.messages[0].system_properties.message_type = pb.TRANSACTION
+    entry = (await in_thread(stub.unary, "SendMessage", half, pb.SendMessageResponse)).entries[0]
+    assert entry.status.code == pb.UNSUPPORTED and "--broker-port" in entry.status.message  # no transaction service here
+    end = pb.EndTransactionRequest(topic=pb.Resource(name="T"), message_id="x", transaction_id="nothex",
+                                   resolution=pb.COMMIT)
+    assert (await in_thread(stub.unary, "EndTransaction", end, pb.EndTransactionResponse)).status.code == pb.UNSUPPORTED
     (answer,) = await in_thread(stub.receive, receive_req("T", "G", invisible_s=0.2))
     assert answer.status.code == pb.ILLEGAL_INVISIBLE_TIME and "0.2 s" in answer.status.message
 
