@@ -146,6 +146,8 @@ class _Bridge:
             "SendMessage": unary("send_message", pb.SendMessageRequest, pb.SendMessageResponse),
             "QueryAssignment": unary("query_assignment", pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
             "AckMessage": unary("ack_message", pb.AckMessageRequest, pb.AckMessageResponse),
+            "ForwardMessageToDeadLetterQueue": unary("forward_to_dlq", pb.ForwardMessageToDeadLetterQueueRequest,
+                                                     pb.ForwardMessageToDeadLetterQueueResponse),
             "EndTransaction": unary("end_transaction", pb.EndTransactionRequest, pb.EndTransactionResponse),
             "ChangeInvisibleDuration": unary("change_invisible_duration", pb.ChangeInvisibleDurationRequest,
                                              pb.ChangeInvisibleDurationResponse),

@@ -18,7 +18,7 @@ import sys
 import time
 
 from rocketmq.v5.client import ClientConfiguration, Credentials
-from rocketmq.v5.consumer import SimpleConsumer
+from rocketmq.v5.consumer import ConsumeResult, MessageListener, PushConsumer, SimpleConsumer
 from rocketmq.v5.model import FilterExpression, Message
 from rocketmq.grpc_protocol import TransactionResolution
 from rocketmq.v5.producer import Producer, TransactionChecker
@@ -179,7 +179,40 @@ def transactions(endpoint: str, topic: str, group: str) -> dict:
     return {"got": [m["body"] for m in got], "checked": checker.checked}
 
 
-SCENARIOS = {"transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+class FailFirstDelivery(MessageListener):
+    """Consumes every message; the body ``retry-me`` fails on its first delivery."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+
+    def consume(self, message) -> ConsumeResult:
+        body = message.body.decode()
+        self.seen.append((body, message.delivery_attempt))
+        return ConsumeResult.FAILURE if body == "retry-me" and message.delivery_attempt == 1 else ConsumeResult.SUCCESS
+
+
+def push(endpoint: str, topic: str, group: str) -> dict:
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        for body in ("one", "two", "retry-me"):
+            producer.send(message(topic, body.encode()))
+    finally:
+        producer.shutdown()
+    listener = FailFirstDelivery()
+    consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")})
+    consumer.startup()
+    t0 = time.time()
+    try:
+        while time.time() - t0 < 30 and ("retry-me", 2) not in listener.seen:
+            time.sleep(0.2)
+        time.sleep(2)  # anything delivered again after its success would show up here
+    finally:
+        consumer.shutdown()
+    return {"seen": listener.seen}
+
+
+SCENARIOS = {"push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]

@@ -87,3 +87,11 @@ def test_transactions_commit_roll_back_and_an_open_one_is_checked_through_teleme
         out = drive(s, "transactions", topic, group)
     assert out["checked"] == ["left open"]
     assert sorted(out["got"]) == ["committed", "left open"]
+
+
+def test_a_push_consumer_consumes_and_a_failed_message_comes_back_once(server):
+    topic, group = names("rmq5_push", "rmq5_push_group")
+    seen = [tuple(x) for x in drive(server, "push", topic, group)["seen"]]
+    # every message once; the one that failed (the client nacks it with the 1 s backoff the
+    # broker's settings gave) again with attempt 2, then never more
+    assert sorted(seen) == [("one", 1), ("retry-me", 1), ("retry-me", 2), ("two", 1)]

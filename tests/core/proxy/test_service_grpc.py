@@ -150,3 +150,22 @@ async def test_a_message_never_acked_goes_to_the_dead_letter_queue_after_the_gro
     dead = (await stub.broker.read_queue(dlq_topic("Fragile"), 0, 0)).messages()
     assert [(m.body, m.properties["UNIQ_KEY"], m.reconsume_times) for m in dead] == [(b"poison", "01POISON", 2)]
     assert stub.broker.query_offset("Fragile", "Dlq", 0) is not None
+
+
+async def test_forward_to_dead_letter_queue_moves_the_message_at_once_and_ends_its_delivery(stub):
+    await in_thread(stub.unary, "SendMessage", send_req("Fwd", b"give up", "01GIVEUP"), pb.SendMessageResponse)
+    answers = await in_thread(stub.receive, receive_req("Fwd", "G", invisible_s=1, poll_s=5))
+    (m,) = [a.message for a in answers if a.HasField("message")]
+    req = pb.ForwardMessageToDeadLetterQueueRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="Fwd"),
+                                                    receipt_handle=m.system_properties.receipt_handle,
+                                                    message_id=m.system_properties.message_id, delivery_attempt=1,
+                                                    max_delivery_attempts=1)
+    resp = await in_thread(stub.unary, "ForwardMessageToDeadLetterQueue", req, pb.ForwardMessageToDeadLetterQueueResponse)
+    assert resp.status.code == pb.OK
+    again = await in_thread(stub.unary, "ForwardMessageToDeadLetterQueue", req, pb.ForwardMessageToDeadLetterQueueResponse)
+    assert again.status.code == pb.INVALID_RECEIPT_HANDLE  # done once: the handle is spent
+    dead = (await stub.broker.read_queue(dlq_topic("G"), 0, 0)).messages()
+    assert [(d.body, d.properties["UNIQ_KEY"]) for d in dead] == [(b"give up", "01GIVEUP")]
+    # not delivered again once its invisible time is over
+    (answer,) = await in_thread(stub.receive, receive_req("Fwd", "G", invisible_s=1, poll_s=2.5))
+    assert answer.status.code == pb.MESSAGE_NOT_FOUND
