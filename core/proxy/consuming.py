@@ -26,6 +26,7 @@ import time
 import trio
 
 from core.broker import Broker, PullStatus, dlq_topic
+from core.broker.jsonfile import read_json, write_json_atomic
 from core.store.message import PROPERTY_UNIQ_KEY, StoredMessage
 
 from . import pb, wire
@@ -39,6 +40,7 @@ POLL_MARGIN_S = 0.5  # answer this long before the client's own deadline
 MIN_INVISIBLE_S = 1.0
 MAX_INVISIBLE_S = 12 * 3600.0  # RocketMQ's upper bound
 MAX_BATCH = 32
+POP_STATE_FILE = "popState.json"
 
 
 def max_attempts(broker: Broker, group: str) -> int:
@@ -59,6 +61,34 @@ class PopConsumption:
         self._arrived: dict[str, trio.Event] = {}
         self._rr = 0
         broker.add_dispatch_listener(self._on_dispatch)
+
+    async def load(self) -> None:
+        """Read ``config/popState.json`` (or its ``.bak``): what was in flight at the last save."""
+        path = self.broker.config_dir / POP_STATE_FILE
+        try:
+            obj = await trio.to_thread.run_sync(read_json, path)
+        except ValueError as e:
+            log.warning("%s is unreadable (%s): pop starts from the committed offsets", path, e)
+            return
+        if obj is None:
+            return
+        try:
+            self.pop.load_json(obj, trio.current_time(), int(time.time() * 1000))
+        except ValueError as e:
+            log.warning("%s: %s; pop starts from the committed offsets", path, e)
+
+    async def save(self) -> None:
+        obj = self.pop.to_json(trio.current_time(), int(time.time() * 1000))
+        await trio.to_thread.run_sync(write_json_atomic, self.broker.config_dir / POP_STATE_FILE, obj)
+
+    async def save_every(self, seconds: float, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(seconds)
+            try:
+                await self.save()
+            except OSError as e:
+                log.warning("saving the pop state failed: %s; trying again in %.0f s", e, seconds)
 
     def close(self) -> None:
         """Wake every waiting receive (it answers MESSAGE_NOT_FOUND) and stop listening."""

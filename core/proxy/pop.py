@@ -16,9 +16,14 @@ Rules kept here:
   (INVALID_RECEIPT_HANDLE), as RocketMQ does.
 - ``attempt`` counts deliveries from 1; an offset that comes due again is
   handed out with attempt + 1.
-- The state lives in memory: a restart forgets what is in flight, and the
-  group restarts from its committed offset, so messages in flight then are
-  delivered again (at least once, never lost).
+- The table is saved as JSON (`to_json` / `load_json`; `core.proxy.consuming`
+  writes ``config/popState.json`` every ``flushConsumerOffsetInterval`` and
+  at shutdown): invisible times are kept as wall-clock instants, so after a
+  restart a message stays invisible for what was left of its time, keeps
+  its attempt count, and receipt handles issued before stay valid. What
+  changed after the last save (a crash) is lost on the safe side: the
+  group's committed offset and the saved ``next_offset`` are never past an
+  offset that was not acked, so such messages are delivered again.
 """
 
 from __future__ import annotations
@@ -89,6 +94,32 @@ class PopTable:
         if offset >= q.next_offset:
             q.next_offset = offset + 1
         return f, self.handle(q.queue_id, f)
+
+    def to_json(self, trio_now: float, wall_now_ms: int) -> dict:
+        """The table with invisible times as wall-clock ms (``trio_now`` and
+        ``wall_now_ms`` are the same instant on both clocks)."""
+        def wall(t: float) -> int:
+            return wall_now_ms + int((t - trio_now) * 1000)
+        return {"seq": next(self._seq), "queues": [
+            {"group": g, "topic": t, "queueId": qid, "nextOffset": q.next_offset,
+             "inflight": [[f.offset, wall(f.visible_at), f.attempt, f.seq] for f in q.inflight.values()]}
+            for (g, t, qid), q in self._queues.items()]}
+
+    def load_json(self, obj: dict, trio_now: float, wall_now_ms: int) -> None:
+        """Replace the table with a saved one; a malformed save raises ValueError."""
+        try:
+            queues: dict[tuple[str, str, int], PopQueue] = {}
+            for e in obj["queues"]:
+                q = PopQueue(int(e["queueId"]), int(e["nextOffset"]))
+                for offset, visible_ms, attempt, seq in e["inflight"]:
+                    q.inflight[int(offset)] = InFlight(int(offset), trio_now + (int(visible_ms) - wall_now_ms) / 1000,
+                                                       int(attempt), int(seq))
+                queues[(str(e["group"]), str(e["topic"]), q.queue_id)] = q
+            seq = int(obj["seq"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a pop state: {type(e).__name__}: {e}") from None
+        self._queues = queues
+        self._seq = itertools.count(seq)
 
     @staticmethod
     def handle(queue_id: int, f: InFlight) -> str:

@@ -189,14 +189,21 @@ async def run_grpc(broker, host: str, port: int, *, transactions=None, max_worke
         raise OSError(f"[proxy] grpcPort {port}: cannot listen on {host}:{port} (in use, or not an address of "
                       f"this machine); choose another port or 0 to turn gRPC off")
     service.port = bound
+    await service.consumption.load()
     server.start()
     try:
-        task_status.started(bound)
-        await trio.sleep_forever()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.consumption.save_every, broker.config.flush_consumer_offset_interval / 1000)
+            task_status.started(bound)
+            await trio.sleep_forever()
     finally:
         service.close()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(partial(_stop, server, executor, readers))
+            try:
+                await service.consumption.save()  # after the last call: nothing changes it any more
+            except OSError as e:
+                log.warning("saving the pop state at shutdown failed: %s", e)
 
 
 def _probe(host: str, port: int) -> None:

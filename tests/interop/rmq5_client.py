@@ -212,7 +212,46 @@ def push(endpoint: str, topic: str, group: str) -> dict:
     return {"seen": listener.seen}
 
 
-SCENARIOS = {"push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+def restart_before(endpoint: str, topic: str, group: str) -> dict:
+    """Two messages received with a 15 s invisible time; only ``done`` is acked."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        for body in (b"keep", b"done"):
+            producer.send(message(topic, body))
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 5)
+    consumer.startup()
+    got = []
+    try:
+        t0 = time.time()
+        while len(got) < 2 and time.time() - t0 < 20:
+            got += consumer.receive(16, 15)
+        for m in got:
+            if m.body == b"done":
+                consumer.ack(m)
+    finally:
+        consumer.shutdown()
+    return {"got": sorted(m.body.decode() for m in got), "at": time.time()}
+
+
+def restart_after(endpoint: str, topic: str, group: str) -> dict:
+    """After the restart: a first short receive, then until something comes."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 3)
+    consumer.startup()
+    try:
+        first = [(m.body.decode(), m.delivery_attempt) for m in consumer.receive(16, 30)]
+        first_end = time.time()
+        later, t0 = [], time.time()
+        while not later and time.time() - t0 < 30:
+            later = [(m.body.decode(), m.delivery_attempt, time.time()) for m in consumer.receive(16, 30)]
+    finally:
+        consumer.shutdown()
+    return {"first": first, "first_end": first_end, "later": later}
+
+
+SCENARIOS = {"restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]

@@ -95,3 +95,27 @@ def test_a_push_consumer_consumes_and_a_failed_message_comes_back_once(server):
     # every message once; the one that failed (the client nacks it with the 1 s backoff the
     # broker's settings gave) again with attempt 2, then never more
     assert sorted(seen) == [("one", 1), ("retry-me", 1), ("retry-me", 2), ("two", 1)]
+
+
+def test_pop_state_survives_a_restart(tmp_path):
+    """A message in flight stays invisible for the rest of its time across a restart and
+    comes back with attempt 2; an acked one does not come back. (Without the saved state
+    both would be delivered again at once, with attempt 1.)"""
+    grpc_port = free_port()
+    args = ("--namesrv-port", "0", "--broker-port", "0", "--mqtt-port", "0", "--ws-port", "0",
+            "--grpc-port", str(grpc_port))
+    topic, group = names("rmq5_restart", "rmq5_restart_group")
+    s = ServeProcess(tmp_path / "data", *args).start()
+    try:
+        before = drive(s, "restart_before", topic, group)
+        assert before["got"] == ["done", "keep"]
+        assert s.stop() == 0
+        s.start()
+        after = drive(s, "restart_after", topic, group)
+    finally:
+        s.kill()
+    assert (tmp_path / "data" / "config" / "popState.json").exists()
+    assert after["first"] == []
+    assert [(body, attempt) for body, attempt, _ in after["later"]] == [("keep", 2)]
+    (_, _, at), = after["later"]
+    assert at - before["at"] >= 12  # received with a 15 s invisible time, minus the time the receive took

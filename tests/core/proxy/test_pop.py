@@ -68,3 +68,32 @@ def test_next_due_is_the_earliest_over_the_queues_of_a_group_and_topic():
     t.hand_out(b, 0, 0.0, 5.0)
     t.hand_out(t.queue("H", "T", 0, 0), 0, 0.0, 1.0)
     assert t.next_due("G", "T") == 5.0 and t.next_due("G", "U") is None
+
+
+def test_the_table_saved_and_loaded_keeps_offsets_attempts_handles_and_the_time_left():
+    t = PopTable()
+    q = t.queue("G", "T", 1, start=5)
+    _, h5 = t.hand_out(q, 5, 100.0, 30.0)          # visible again at trio 130
+    t.hand_out(q, 6, 100.0, 30.0)
+    (f,) = [f for f in q.inflight.values() if f.offset == 6]
+    _, h6 = t.hand_out(q, 6, 131.0, 10.0)          # a redelivery: attempt 2
+    saved = t.to_json(trio_now=120.0, wall_now_ms=1_000_000)
+    loaded = PopTable()
+    loaded.load_json(saved, trio_now=7.0, wall_now_ms=1_002_000)  # 2 s of wall time later, a new trio clock
+    lq = loaded.queue("G", "T", 1, start=0)
+    assert lq.next_offset == 7 and lq.committed() == 5
+    assert lq.inflight[5].visible_at == pytest.approx(7.0 + 8.0)   # 10 s were left, 2 s went by
+    assert lq.inflight[6].attempt == 2
+    loaded.ack("G", "T", h5)                        # handles from before the restart still work
+    loaded.ack("G", "T", h6)
+    _, h = loaded.hand_out(lq, 7, 7.0, 1.0)
+    assert h not in (h5, h6)                        # and new ones never repeat them
+
+
+@pytest.mark.parametrize("bad", [{}, {"seq": 1}, {"seq": 1, "queues": [{"group": "G"}]},
+                                 {"seq": "x", "queues": []}, {"seq": 1, "queues": [None]}])
+def test_a_malformed_save_is_refused_in_one_line_and_changes_nothing(bad):
+    t, q, _ = table_with([5])
+    with pytest.raises(ValueError) as e:
+        t.load_json(bad, 0.0, 0)
+    assert "\n" not in str(e.value) and t.queue("G", "T", 1, 0) is q
