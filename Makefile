@@ -52,9 +52,14 @@ test-deps: system-deps
 	      chromium chromium-driver >/dev/null; \
 	fi
 
-# The Node `ali-ons` RocketMQ client, a real peer of the interop tests.
+# The Node `ali-ons` RocketMQ client (4.x remoting) and the 5.x gRPC client
+# `rocketmq-client-nodejs`, real peers of the interop tests.
 ALI_ONS := .deps/ali-ons/node_modules/ali-ons/package.json
-node-deps: $(ALI_ONS)
+RMQ5_NODE := .deps/rocketmq-client-nodejs/node_modules/rocketmq-client-nodejs/package.json
+node-deps: $(ALI_ONS) $(RMQ5_NODE)
+
+$(RMQ5_NODE): $(ALI_ONS)
+	npm install --prefix .deps/rocketmq-client-nodejs rocketmq-client-nodejs@1.0.8 --no-audit --no-fund --loglevel=error
 
 $(ALI_ONS):
 	@command -v npm >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
