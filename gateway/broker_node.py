@@ -94,6 +94,9 @@ async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int],
         return
     ports["grpc"] = bound
     log.info("RocketMQ 5 gRPC listening on %s:%d", cfg.host, bound)
+    if cfg.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("RocketMQ 5 gRPC on %s:%d takes requests from anyone who reaches it (no TLS, no access keys "
+                    "yet): keep it on a trusted network, or set [proxy] grpcPort = 0", cfg.host, bound)
 
 
 async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, namesrv_addrs: list[str],

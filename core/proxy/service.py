@@ -77,9 +77,11 @@ class MessagingService:
         self.streams[client_id] = channel
 
     def detach(self, client_id: str, channel: "TelemetryChannel") -> None:
+        """The stream ended: the client is gone, or will say who it is again (heartbeat, settings)."""
         channel.closed = True
         if self.streams.get(client_id) is channel:
             del self.streams[client_id]
+            self.clients.pop(client_id, None)
 
     def producer_channels(self, group: str) -> list["TelemetryChannel"]:
         """For the transaction checker: the streams of 5.x producers of the topic that
