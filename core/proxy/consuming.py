@@ -59,6 +59,7 @@ class PopConsumption:
         self.pop = PopTable()
         self.closing = trio.Event()
         self._arrived: dict[str, trio.Event] = {}
+        self._locks: dict[tuple[str, str], trio.Lock] = {}
         self._rr = 0
         broker.add_dispatch_listener(self._on_dispatch)
 
@@ -133,7 +134,10 @@ class PopConsumption:
         deadline = trio.current_time() + max(0.0, poll_s)
         while True:
             wake = self._arrived.setdefault(topic, trio.Event())
-            out = await self._take(group, topic, cfg.read_queue_nums, batch, invisible_s, expression, expression_type)
+            # one take at a time per group and topic: two consumers must not be handed one offset
+            async with self._locks.setdefault((group, topic), trio.Lock()):
+                out = await self._take(group, topic, cfg.read_queue_nums, batch, invisible_s, expression,
+                                       expression_type)
             now = trio.current_time()
             if out or now >= deadline or self.closing.is_set():
                 break
@@ -165,6 +169,8 @@ class PopConsumption:
                 if len(out) >= batch:
                     break
                 sm = await self._read_one(topic, q.queue_id, f.offset)
+                if q.inflight.get(f.offset) is not f or f.visible_at > now:
+                    continue  # acked, or its invisible time changed, while the store was read
                 if sm is None or f.attempt >= self._max_attempts(group):
                     del q.inflight[f.offset]
                     if sm is not None:

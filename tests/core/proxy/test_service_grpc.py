@@ -16,6 +16,7 @@ import trio
 
 from core.broker import BrokerConfig, dlq_topic, open_broker
 from core.proxy import pb, run_grpc
+from core.proxy.service import MessagingService
 from core.store import StoreConfig
 
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
@@ -169,3 +170,24 @@ async def test_forward_to_dead_letter_queue_moves_the_message_at_once_and_ends_i
     # not delivered again once its invisible time is over
     (answer,) = await in_thread(stub.receive, receive_req("Fwd", "G", invisible_s=1, poll_s=2.5))
     assert answer.status.code == pb.MESSAGE_NOT_FOUND
+
+
+async def test_receives_of_one_group_at_once_never_get_the_same_message(stub):
+    """Called on the service directly, in the trio loop: concurrent receives interleave at
+    every checkpoint of the broker's reads, the worst case for handing one offset twice."""
+    service = MessagingService(stub.broker, "127.0.0.1", 0)
+    for i in range(40):
+        await service.send_message(send_req("Many", f"m{i}".encode(), f"01M{i:03d}"))
+    got: list[list[str]] = [[] for _ in range(4)]
+
+    async def receive(n: int) -> None:
+        answers = await service.receive_message(receive_req("Many", "Shared", poll_s=0), None)
+        got[n] = [a.message.system_properties.message_id for a in answers if a.HasField("message")]
+
+    async with trio.open_nursery() as nursery:
+        for n in range(4):
+            nursery.start_soon(receive, n)
+    ids = [i for batch in got for i in batch]
+    assert len(ids) == len(set(ids)), got  # no message handed to two receives
+    assert sorted(ids) == [f"01M{i:03d}" for i in range(40)]  # and, between them, every one (32 a batch)
+    service.close()
