@@ -251,7 +251,21 @@ def restart_after(endpoint: str, topic: str, group: str) -> dict:
     return {"first": first, "first_end": first_end, "later": later}
 
 
-SCENARIOS = {"restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+def body_limit(endpoint: str, topic: str, size: str) -> dict:
+    """Send a body of ``size`` bytes; the producer checks the broker's limit from the settings exchange."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        time.sleep(1)  # the settings answer arrives on the Telemetry stream, after startup returns
+        try:
+            return {"id": producer.send(message(topic, b"x" * int(size))).message_id, "error": None}
+        except Exception as e:
+            return {"id": None, "error": f"{type(e).__name__}: {e}"}
+    finally:
+        producer.shutdown()
+
+
+SCENARIOS = {"body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]

@@ -119,3 +119,18 @@ def test_pop_state_survives_a_restart(tmp_path):
     assert [(body, attempt) for body, attempt, _ in after["later"]] == [("keep", 2)]
     (_, _, at), = after["later"]
     assert at - before["at"] >= 12  # received with a 15 s invisible time, minus the time the receive took
+
+
+def test_the_settings_exchange_gives_the_producer_the_broker_s_body_limit(tmp_path):
+    """[broker] maxMessageSize reaches the 5.x producer through Telemetry: it refuses a larger
+    body itself (without the settings it would allow 4 MiB), and sends a smaller one."""
+    config = tmp_path / "mqgate.toml"
+    config.write_text("[broker]\nmaxMessageSize = 2048\n")
+    grpc_port = free_port()
+    with ServeProcess(tmp_path / "data", "--config", str(config), "--namesrv-port", "0", "--broker-port", "0",
+                      "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
+        (topic,) = names("rmq5_limit")
+        too_big = drive(s, "body_limit", topic, "2049")
+        smaller = drive(s, "body_limit", topic, "1024")
+    assert too_big["id"] is None and "max size=2048" in too_big["error"]
+    assert smaller["error"] is None and smaller["id"]
