@@ -176,6 +176,7 @@ class MessagingService:
         c.version = s.user_agent.version
         out = pb.Settings()
         out.CopyFrom(s)
+        out.metric.Clear()  # no metrics collector here: the client must not export to this port
         if s.WhichOneof("pub_sub") == "publishing":
             c.topics = {t.name for t in s.publishing.topics}
             out.publishing.max_body_size = self.broker.config.max_message_size

@@ -191,3 +191,43 @@ async def test_receives_of_one_group_at_once_never_get_the_same_message(stub):
     assert len(ids) == len(set(ids)), got  # no message handed to two receives
     assert sorted(ids) == [f"01M{i:03d}" for i in range(40)]  # and, between them, every one (32 a batch)
     service.close()
+
+
+async def test_a_tag_filter_gives_only_matching_messages_and_the_others_count_as_done(stub):
+    for i, tag in enumerate(["TagA", "TagB", "TagA", "TagC"]):
+        req = send_req("Tagged", f"{tag}-{i}".encode(), f"01TAG{i}")
+        req.messages[0].system_properties.tag = tag
+        await in_thread(stub.unary, "SendMessage", req, pb.SendMessageResponse)
+    queues = stub.broker.get_topic("Tagged").read_queue_nums
+    r = receive_req("Tagged", "OnlyA", poll_s=1)
+    r.filter_expression.type, r.filter_expression.expression = pb.TAG, "TagA || TagC"
+    answers = await in_thread(stub.receive, r)
+    msgs = [a.message for a in answers if a.HasField("message")]
+    assert sorted(m.body for m in msgs) == [b"TagA-0", b"TagA-2", b"TagC-3"]
+    ack = pb.AckMessageRequest(group=pb.Resource(name="OnlyA"), topic=pb.Resource(name="Tagged"), entries=[
+        pb.AckMessageEntry(message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle)
+        for m in msgs])
+    assert (await in_thread(stub.unary, "AckMessage", ack, pb.AckMessageResponse)).status.code == pb.OK
+    # TagB was skipped, not left behind: the group's offsets are at the end of every queue
+    assert all(stub.broker.query_offset("OnlyA", "Tagged", q) == stub.broker.max_offset("Tagged", q)
+               for q in range(queues))
+
+
+async def test_settings_answer_completes_the_client_s_and_turns_client_metrics_off(stub):
+    service = MessagingService(stub.broker, "127.0.0.1", 0)
+    s = pb.Settings(client_type=pb.SIMPLE_CONSUMER)
+    s.subscription.group.name = "G"
+    s.subscription.subscriptions.add().topic.name = "T"
+    s.metric.on = True
+    s.user_agent.language = pb.PYTHON
+    answer = await service.telemetry(pb.TelemetryCommand(settings=s), "client-1")
+    assert answer.status.code == pb.OK and not answer.settings.metric.on
+    assert answer.settings.backoff_policy.max_attempts == 17  # retryMaxTimes 16 + 1
+    assert answer.settings.subscription.receive_batch_size == 32
+    assert service.clients["client-1"].language == "PYTHON" and service.clients["client-1"].topics == {"T"}
+    p = pb.Settings(client_type=pb.PRODUCER)
+    p.publishing.topics.add().name = "T"
+    answer = await service.telemetry(pb.TelemetryCommand(settings=p), "client-2")
+    assert answer.settings.publishing.max_body_size == stub.broker.config.max_message_size
+    assert await service.telemetry(pb.TelemetryCommand(thread_stack_trace=pb.ThreadStackTrace(nonce="n")), "c") is None
+    service.close()
