@@ -12,6 +12,10 @@ Rules kept here:
 - A group new to a queue starts at the queue's first offset; otherwise at
   its committed consumer offset, which pop keeps at the oldest message in
   flight (`core.proxy.pop`).
+- A FIFO group (``consumeMessageOrderly`` in its subscription group config)
+  is handed each queue in order: nothing new from a queue while any of its
+  messages is out, and a due message only when no earlier one of its queue
+  is still out; so each message group (one queue) is consumed in order.
 - A message due again after ``max_attempts`` deliveries goes to the group's
   dead-letter topic (``%DLQ%group``) instead; the group's ``retryMaxTimes``
   (16) + 1 is that maximum, as RocketMQ's.
@@ -104,6 +108,12 @@ class PopConsumption:
         if ev is not None:
             ev.set()
 
+    def orderly(self, group: str) -> bool:
+        """A FIFO group (``consumeMessageOrderly``): each queue is handed out in order, one
+        batch at a time, the next only when every message of the last is acked."""
+        gcfg = self.broker.get_group(group) if group else None
+        return bool(gcfg is not None and gcfg.consume_message_orderly)
+
     def _max_attempts(self, group: str) -> int:
         return max_attempts(self.broker, group)
 
@@ -164,10 +174,13 @@ class PopConsumption:
         invisible_ms = int(invisible_s * 1000)
         out: list[pb.Message] = []
         states = [self._pop_queue(group, topic, qid) for qid in range(queues)]
+        fifo = self.orderly(group)
         for q in states:  # redeliveries first: they waited longest
             for f in q.due(now):
                 if len(out) >= batch:
                     break
+                if fifo and f.offset != min(q.inflight):
+                    break  # FIFO: never a later message of a queue before an earlier one still out
                 sm = await self._read_one(topic, q.queue_id, f.offset)
                 if q.inflight.get(f.offset) is not f or f.visible_at > now:
                     continue  # acked, or its invisible time changed, while the store was read
@@ -183,6 +196,8 @@ class PopConsumption:
             if len(out) >= batch:
                 break
             q = states[(self._rr + i) % queues]
+            if fifo and q.inflight:
+                continue  # FIFO: a queue gives its next messages once those out are acked
             res = await self.broker.pull(group, topic, q.queue_id, q.next_offset, batch - len(out), expression,
                                          expression_type=expression_type)
             if res.status is PullStatus.SUBSCRIPTION_PARSE_FAILED or (

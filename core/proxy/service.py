@@ -189,7 +189,7 @@ class MessagingService:
             sub = s.subscription
             c.group = sub.group.name
             c.topics = {e.topic.name for e in sub.subscriptions}
-            out.subscription.fifo = False
+            out.subscription.fifo = self.consumption.orderly(c.group)
             if not sub.HasField("receive_batch_size"):
                 out.subscription.receive_batch_size = MAX_BATCH
             if not sub.HasField("long_polling_timeout"):

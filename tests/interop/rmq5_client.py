@@ -265,7 +265,41 @@ def body_limit(endpoint: str, topic: str, size: str) -> dict:
         producer.shutdown()
 
 
-SCENARIOS = {"body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+class FailOnce(MessageListener):
+    """Records (body, group); fails the body ``g1-0`` the first time only."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def consume(self, message) -> ConsumeResult:
+        body = message.body.decode()
+        self.seen.append((body, message.message_group))
+        return ConsumeResult.FAILURE if self.seen.count((body, "g1")) == 1 and body == "g1-0" else ConsumeResult.SUCCESS
+
+
+def push_fifo(endpoint: str, topic: str, group: str) -> dict:
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        for i in range(3):
+            for g in ("g1", "g2"):
+                producer.send(message(topic, f"{g}-{i}".encode(), message_group=g))
+    finally:
+        producer.shutdown()
+    listener = FailOnce()
+    consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")})
+    consumer.startup()
+    t0 = time.time()
+    try:
+        while time.time() - t0 < 30 and len({b for b, _ in listener.seen}) < 6:
+            time.sleep(0.2)
+        time.sleep(1)
+    finally:
+        consumer.shutdown()
+    return {"seen": listener.seen}
+
+
+SCENARIOS = {"push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]

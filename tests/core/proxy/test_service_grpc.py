@@ -231,3 +231,41 @@ async def test_settings_answer_completes_the_client_s_and_turns_client_metrics_o
     assert answer.settings.publishing.max_body_size == stub.broker.config.max_message_size
     assert await service.telemetry(pb.TelemetryCommand(thread_stack_trace=pb.ThreadStackTrace(nonce="n")), "c") is None
     service.close()
+
+
+async def test_a_fifo_group_gets_each_queue_in_order_one_batch_at_a_time(stub):
+    """consumeMessageOrderly: nothing new from a queue while a message of it is out, and an
+    unacked message comes back before anything after it; a normal group is not held back."""
+    for i in range(3):
+        req = send_req("Fifo", f"g1-{i}".encode(), f"01FIFO{i}")
+        req.messages[0].system_properties.message_group = "g1"
+        await in_thread(stub.unary, "SendMessage", req, pb.SendMessageResponse)
+    stub.broker.groups.get_or_create("Ordered")
+    stub.broker.groups.update("Ordered", consume_message_orderly=True)
+
+    async def receive(group: str, batch: int, invisible_s: float = 30, poll_s: float = 0.5) -> list:
+        r = receive_req("Fifo", group, invisible_s=invisible_s, poll_s=poll_s)
+        r.batch_size = batch
+        return [a.message for a in await in_thread(stub.receive, r) if a.HasField("message")]
+
+    async def ack(group: str, m) -> None:
+        req = pb.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name="Fifo"), entries=[
+            pb.AckMessageEntry(message_id=m.system_properties.message_id,
+                               receipt_handle=m.system_properties.receipt_handle)])
+        assert (await in_thread(stub.unary, "AckMessage", req, pb.AckMessageResponse)).status.code == pb.OK
+
+    (first,) = await receive("Ordered", 1, invisible_s=1)
+    assert first.body == b"g1-0"
+    assert await receive("Ordered", 1) == []          # g1-1 waits while g1-0 is out
+    (again,) = await receive("Ordered", 1, poll_s=3)  # not acked: g1-0 again, before g1-1
+    assert (again.body, again.system_properties.delivery_attempt) == (b"g1-0", 2)
+    await ack("Ordered", again)
+    assert [m.body for m in await receive("Ordered", 16)] == [b"g1-1", b"g1-2"]
+    # a normal group is not held back
+    assert [m.body for m in await receive("Plain", 1)] == [b"g1-0"]
+    assert [m.body for m in await receive("Plain", 1)] == [b"g1-1"]
+    service = MessagingService(stub.broker, "127.0.0.1", 0)
+    s = pb.Settings(client_type=pb.SIMPLE_CONSUMER)
+    s.subscription.group.name = "Ordered"
+    assert (await service.telemetry(pb.TelemetryCommand(settings=s), "c")).settings.subscription.fifo
+    service.close()
