@@ -2,9 +2,12 @@
 
 Why grpcio: it is the gRPC implementation the 5.x clients themselves use
 (rocketmq-python-client is built on it), it is kept current with protobuf,
-and it speaks every HTTP/2 detail those clients expect. purerpc (native
-anyio/trio) was the other candidate; its last release (0.8.0, 2022) predates
-the protobuf versions the clients now need.
+and it speaks every HTTP/2 detail those clients expect (keepalives, flow
+control, stream cancellation). purerpc (native anyio/trio) was the other
+candidate; its last release is 0.8.0 of 2022 and it is not kept up with
+grpcio and protobuf releases, so a client-side change would find us alone.
+The price is threads (below), which ARCHITECTURE.md's "no bare threads"
+otherwise avoids: they are grpcio's pools, owned and stopped here.
 
 How the bridge works: grpcio runs handlers on its own worker threads. Each
 handler hands the decoded request to the trio loop with
