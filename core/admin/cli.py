@@ -41,6 +41,7 @@ HANDLERS = {
     ("cluster", "list"): cluster.cluster_list, ("broker", "runtime"): cluster.broker_runtime,
     ("group", "list"): groups.group_list, ("group", "progress"): groups.group_progress,
     ("group", "connections"): groups.group_connections, ("group", "reset-offset"): groups.group_reset_offset,
+    ("group", "update"): groups.group_update,
     ("message", "key"): messages.message_key, ("message", "id"): messages.message_id,
     ("dlq", "resend"): messages.dlq_resend,
     ("ha", "status"): ha_admin.ha_status, ("ha", "promote"): ha_admin.ha_promote,

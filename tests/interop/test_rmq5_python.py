@@ -136,25 +136,19 @@ def test_the_settings_exchange_gives_the_producer_the_broker_s_body_limit(tmp_pa
     assert smaller["error"] is None and smaller["id"]
 
 
-async def test_a_fifo_push_consumer_sees_each_message_group_in_order(tmp_path):
-    """The group is made FIFO the way Java's mqadmin updateSubGroup -o true does it
-    (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP over remoting); the 5.x PushConsumer then runs
-    its FIFO consumption, retrying a failed message in place before the next of its group."""
-    import trio
-
-    from core.remoting import RemotingCommand, RequestCode, ResponseCode
-    from core.remoting.client import open_remoting_client
-
-    grpc_port, broker_port = free_port(), free_port()
+def test_a_fifo_push_consumer_sees_each_message_group_in_order(tmp_path):
+    """The group is made FIFO with `mqgate admin group update --orderly true` (what Java's
+    mqadmin updateSubGroup -o true sends); the 5.x PushConsumer then runs its FIFO
+    consumption, retrying a failed message in place before the next of its group."""
+    grpc_port, namesrv_port = free_port(), free_port()
     topic, group = names("rmq5_fifo", "rmq5_fifo_group")
-    with ServeProcess(tmp_path / "data", "--namesrv-port", "0", "--broker-port", str(broker_port), "--mqtt-port", "0",
-                      "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
-        body = json.dumps({"groupName": group, "consumeMessageOrderly": True}).encode()
-        async with open_remoting_client() as client:
-            r = await client.invoke(f"127.0.0.1:{broker_port}",
-                                    RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
-        assert r.code == ResponseCode.SUCCESS
-        seen = (await trio.to_thread.run_sync(drive, s, "push_fifo", topic, group))["seen"]
+    with ServeProcess(tmp_path / "data", "--namesrv-port", str(namesrv_port), "--broker-port", str(free_port()),
+                      "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
+        r = subprocess.run([sys.executable, "-m", "gateway", "admin", "--namesrv", f"127.0.0.1:{namesrv_port}",
+                            "group", "update", group, "--orderly", "true"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "consumeMessageOrderly" in r.stdout and "True" in r.stdout
+        seen = drive(s, "push_fifo", topic, group)["seen"]
     for g in ("g1", "g2"):
         bodies = [b for b, mg in seen if mg == g]
         assert [b for i, b in enumerate(bodies) if i == 0 or b != bodies[i - 1]] == [f"{g}-{i}" for i in range(3)], seen
