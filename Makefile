@@ -15,12 +15,20 @@ $(PY):
 
 # The kernels are compiled once, by `build` (in place, both cores, kept for
 # incremental rebuilds), not a second time in pip's temporary build tree.
+# The 4.x C++ client (`rocketmq`) and the 5.x gRPC client (`rocketmq-python-client`)
+# both ship rocketmq/__init__.py: the 5.x one must win (its modules import from it;
+# the C++ client's is empty and `rocketmq.client` works under either), whatever
+# order pip installed them in.
+RMQ5_FIRST := $(PIP) install --quiet --force-reinstall --no-deps rocketmq-python-client==5.1.2
+
 $(VENV)/.installed: $(PY) pyproject.toml setup.py
 	MQGATE_PURE_PYTHON=1 $(PIP) install --quiet -e '.[dev,spark]'
+	$(RMQ5_FIRST)
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 	MQGATE_PURE_PYTHON=1 $(PIP) install --quiet -e '.[dev,spark]'
+	$(RMQ5_FIRST)
 	touch $@
 
 install: $(VENV)/.installed

@@ -6,9 +6,9 @@ on purpose: the client's generated ``apache.rocketmq.v2`` classes and ours
 (core/proxy) cannot share one protobuf descriptor pool, and this keeps the
 test process free of both.
 
-Imports go through ``rocketmq.v5.*``: the 4.x ``rocketmq`` package (the C++
-client, also in the dev extra) ships a ``rocketmq/__init__.py`` of its own,
-and whichever is installed last owns it.
+The 4.x ``rocketmq`` package (the C++ client, also in the dev extra) ships an
+empty ``rocketmq/__init__.py`` that breaks this client when installed after
+it; the Makefile installs this one last (docs/CLIENTS.md).
 """
 
 from __future__ import annotations
