@@ -15,12 +15,20 @@ $(PY):
 
 # The kernels are compiled once, by `build` (in place, both cores, kept for
 # incremental rebuilds), not a second time in pip's temporary build tree.
+# The 4.x C++ client (`rocketmq`) and the 5.x gRPC client (`rocketmq-python-client`)
+# both ship rocketmq/__init__.py: the 5.x one must win (its modules import from it;
+# the C++ client's is empty and `rocketmq.client` works under either), whatever
+# order pip installed them in.
+RMQ5_FIRST := $(PIP) install --quiet --force-reinstall --no-deps rocketmq-python-client==5.1.2
+
 $(VENV)/.installed: $(PY) pyproject.toml setup.py
 	MQGATE_PURE_PYTHON=1 $(PIP) install --quiet -e '.[dev,spark]'
+	$(RMQ5_FIRST)
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 	MQGATE_PURE_PYTHON=1 $(PIP) install --quiet -e '.[dev,spark]'
+	$(RMQ5_FIRST)
 	touch $@
 
 install: $(VENV)/.installed
@@ -52,14 +60,19 @@ test-deps: system-deps
 	      chromium chromium-driver >/dev/null; \
 	fi
 
-# The Node `ali-ons` RocketMQ client, a real peer of the interop tests, and
-# MQTT.js, the MQTT 5 enhanced authentication (SCRAM) peer (tests/gateway/test_scram_mqttjs.py).
+# The Node `ali-ons` RocketMQ client (4.x remoting), the 5.x gRPC client
+# `rocketmq-client-nodejs`, real peers of the interop tests, and MQTT.js, the
+# MQTT 5 enhanced authentication (SCRAM) peer (tests/gateway/test_scram_mqttjs.py).
 ALI_ONS := .deps/ali-ons/node_modules/ali-ons/package.json
+RMQ5_NODE := .deps/rocketmq-client-nodejs/node_modules/rocketmq-client-nodejs/package.json
 MQTTJS := .deps/mqttjs/node_modules/mqtt/package.json
-node-deps: $(ALI_ONS) $(MQTTJS)
+node-deps: $(ALI_ONS) $(RMQ5_NODE) $(MQTTJS)
 
 NPM_CHECK = @command -v npm >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+
+$(RMQ5_NODE): $(ALI_ONS)
+	npm install --prefix .deps/rocketmq-client-nodejs rocketmq-client-nodejs@1.0.8 --no-audit --no-fund --loglevel=error
 
 $(ALI_ONS):
 	$(NPM_CHECK)

@@ -57,6 +57,8 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
         p.add_argument("--namesrv-port", type=int, metavar="PORT", help="name server (default 9876; 0 = off)")
     if broker:
         p.add_argument("--broker-port", type=int, metavar="PORT", help="RocketMQ remoting (default 10911; 0 = off)")
+        p.add_argument("--grpc-port", type=int, metavar="PORT",
+                       help="RocketMQ 5 gRPC (5.x clients; default 8081; 0 = off)")
         p.add_argument("--flush", choices=("sync", "async"), help="flushDiskType: sync = SYNC_FLUSH, async = ASYNC_FLUSH (default)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING (default [log] level, else INFO)")
 

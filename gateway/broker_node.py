@@ -21,6 +21,7 @@ Rules kept:
 
 from __future__ import annotations
 
+import errno
 import logging
 from functools import partial
 
@@ -76,6 +77,28 @@ async def run_broker_node(cfg, role: str, namesrv_addrs: list[str], ports: dict[
             node.apply(change)
 
 
+async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int], transactions=None) -> None:
+    """RocketMQ 5's gRPC MessagingService (``core.proxy``) on a master: the default
+    port (8081) may be taken by another server (then a warning, no gRPC); a
+    port given in the file or a flag must be free."""
+    from core.proxy import DEFAULT_GRPC_PORT, run_grpc
+
+    port = DEFAULT_GRPC_PORT if cfg.grpc_port is None else cfg.grpc_port
+    try:
+        bound = await nursery.start(partial(run_grpc, broker, cfg.host, port, transactions=transactions))
+    except OSError as e:
+        if cfg.grpc_port is not None or e.errno != errno.EADDRINUSE:
+            raise
+        log.warning("gRPC port %d on %s is in use (another mqgate or RocketMQ proxy?): no 5.x clients in this "
+                    "process; set [proxy] grpcPort (0 = off) to choose", port, cfg.host)
+        return
+    ports["grpc"] = bound
+    log.info("RocketMQ 5 gRPC listening on %s:%d", cfg.host, bound)
+    if cfg.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("RocketMQ 5 gRPC on %s:%d takes requests from anyone who reaches it (no TLS, no access keys "
+                    "yet): keep it on a trusted network, or set [proxy] grpcPort = 0", cfg.host, bound)
+
+
 async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, namesrv_addrs: list[str],
                        ports: dict[str, int], broker_port: int, store_cfg, timer_cfg, reloader=None) -> int:
     run_cfg = node.run_config()
@@ -93,6 +116,8 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
         node.own_addr = remoting.addr
         log.info("broker remoting listening on %s:%d (name servers %s)", cfg.host, broker_port,
                  ";".join(namesrv_addrs) or "none")
+    if node.is_master and cfg.grpc_port != 0:
+        await _start_grpc(nursery, broker, cfg, ports, remoting.transactions if broker_port else None)
     if not node.is_master:
         await node.start_slave(nursery, broker)
         if broker_port:  # topics, offsets, groups and delay offsets follow the master's (4.x SlaveSynchronize)

@@ -19,6 +19,9 @@ Layout of the file; every key is optional and documented in README.md::
     [http]                      # /metrics and the admin API (gateway.http.settings)
     port = 18083
 
+    [proxy]                     # RocketMQ 5 gRPC MessagingService (core.proxy)
+    grpcPort = 8081             # 0 disables it
+
     [log]                       # levels per logger, format, file (gateway.logs)
     level = "INFO"
 
@@ -66,6 +69,7 @@ class ServeConfig:
     mqtt: dict[str, Any] = field(default_factory=dict)
     http_port: int | None = None  # None: the default (18083), which may be taken (then a warning, no HTTP)
     http: dict[str, Any] = field(default_factory=dict)
+    grpc_port: int | None = None  # None: the default (8081), which may be taken (then a warning, no gRPC)
     log: dict[str, Any] = field(default_factory=dict)
     config_file: Path | None = None  # read again on SIGHUP (the [log] levels)
     log_level_flag: str | None = None  # --log-level, which wins over [log] level, also on SIGHUP
@@ -76,7 +80,8 @@ class ServeConfig:
         return "SYNC_FLUSH" if self.flush == "sync" else "ASYNC_FLUSH"
 
 
-TABLES = ("broker", "namesrv", "mqtt", "http", "log")
+TABLES = ("broker", "namesrv", "mqtt", "http", "proxy", "log")
+PROXY_KEYS = {"grpcPort": "RocketMQ 5 gRPC port (default 8081; 0 = off)"}
 _TOP_KEYS = {"dataDir", "host", "namesrvAddr", *TABLES}
 
 
@@ -162,6 +167,12 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
     cfg.ws_port = _port(cfg.mqtt.pop("wsPort", cfg.ws_port), "[mqtt] wsPort")
     if "port" in cfg.http:
         cfg.http_port = _port(cfg.http.pop("port"), "[http] port")
+    proxy = dict(data.get("proxy", {}))
+    if "grpcPort" in proxy:
+        cfg.grpc_port = _port(proxy.pop("grpcPort"), "[proxy] grpcPort")
+    if proxy:
+        key = sorted(proxy)[0]
+        raise ConfigError(f"[proxy] unknown key {key!r}; the only key of [proxy] is 'grpcPort'")
     fdt = cfg.broker.pop("flushDiskType", None)
     if fdt is not None:
         if fdt not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
@@ -172,7 +183,7 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
         cfg.data_dir = Path(flags["data_dir"])
     if flags.get("host") is not None:
         cfg.host = flags["host"]
-    for name in ("mqtt_port", "ws_port", "namesrv_port", "broker_port", "http_port"):
+    for name in ("mqtt_port", "ws_port", "namesrv_port", "broker_port", "http_port", "grpc_port"):
         if flags.get(name) is not None:
             setattr(cfg, name, _port(flags[name], "--" + name.replace("_", "-")))
     if flags.get("flush") is not None:

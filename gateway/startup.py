@@ -41,7 +41,8 @@ def _port_owners(cfg: ServeConfig) -> dict[int, str]:
                        (cfg.mqtt_port, "MQTT over TCP, --mqtt-port or [mqtt] port"),
                        (cfg.broker_port, "broker remoting, --broker-port or [broker] listenPort"),
                        (cfg.namesrv_port, "name server, --namesrv-port or [namesrv] listenPort"),
-                       (cfg.http_port, "HTTP API and /metrics, --http-port or [http] port")):
+                       (cfg.http_port, "HTTP API and /metrics, --http-port or [http] port"),
+                       (cfg.grpc_port, "RocketMQ 5 gRPC, --grpc-port or [proxy] grpcPort")):
         if isinstance(port, int) and port:
             owners[port] = what
     return owners

@@ -42,6 +42,7 @@ HANDLERS = {
     ("group", "list"): groups.group_list, ("group", "progress"): groups.group_progress,
     ("group", "connections"): groups.group_connections, ("group", "reset-offset"): groups.group_reset_offset,
     ("group", "status"): groups.group_status,
+    ("group", "update"): groups.group_update,
     ("message", "key"): messages.message_key, ("message", "id"): messages.message_id,
     ("dlq", "resend"): messages.dlq_resend, ("trace", "show"): trace.trace_show,
     ("ha", "status"): ha_admin.ha_status, ("ha", "promote"): ha_admin.ha_promote,

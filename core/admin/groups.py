@@ -1,5 +1,6 @@
-"""``mqgate admin group list|progress|connections|status|reset-offset`` (mqadmin
-consumerProgress, consumerConnection, consumerStatus, resetOffsetByTime).
+"""``mqgate admin group list|progress|connections|status|reset-offset|update``
+(mqadmin consumerProgress, consumerConnection, consumerStatus, resetOffsetByTime,
+updateSubGroup).
 
 Rules kept here:
 
@@ -27,10 +28,15 @@ Rules kept here:
   epoch, mqadmin's ``yyyy-MM-dd#HH:mm:ss:SSS`` or ISO 8601, local time.
   ``force`` (the default, as mqadmin) moves either way; ``--no-force``
   only moves a group back.
+- ``update``: on every master, the group's config as it is there (or the
+  defaults, for a new group) with the options given, sent whole with
+  UPDATE_AND_CREATE_SUBSCRIPTIONGROUP; ``--orderly`` is RocketMQ 5's
+  ``consumeMessageOrderly`` (a FIFO group for the 5.x clients).
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 from typing import TextIO
 
@@ -58,6 +64,17 @@ def add_parsers(sub) -> None:
     r.add_argument("time", help="now | ms since the epoch | yyyy-MM-dd#HH:mm:ss:SSS | ISO 8601 (local time)")
     r.add_argument("--no-force", dest="force", action="store_false",
                    help="only move back: a queue already before that time keeps its offset")
+    u = group.add_parser("update", help="create or change a group's config on every master (mqadmin updateSubGroup)")
+    u.add_argument("group")
+    u.add_argument("--orderly", type=_bool, help="true: a FIFO group for 5.x clients (consumeMessageOrderly)")
+    u.add_argument("--retry-max-times", type=int, help="redeliveries before the DLQ (retryMaxTimes)")
+    u.add_argument("--consume-enable", type=_bool, help="false: the group may not consume (consumeEnable)")
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+    return text.lower() == "true"
 
 
 def parse_time(text: str) -> int:
@@ -214,6 +231,25 @@ async def group_reset_offset(admin: Admin, a) -> dict:
             "clientsOnline": bool(facts.connections)}
 
 
+async def group_update(admin: Admin, a) -> dict:
+    changes = {key: value for key, value in (("consumeMessageOrderly", a.orderly), ("retryMaxTimes", a.retry_max_times),
+                                             ("consumeEnable", a.consume_enable)) if value is not None}
+    if not changes:
+        raise AdminUsageError("nothing to change: give --orderly, --retry-max-times or --consume-enable")
+    if a.retry_max_times is not None and a.retry_max_times < 0:
+        raise AdminUsageError(f"--retry-max-times must be 0 or more, not {a.retry_max_times}")
+    masters = await admin.masters()
+    if not masters:
+        raise AdminError("no master broker is registered with the name servers")
+    rows = []
+    for name, addr in sorted(masters.items()):
+        current = (await admin.api.all_subscription_groups(addr)).get(a.group) or {"groupName": a.group}
+        config = {**current, **changes}
+        await admin.api.update_subscription_group(addr, config)
+        rows.append({"brokerName": name, **{k: config.get(k) for k in changes}})
+    return {"group": a.group, "brokers": rows}
+
+
 def render(action: str, result: dict, out: TextIO) -> None:
     if action == "progress":
         table(result["queues"], ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "lag"], out)
@@ -247,6 +283,8 @@ def render(action: str, result: dict, out: TextIO) -> None:
         if result.get("jstack"):
             print(file=out)
             print(result["jstack"].rstrip(), file=out)
+    elif action == "update":
+        table(result["brokers"], list(result["brokers"][0]), out)
     elif action == "reset-offset":
         ts = result["timestamp"]
         when = "now (each queue's end)" if ts == -1 else human_time(ts) if ts > 0 else "0 (each queue's start)"

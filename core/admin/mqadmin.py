@@ -50,6 +50,14 @@ VERBS: dict[str, tuple[str, str | None, str, list]] = {
         (("-i", "--clientId"), {"dest": "client"}),
         (("-s", "--jstack"), {"dest": "jstack", "action": "store_true"}),
     ]),
+    "updateSubGroup": ("group", "update", "= group update", [
+        (("-g", "--groupName"), {"dest": "group", "required": True}),
+        (("-o", "--consumeMessageOrderly"), {"dest": "orderly", "type": _bool}),
+        (("-r", "--retryMaxTimes"), {"dest": "retry_max_times", "type": int}),
+        (("-s", "--consumeEnable"), {"dest": "consume_enable", "type": _bool}),
+        (("-c", "--clusterName"), {"dest": "cluster", "help": "accepted; every master is updated"}),
+        (("-b", "--brokerAddr"), {"dest": "broker", "help": "accepted; every master is updated"}),
+    ]),
     "resetOffsetByTime": ("group", "reset-offset", "= group reset-offset", [
         (("-g", "--group"), {"dest": "group", "required": True}),
         (("-t", "--topic"), {"dest": "topic", "required": True}),

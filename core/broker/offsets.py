@@ -122,6 +122,7 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False  # RocketMQ 5: pop keeps each queue in order (FIFO groups)
 
     _JSON = (
         ("groupName", "group_name"), ("consumeEnable", "consume_enable"),
@@ -129,6 +130,7 @@ class SubscriptionGroupConfig:
         ("retryQueueNums", "retry_queue_nums"), ("retryMaxTimes", "retry_max_times"), ("brokerId", "broker_id"),
         ("whichBrokerWhenConsumeSlowly", "which_broker_when_consume_slowly"),
         ("notifyConsumerIdsChangedEnable", "notify_consumer_ids_changed_enable"),
+        ("consumeMessageOrderly", "consume_message_orderly"),
     )
 
     def to_json(self) -> dict[str, Any]:

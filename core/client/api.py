@@ -260,6 +260,10 @@ class ClientApi:
         resp = _check(await self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), addr)
         return dict(decode_json(resp.body).get("subscriptionGroupTable") or {})
 
+    async def update_subscription_group(self, addr: str, config: dict) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ``config`` is a SubscriptionGroupConfig as JSON."""
+        _check(await self.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=_json_body(config)), addr)
+
     async def topic_stats(self, addr: str, topic: str) -> dict[MessageQueue, dict] | None:
         """GET_TOPIC_STATS_INFO: queue -> {minOffset, maxOffset, lastUpdateTimestamp}; None if the broker lacks the topic."""
         resp = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import time
 
-from core.broker import BrokerRole, TopicConfig, TopicFilterType, is_system_topic, validate_topic
+from core.broker import (
+    BrokerRole, SubscriptionGroupConfig, TopicConfig, TopicFilterType, is_system_topic, validate_topic,
+)
 from core.processors.context import BrokerContext
-from core.remoting import RemotingCommand, ResponseCode, encode_json
+from core.remoting import RemotingCommand, ResponseCode, decode_json, encode_json
 from core.remoting.server import Channel
 
 _BOOT_MS = int(time.time() * 1000)
@@ -136,6 +138,23 @@ async def get_all_topic_config(ctx: BrokerContext, channel: Channel, req: Remoti
 
 async def get_all_consumer_offset(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     return req.make_response(ResponseCode.SUCCESS, body=_body(ctx.broker.offsets.to_json()))
+
+
+async def update_and_create_subscription_group(ctx: BrokerContext, channel: Channel,
+                                               req: RemotingCommand) -> RemotingCommand:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200, mqadmin updateSubGroup): the body is a
+    SubscriptionGroupConfig as JSON; the keys this broker knows are kept, others ignored."""
+    try:
+        obj = decode_json(req.body)
+        cfg = SubscriptionGroupConfig.from_json(obj)
+    except (ValueError, TypeError) as exc:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad subscription group body: {exc}".splitlines()[0])
+    if not isinstance(cfg.group_name, str) or not cfg.group_name:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, "the subscription group body has no groupName")
+    if ctx.broker.config.broker_role is BrokerRole.SLAVE:
+        return req.make_response(ResponseCode.SYSTEM_ERROR, "the broker is a slave; update the group on its master")
+    ctx.broker.groups.put(cfg)
+    return req.make_response(ResponseCode.SUCCESS)
 
 
 async def get_all_subscription_group(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:

@@ -19,7 +19,7 @@ in a fresh folder holding a `.venv` link to this Python's environment (what
 `make run` makes), with that folder as the working directory, the virtualenv's
 `mqgate` commands (not its `python`) first on PATH, and this tree first on
 PYTHONPATH. The server listens on free ports; the default ports in the
-examples (9876, 10911, 1883, 8083, 18083) are replaced by those, and
+examples (9876, 10911, 1883, 8083, 18083, 8081) are replaced by those, and
 ``NAMESRV_ADDR`` and ``MQGATE_URL`` point at it, so the suite can run beside a real server. Nothing else in an example is changed. Background
 processes a block starts are killed with its process group when it ends.
 """
@@ -119,7 +119,7 @@ class Runner:
 
     def ported(self, text: str) -> str:
         for default, name in (("9876", "namesrv"), ("10911", "broker"), ("1883", "mqtt"), ("8083", "ws"),
-                              ("18083", "http")):
+                              ("18083", "http"), ("8081", "grpc")):
             text = re.sub(rf"\b{default}\b", str(self.ports[name]), text)
         return text
 
@@ -208,10 +208,10 @@ def test_examples_run(doc, tmp_path):
         return  # nothing to run (every block is output, or says why it cannot run here)
     (tmp_path / ".venv").symlink_to(sys.prefix)
     ports = {"namesrv": free_port(), "broker": free_port(), "mqtt": free_port(), "ws": free_port(),
-             "http": free_port()}
+             "http": free_port(), "grpc": free_port()}
     with ServeProcess(tmp_path / "data", "--namesrv-port", str(ports["namesrv"]), "--broker-port", str(ports["broker"]),
                       "--mqtt-port", str(ports["mqtt"]), "--ws-port", str(ports["ws"]),
-                      "--http-port", str(ports["http"]), cwd=tmp_path,
+                      "--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"]), cwd=tmp_path,
                       env={"PYTHONPATH": str(ROOT)}):
         runner = Runner(tmp_path, ports)
         for b in runnable:

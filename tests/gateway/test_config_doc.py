@@ -11,7 +11,7 @@ from pathlib import Path
 from core.broker import BrokerConfig
 from core.broker.config import _camel, _store_fields
 from gateway.auth import SECURITY_KEYS
-from gateway.config import _TOP_KEYS, TABLES
+from gateway.config import _TOP_KEYS, PROXY_KEYS, TABLES
 from gateway.http import HTTP_KEYS
 from gateway.logs import LOG_KEYS
 from gateway.limits import LIMIT_KEYS
@@ -31,7 +31,7 @@ def documented() -> set[str]:
 def accepted() -> set[str]:
     keys = set(BrokerConfig.keys()) | {_camel(n) for n in _store_fields()} | set(_TIMER_KEYS)
     keys |= set(LISTENER_KEYS) | set(SECURITY_KEYS) | set(LIMIT_KEYS) | set(SESSION_KEYS) | set(HTTP_KEYS)
-    keys |= set(LOG_KEYS) | set(TRACE_KEYS)
+    keys |= set(LOG_KEYS) | set(TRACE_KEYS) | set(PROXY_KEYS)
     keys |= (set(_TOP_KEYS) - set(TABLES)) | {"listenPort"}
     return keys
 

@@ -28,6 +28,8 @@ class ServeProcess:
         self.data_dir = Path(data_dir)
         if role == "serve" and "--http-port" not in args:
             args = (*args, "--http-port", "0")  # tests never take the default HTTP port (18083) by accident
+        if role in ("serve", "broker") and "--grpc-port" not in args:
+            args = (*args, "--grpc-port", "0")  # nor the default gRPC port (8081)
         self.args = [sys.executable, "-m", "gateway", role, *(("--data-dir", str(data_dir)) if data_dir_flag else ()),
                      *args]
         self.cwd = cwd

@@ -360,3 +360,18 @@ async def test_a_message_consumed_directly_by_one_client(cluster):
                           "--client", consumer.client_id)
         assert got["consumed"]["consumeResult"] == "CR_THROW_EXCEPTION"
         assert "ValueError: listener says no" in got["consumed"]["remark"]
+
+
+async def test_group_update_keeps_the_rest_of_the_config_and_mqadmin_spells_it_update_sub_group(cluster):
+    cluster.broker.groups.get_or_create("Upd")
+    cluster.broker.groups.update("Upd", retry_max_times=5)
+    done = await admin(cluster, "group", "update", "Upd", "--orderly", "true")
+    assert done == {"group": "Upd", "brokers": [{"brokerName": "broker-a", "consumeMessageOrderly": True}]}
+    g = cluster.broker.get_group("Upd")
+    assert (g.consume_message_orderly, g.retry_max_times) == (True, 5)  # what was not given is kept
+    await admin(cluster, "updateSubGroup", "-g", "NewGroup", "-o", "false", "-r", "2")
+    g = cluster.broker.get_group("NewGroup")
+    assert (g.consume_message_orderly, g.retry_max_times, g.consume_enable) == (False, 2, True)
+    assert "nothing to change" in await admin_fails(cluster, "group", "update", "Upd", code=2)
+    assert await run_admin(["--namesrv", cluster.namesrv, "group", "update", "Upd", "--orderly", "yes"],
+                           io.StringIO(), io.StringIO()) == 2  # argparse: "expected true or false, not 'yes'"

@@ -271,3 +271,18 @@ async def test_topic_stats_connections_reset_and_delete_over_the_wire(cluster):
     assert r.code == 0  # idempotent, like Java
     r = await c.invoke(a, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "SCHEDULE_TOPIC_XXXX"}))
     assert r.code == ResponseCode.SYSTEM_ERROR and "system topic" in r.remark
+
+
+async def test_update_and_create_subscription_group_keeps_known_keys(cluster):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) as Java mqadmin updateSubGroup sends it."""
+    a, c = cluster.broker_addr, cluster.client
+    body = json.dumps({"groupName": "OrderedGroup", "consumeEnable": True, "consumeMessageOrderly": True,
+                       "retryMaxTimes": 3, "groupSysFlag": 0, "consumeTimeoutMinute": 15}).encode()
+    r = await c.invoke(a, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
+    assert r.code == ResponseCode.SUCCESS
+    r = await c.invoke(a, RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+    group = decode_json(r.body)["subscriptionGroupTable"]["OrderedGroup"]
+    assert (group["consumeMessageOrderly"], group["retryMaxTimes"]) == (True, 3)
+    for bad in (b"not json", json.dumps({"consumeEnable": True}).encode()):
+        r = await c.invoke(a, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, bad))
+        assert r.code == ResponseCode.SYSTEM_ERROR and "\n" not in r.remark

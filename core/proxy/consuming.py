@@ -1,0 +1,298 @@
+"""Pop consumption for RocketMQ 5 consumers: ReceiveMessage, AckMessage,
+ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, over the broker's
+queues and a `PopTable`.
+
+Rules kept here:
+- ReceiveMessage pops across every queue of the topic: redeliveries that are
+  due first, then new messages (through the broker's pull, so the tag or
+  SQL92 filter and the read statistics are the 4.x path's); with nothing to
+  give it waits (long polling) until a message arrives, an invisible time
+  ends, the poll time ends, or the service closes. It always answers with a
+  status: OK with messages, or MESSAGE_NOT_FOUND.
+- A group new to a queue starts at the queue's first offset; otherwise at
+  its committed consumer offset, which pop keeps at the oldest message in
+  flight (`core.proxy.pop`).
+- A FIFO group (``consumeMessageOrderly`` in its subscription group config)
+  is handed each queue in order: nothing new from a queue while any of its
+  messages is out, and a due message only when no earlier one of its queue
+  is still out; so each message group (one queue) is consumed in order.
+- A message due again after ``max_attempts`` deliveries goes to the group's
+  dead-letter topic (``%DLQ%group``) instead; the group's ``retryMaxTimes``
+  (16) + 1 is that maximum, as RocketMQ's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import trio
+
+from core.broker import Broker, PullStatus, dlq_topic
+from core.broker.jsonfile import read_json, write_json_atomic
+from core.store.message import PROPERTY_UNIQ_KEY, StoredMessage
+
+from . import pb, wire
+from .pop import PopQueue, PopTable, ReceiptError
+from .wire import OK, WireError, status
+
+log = logging.getLogger("mqgate.proxy")
+
+DEFAULT_POLL_S = 20.0  # when the request names no long-polling time
+POLL_MARGIN_S = 0.5  # answer this long before the client's own deadline
+MIN_INVISIBLE_S = 1.0
+MAX_INVISIBLE_S = 12 * 3600.0  # RocketMQ's upper bound
+MAX_BATCH = 32
+POP_STATE_FILE = "popState.json"
+
+
+def max_attempts(broker: Broker, group: str) -> int:
+    """Deliveries of one message to ``group`` before it goes to the DLQ."""
+    gcfg = broker.get_group(group) if group else None
+    return (gcfg.retry_max_times if gcfg is not None else 16) + 1
+
+
+class PopConsumption:
+    """The pop side of the MessagingService; ``topic(name, create=...)`` is the
+    service's checked topic lookup (a `WireError` when there is none)."""
+
+    def __init__(self, broker: Broker, topic) -> None:
+        self.broker = broker
+        self._topic = topic
+        self.pop = PopTable()
+        self.closing = trio.Event()
+        self._arrived: dict[str, trio.Event] = {}
+        self._locks: dict[tuple[str, str], trio.Lock] = {}
+        self._rr = 0
+        broker.add_dispatch_listener(self._on_dispatch)
+
+    async def load(self) -> None:
+        """Read ``config/popState.json`` (or its ``.bak``): what was in flight at the last save."""
+        path = self.broker.config_dir / POP_STATE_FILE
+        try:
+            obj = await trio.to_thread.run_sync(read_json, path)
+        except ValueError as e:
+            log.warning("%s is unreadable (%s): pop starts from the committed offsets", path, e)
+            return
+        if obj is None:
+            return
+        try:
+            self.pop.load_json(obj, trio.current_time(), int(time.time() * 1000))
+        except ValueError as e:
+            log.warning("%s: %s; pop starts from the committed offsets", path, e)
+
+    async def save(self) -> None:
+        obj = self.pop.to_json(trio.current_time(), int(time.time() * 1000))
+        await trio.to_thread.run_sync(write_json_atomic, self.broker.config_dir / POP_STATE_FILE, obj)
+
+    async def save_every(self, seconds: float, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(seconds)
+            try:
+                await self.save()
+            except OSError as e:
+                log.warning("saving the pop state failed: %s; trying again in %.0f s", e, seconds)
+
+    def close(self) -> None:
+        """Wake every waiting receive (it answers MESSAGE_NOT_FOUND) and stop listening."""
+        self.closing.set()
+        self.broker.remove_dispatch_listener(self._on_dispatch)
+
+    def _on_dispatch(self, topic: str, queue_id: int, next_offset: int) -> None:
+        self._wake(topic)
+
+    def _wake(self, topic: str) -> None:
+        ev = self._arrived.pop(topic, None)
+        if ev is not None:
+            ev.set()
+
+    def orderly(self, group: str) -> bool:
+        """A FIFO group (``consumeMessageOrderly``): each queue is handed out in order, one
+        batch at a time, the next only when every message of the last is acked."""
+        gcfg = self.broker.get_group(group) if group else None
+        return bool(gcfg is not None and gcfg.consume_message_orderly)
+
+    def _max_attempts(self, group: str) -> int:
+        return max_attempts(self.broker, group)
+
+    async def receive_message(self, req: pb.ReceiveMessageRequest, time_left: float | None) -> list[pb.ReceiveMessageResponse]:
+        try:
+            return await self._receive(req, time_left)
+        except WireError as e:
+            return [pb.ReceiveMessageResponse(status=status(e.code, str(e)))]
+
+    async def _receive(self, req: pb.ReceiveMessageRequest, time_left: float | None) -> list[pb.ReceiveMessageResponse]:
+        group, topic = req.group.name, req.message_queue.topic.name
+        if not group:
+            raise WireError(pb.ILLEGAL_CONSUMER_GROUP, "the request names no consumer group")
+        cfg = await self._topic(topic, create=False)
+        if self.broker.groups.get_or_create(group) is None:
+            raise WireError(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group} does not exist")
+        invisible_s = _seconds(req.invisible_duration) if req.HasField("invisible_duration") else 30.0
+        if not MIN_INVISIBLE_S <= invisible_s <= MAX_INVISIBLE_S:
+            raise WireError(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_s:g} s is outside "
+                                                       f"{MIN_INVISIBLE_S:g}..{MAX_INVISIBLE_S:g} s")
+        poll_s = _seconds(req.long_polling_timeout) if req.HasField("long_polling_timeout") else DEFAULT_POLL_S
+        if time_left is not None:
+            poll_s = min(poll_s, time_left - POLL_MARGIN_S)
+        batch = max(1, min(req.batch_size or MAX_BATCH, MAX_BATCH))
+        expr = req.filter_expression
+        expression = expr.expression or "*"
+        expression_type = "SQL92" if expr.type == pb.SQL else "TAG"
+        deadline = trio.current_time() + max(0.0, poll_s)
+        while True:
+            wake = self._arrived.setdefault(topic, trio.Event())
+            # one take at a time per group and topic: two consumers must not be handed one offset
+            async with self._locks.setdefault((group, topic), trio.Lock()):
+                out = await self._take(group, topic, cfg.read_queue_nums, batch, invisible_s, expression,
+                                       expression_type)
+            now = trio.current_time()
+            if out or now >= deadline or self.closing.is_set():
+                break
+            due = self.pop.next_due(group, topic)
+            with trio.move_on_at(min(deadline, due if due is not None else math.inf)):
+                async with trio.open_nursery() as waits:
+                    waits.start_soon(_set_then_cancel, wake, waits.cancel_scope)
+                    waits.start_soon(_set_then_cancel, self.closing, waits.cancel_scope)
+        if not out:
+            return [pb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))]
+        stamp = pb.ReceiveMessageResponse()
+        stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+        return ([pb.ReceiveMessageResponse(status=OK)] + [pb.ReceiveMessageResponse(message=m) for m in out] + [stamp])
+
+    def _pop_queue(self, group: str, topic: str, queue_id: int) -> PopQueue:
+        start = self.broker.query_offset(group, topic, queue_id)
+        if start is None:
+            start = self.broker.min_offset(topic, queue_id)
+        return self.pop.queue(group, topic, queue_id, start)
+
+    async def _take(self, group: str, topic: str, queues: int, batch: int, invisible_s: float,
+                    expression: str, expression_type: str) -> list[pb.Message]:
+        now = trio.current_time()
+        invisible_ms = int(invisible_s * 1000)
+        out: list[pb.Message] = []
+        states = [self._pop_queue(group, topic, qid) for qid in range(queues)]
+        fifo = self.orderly(group)
+        for q in states:  # redeliveries first: they waited longest
+            for f in q.due(now):
+                if len(out) >= batch:
+                    break
+                if fifo and f.offset != min(q.inflight):
+                    break  # FIFO: never a later message of a queue before an earlier one still out
+                sm = await self._read_one(topic, q.queue_id, f.offset)
+                if q.inflight.get(f.offset) is not f or f.visible_at > now:
+                    continue  # acked, or its invisible time changed, while the store was read
+                if sm is None or f.attempt >= self._max_attempts(group):
+                    del q.inflight[f.offset]
+                    if sm is not None:
+                        await self._to_dlq(group, sm, f.attempt)
+                    continue
+                f2, handle = self.pop.hand_out(q, f.offset, now, invisible_s)
+                out.append(wire.from_store(sm, receipt_handle=handle, attempt=f2.attempt, invisible_ms=invisible_ms))
+        self._rr += 1
+        for i in range(queues):
+            if len(out) >= batch:
+                break
+            q = states[(self._rr + i) % queues]
+            if fifo and q.inflight:
+                continue  # FIFO: a queue gives its next messages once those out are acked
+            res = await self.broker.pull(group, topic, q.queue_id, q.next_offset, batch - len(out), expression,
+                                         expression_type=expression_type)
+            if res.status is PullStatus.SUBSCRIPTION_PARSE_FAILED or (
+                    res.status is PullStatus.SYSTEM_ERROR and expression_type == "SQL92"):
+                raise WireError(pb.ILLEGAL_FILTER_EXPRESSION, res.remark or "bad filter expression")
+            if res.status is PullStatus.FOUND:
+                for sm in res.messages():
+                    _, handle = self.pop.hand_out(q, sm.queue_offset, now, invisible_s)
+                    out.append(wire.from_store(sm, receipt_handle=handle, attempt=1, invisible_ms=invisible_ms))
+                q.next_offset = max(q.next_offset, res.next_begin_offset)
+            elif res.status in (PullStatus.PULL_RETRY_IMMEDIATELY, PullStatus.PULL_OFFSET_MOVED):
+                q.next_offset = max(q.next_offset, res.next_begin_offset) if res.status is not PullStatus.PULL_OFFSET_MOVED \
+                    else res.next_begin_offset
+            self._commit(group, topic, q)
+        return out
+
+    def _commit(self, group: str, topic: str, q: PopQueue) -> None:
+        committed = q.committed()
+        if committed != self.broker.query_offset(group, topic, q.queue_id):
+            self.broker.commit_offset(group, topic, q.queue_id, committed)
+
+    async def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        res = await self.broker.read_queue(topic, queue_id, offset, 1)
+        msgs = res.messages() if res.status is PullStatus.FOUND else []
+        return msgs[0] if msgs and msgs[0].queue_offset == offset else None
+
+    async def _to_dlq(self, group: str, sm: StoredMessage, attempts: int) -> None:
+        """A message delivered ``attempts`` times and never acked: a copy to ``%DLQ%group``."""
+        dlq = dlq_topic(group)
+        await self.broker.ensure_topic(dlq, queue_nums=1)
+        msg = sm.to_message()
+        msg.topic, msg.queue_id = dlq, 0
+        msg.properties = {**sm.properties, "RETRY_TOPIC": sm.topic, "ORIGIN_MESSAGE_ID": sm.msg_id}
+        msg.reconsume_times = attempts
+        result = await self.broker.send(msg, 0, internal=True)
+        if result.ok:
+            log.info("message %s of %s went to %s after %d deliveries", sm.properties.get(PROPERTY_UNIQ_KEY),
+                     sm.topic, dlq, attempts)
+        else:
+            log.warning("message %s of %s could not go to %s: %s", sm.properties.get(PROPERTY_UNIQ_KEY), sm.topic,
+                        dlq, result.remark or result.status.name)
+
+    async def ack_message(self, req: pb.AckMessageRequest) -> pb.AckMessageResponse:
+        await trio.lowlevel.checkpoint()
+        group, topic = req.group.name, req.topic.name
+        entries = []
+        for e in req.entries:
+            try:
+                q = self.pop.ack(group, topic, e.receipt_handle)
+            except ReceiptError as err:
+                st = status(pb.INVALID_RECEIPT_HANDLE, str(err))
+            else:
+                self._commit(group, topic, q)
+                st = OK
+            entries.append(pb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st))
+        if not entries:
+            return pb.AckMessageResponse(status=status(pb.BAD_REQUEST, "the request holds no entry"))
+        first = entries[0].status
+        whole = first if all(x.status.code == first.code for x in entries) else status(pb.MULTIPLE_RESULTS, "see entries")
+        return pb.AckMessageResponse(status=whole, entries=entries)
+
+    async def change_invisible_duration(self, req: pb.ChangeInvisibleDurationRequest) -> pb.ChangeInvisibleDurationResponse:
+        await trio.lowlevel.checkpoint()
+        seconds = _seconds(req.invisible_duration)
+        if not 0 <= seconds <= MAX_INVISIBLE_S:
+            return pb.ChangeInvisibleDurationResponse(status=status(
+                pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {seconds:g} s is outside 0..{MAX_INVISIBLE_S:g} s"))
+        try:
+            handle = self.pop.change_invisible(req.group.name, req.topic.name, req.receipt_handle,
+                                               trio.current_time(), seconds)
+        except ReceiptError as err:
+            return pb.ChangeInvisibleDurationResponse(status=status(pb.INVALID_RECEIPT_HANDLE, str(err)))
+        self._wake(req.topic.name)  # a waiting receive recomputes when to look again
+        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+
+    async def forward_to_dlq(self, req: pb.ForwardMessageToDeadLetterQueueRequest) -> pb.ForwardMessageToDeadLetterQueueResponse:
+        """The client gave up on a message (a FIFO push consumer after its own retries): to the DLQ now."""
+        group, topic = req.group.name, req.topic.name
+        try:
+            q = self.pop.ack(group, topic, req.receipt_handle)
+        except ReceiptError as err:
+            await trio.lowlevel.checkpoint()
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.INVALID_RECEIPT_HANDLE, str(err)))
+        offset = int(req.receipt_handle.split("_")[2])
+        sm = await self._read_one(topic, q.queue_id, offset)
+        if sm is not None:
+            await self._to_dlq(group, sm, max(1, req.delivery_attempt))
+        self._commit(group, topic, q)
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+
+async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+def _seconds(d) -> float:
+    return d.seconds + d.nanos / 1e9

@@ -1,0 +1,251 @@
+"""The MessagingService of RocketMQ 5, on trio, over one in-process `Broker`.
+
+Each method takes a decoded request and returns the response message(s);
+`core.proxy.server` carries them over gRPC. Nothing here knows of threads.
+Pop consumption is `core.proxy.consuming`, transactions
+`core.proxy.transacting`; this module keeps routes, clients and sends.
+
+Rules kept here:
+- Routes name this endpoint (the address the client reached it by) for every
+  queue of the topic on this broker: a 5.x client sends and receives here.
+- A send picks its queue on the broker: by a stable hash of the message group
+  for FIFO messages (one group, one queue, so one order), round-robin
+  otherwise (the 5.x clients leave the queue to the proxy).
+- The Telemetry settings exchange answers the client's settings completed
+  with the broker's: the body limit (``maxMessageSize``), the producer's
+  retry policy, the consumer's maximum deliveries and retry backoff.
+- Bad input is a status with a one-line message; the service keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass, field
+
+import trio
+
+from core.broker import Broker, validate_topic
+from core.store.message import PROPERTY_UNIQ_KEY, offset_msg_id
+
+from . import pb, wire
+from .consuming import DEFAULT_POLL_S, MAX_BATCH, PopConsumption, max_attempts
+from .transacting import TelemetryChannel, end_transaction
+from .wire import OK, WireError, status
+
+log = logging.getLogger("mqgate.proxy")
+
+MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+
+
+@dataclass
+class ClientInfo:
+    client_id: str
+    client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
+    group: str = ""
+    language: str = ""
+    version: str = ""
+    topics: set[str] = field(default_factory=set)
+    last_seen: float = 0.0
+
+
+class MessagingService:
+    """RocketMQ 5's MessagingService over ``broker``; ``host``/``port`` name the
+    endpoint when a request does not say how the client reached us."""
+
+    def __init__(self, broker: Broker, host: str, port: int, transactions=None) -> None:
+        """``transactions``: the broker's `core.transactions.TransactionService` (None:
+        transactional sends are answered UNSUPPORTED)."""
+        self.broker = broker
+        self.host, self.port = host, port
+        self.transactions = transactions
+        self.streams: dict[str, TelemetryChannel] = {}
+        self.clients: dict[str, ClientInfo] = {}
+        self.consumption = PopConsumption(broker, self._topic)
+        # the pop methods, served as they are
+        self.receive_message = self.consumption.receive_message
+        self.ack_message = self.consumption.ack_message
+        self.change_invisible_duration = self.consumption.change_invisible_duration
+        self.forward_to_dlq = self.consumption.forward_to_dlq
+
+    def close(self) -> None:
+        """Wake every waiting receive (it answers MESSAGE_NOT_FOUND)."""
+        self.consumption.close()
+
+    def attach(self, client_id: str, channel: "TelemetryChannel") -> None:
+        """A Telemetry stream opened: the way to send commands to that client."""
+        self.streams[client_id] = channel
+
+    def detach(self, client_id: str, channel: "TelemetryChannel") -> None:
+        """The stream ended: the client is gone, or will say who it is again (heartbeat, settings)."""
+        channel.closed = True
+        if self.streams.get(client_id) is channel:
+            del self.streams[client_id]
+            self.clients.pop(client_id, None)
+
+    def producer_channels(self, group: str) -> list["TelemetryChannel"]:
+        """For the transaction checker: the streams of 5.x producers of the topic that
+        ``group`` (a `wire.transaction_group`) stands for."""
+        topic = wire.topic_of_transaction_group(group)
+        if topic is None:
+            return []
+        return [ch for cid, ch in self.streams.items() if not ch.closed and (c := self.clients.get(cid)) is not None
+                and c.client_type == pb.PRODUCER and topic in c.topics]
+
+    def _client(self, client_id: str) -> ClientInfo:
+        c = self.clients.get(client_id)
+        if c is None:
+            c = self.clients[client_id] = ClientInfo(client_id)
+        c.last_seen = trio.current_time()
+        return c
+
+    # ------------------------------------------------------------------ routes
+
+    def _endpoints(self, asked: pb.Endpoints) -> pb.Endpoints:
+        if asked.addresses:
+            return asked
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=self.port)])
+
+    async def _topic(self, name: str, *, create: bool):
+        problem = validate_topic(name)
+        if problem:
+            raise WireError(pb.ILLEGAL_TOPIC, problem)
+        cfg = self.broker.get_topic(name)
+        if cfg is None and create and self.broker.config.auto_create_topic_enable:
+            cfg = await self.broker.ensure_topic(name, queue_nums=self.broker.config.default_topic_queue_nums)
+        if cfg is None:
+            why = " (autoCreateTopicEnable is off)" if create else ""
+            raise WireError(pb.TOPIC_NOT_FOUND, f"topic {name} does not exist on broker "
+                                                f"{self.broker.config.broker_name}{why}")
+        return cfg
+
+    async def query_route(self, req: pb.QueryRouteRequest) -> pb.QueryRouteResponse:
+        try:
+            cfg = await self._topic(req.topic.name, create=True)
+        except WireError as e:
+            return pb.QueryRouteResponse(status=status(e.code, str(e)))
+        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(req.endpoints))
+        perm = {(True, True): pb.READ_WRITE, (True, False): pb.READ, (False, True): pb.WRITE}.get(
+            (cfg.readable, cfg.writable), pb.NONE)
+        queues = [pb.MessageQueue(topic=req.topic, id=i, permission=perm, broker=broker,
+                                  accept_message_types=MESSAGE_TYPES)
+                  for i in range(max(cfg.read_queue_nums, cfg.write_queue_nums))]
+        return pb.QueryRouteResponse(status=OK, message_queues=queues)
+
+    async def query_assignment(self, req: pb.QueryAssignmentRequest) -> pb.QueryAssignmentResponse:
+        """One assignment for this broker: a receive pops every queue of the topic."""
+        try:
+            await self._topic(req.topic.name, create=False)
+        except WireError as e:
+            return pb.QueryAssignmentResponse(status=status(e.code, str(e)))
+        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(req.endpoints))
+        mq = pb.MessageQueue(topic=req.topic, id=0, permission=pb.READ_WRITE, broker=broker,
+                             accept_message_types=MESSAGE_TYPES)
+        return pb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
+
+    # ------------------------------------------------------------------ client lifecycle
+
+    async def heartbeat(self, req: pb.HeartbeatRequest, client_id: str) -> pb.HeartbeatResponse:
+        c = self._client(client_id)
+        c.client_type = req.client_type
+        if req.HasField("group") and req.group.name:
+            c.group = req.group.name
+            if self.broker.groups.get_or_create(c.group) is None:
+                return pb.HeartbeatResponse(status=status(pb.CONSUMER_GROUP_NOT_FOUND,
+                                                          f"consumer group {c.group} does not exist "
+                                                          f"(autoCreateSubscriptionGroup is off)"))
+        return pb.HeartbeatResponse(status=OK)
+
+    async def notify_client_termination(self, req: pb.NotifyClientTerminationRequest,
+                                        client_id: str) -> pb.NotifyClientTerminationResponse:
+        self.clients.pop(client_id, None)
+        await trio.lowlevel.checkpoint()
+        return pb.NotifyClientTerminationResponse(status=OK)
+
+    async def telemetry(self, cmd: pb.TelemetryCommand, client_id: str) -> pb.TelemetryCommand | None:
+        """The settings exchange: the client's settings come back completed with the
+        broker's (body size limit, retry policy, polling); other commands need no answer."""
+        await trio.lowlevel.checkpoint()
+        if cmd.WhichOneof("command") != "settings":
+            return None
+        s = cmd.settings
+        c = self._client(client_id)
+        c.client_type = s.client_type
+        c.language = pb.Language.Name(s.user_agent.language) if s.user_agent.language in pb.Language.values() else ""
+        c.version = s.user_agent.version
+        out = pb.Settings()
+        out.CopyFrom(s)
+        out.metric.Clear()  # no metrics collector here: the client must not export to this port
+        if s.WhichOneof("pub_sub") == "publishing":
+            c.topics = {t.name for t in s.publishing.topics}
+            out.publishing.max_body_size = self.broker.config.max_message_size
+            out.publishing.validate_message_type = False
+            out.backoff_policy.max_attempts = 3
+            out.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
+            out.backoff_policy.exponential_backoff.max.FromSeconds(1)
+            out.backoff_policy.exponential_backoff.multiplier = 2.0
+        elif s.WhichOneof("pub_sub") == "subscription":
+            sub = s.subscription
+            c.group = sub.group.name
+            c.topics = {e.topic.name for e in sub.subscriptions}
+            out.subscription.fifo = self.consumption.orderly(c.group)
+            if not sub.HasField("receive_batch_size"):
+                out.subscription.receive_batch_size = MAX_BATCH
+            if not sub.HasField("long_polling_timeout"):
+                out.subscription.long_polling_timeout.FromSeconds(int(DEFAULT_POLL_S))
+            out.backoff_policy.max_attempts = max_attempts(self.broker, c.group)
+            out.backoff_policy.customized_backoff.next.add().FromSeconds(1)
+        return pb.TelemetryCommand(status=OK, settings=out)
+
+    # ------------------------------------------------------------------ send
+
+    async def send_message(self, req: pb.SendMessageRequest) -> pb.SendMessageResponse:
+        if not req.messages:
+            return pb.SendMessageResponse(status=status(pb.BAD_REQUEST, "the request holds no message"))
+        entries = [await self._send_one(m) for m in req.messages]
+        first = entries[0].status
+        whole = first if all(e.status.code == first.code for e in entries) else status(pb.MULTIPLE_RESULTS, "see entries")
+        return pb.SendMessageResponse(status=whole, entries=entries)
+
+    async def _send_one(self, m: pb.Message) -> pb.SendResultEntry:
+        try:
+            if m.system_properties.message_type == pb.TRANSACTION and self.transactions is None:
+                raise WireError(pb.UNSUPPORTED, "transactional messages need the broker's remoting listener "
+                                                "(--broker-port not 0), whose transaction service checks them")
+            if m.system_properties.HasField("lite_topic"):
+                raise WireError(pb.UNSUPPORTED, "lite topics are not supported yet (docs/CLIENTS.md)")
+            msg, _ = wire.to_store(m)
+            if not msg.body:
+                raise WireError(pb.MESSAGE_BODY_EMPTY, "the message body is empty")
+            if len(msg.body) > self.broker.config.max_message_size:
+                raise WireError(pb.MESSAGE_BODY_TOO_LARGE, f"the body has {len(msg.body)} bytes, more than "
+                                                           f"maxMessageSize {self.broker.config.max_message_size}")
+            cfg = await self._topic(msg.topic, create=True)
+            group = msg.properties.get(wire.SHARDING_KEY)
+            queue_id = zlib.crc32(group.encode()) % cfg.write_queue_nums if group is not None else None
+        except WireError as e:
+            return pb.SendResultEntry(status=status(e.code, str(e)), message_id=m.system_properties.message_id)
+        result = await self.broker.send(msg, queue_id)
+        if not result.ok:
+            code = {"TOPIC_NOT_EXIST": pb.TOPIC_NOT_FOUND, "NO_PERMISSION": pb.FORBIDDEN,
+                    "MESSAGE_ILLEGAL": pb.BAD_REQUEST, "SYSTEM_BUSY": pb.TOO_MANY_REQUESTS,
+                    "SERVICE_NOT_AVAILABLE": pb.HA_NOT_AVAILABLE}.get(result.status.name, pb.INTERNAL_SERVER_ERROR)
+            return pb.SendResultEntry(status=status(code, result.remark or result.status.name),
+                                      message_id=m.system_properties.message_id)
+        code = {"FLUSH_DISK_TIMEOUT": pb.MASTER_PERSISTENCE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT": pb.SLAVE_PERSISTENCE_TIMEOUT,
+                "SLAVE_NOT_AVAILABLE": pb.HA_NOT_AVAILABLE}.get(result.status.name, pb.OK)
+        # a half's transaction id is its offset message id: EndTransaction finds the half by it
+        tx_id = offset_msg_id(msg.store_host, result.physical_offset) if wire.TRAN_MSG in msg.properties else ""
+        return pb.SendResultEntry(status=status(code, "OK" if code == pb.OK else result.status.name),
+                                  message_id=msg.properties[PROPERTY_UNIQ_KEY], offset=result.queue_offset,
+                                  transaction_id=tx_id)
+
+    # ------------------------------------------------------------------ transactions
+    async def end_transaction(self, req: pb.EndTransactionRequest) -> pb.EndTransactionResponse:
+        try:
+            await end_transaction(self.broker, self.transactions, req)
+        except WireError as e:
+            return pb.EndTransactionResponse(status=status(e.code, str(e)))
+        return pb.EndTransactionResponse(status=OK)
+

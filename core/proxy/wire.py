@@ -1,0 +1,154 @@
+"""The mapping between RocketMQ 5 gRPC messages (``apache.rocketmq.v2``, see
+`core.proxy.pb`) and the store's messages.
+
+Rules kept here:
+- System properties travel as RocketMQ 5's proxy puts them in the store
+  (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``__SHARDINGKEY`` for the message group,
+  ``TIMER_DELIVER_MS`` for a delivery time), so a message sent over gRPC is
+  the same stored message as one sent over remoting, and the reverse.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from core.store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, StoredMessage, unpack_host
+
+from . import pb
+
+SHARDING_KEY = "__SHARDINGKEY"  # the FIFO message group (RocketMQ's PROPERTY_SHARDING_KEY)
+DELIVER_MS = "TIMER_DELIVER_MS"  # absolute delivery time, ms (RocketMQ 5 timer messages)
+TRACE_CONTEXT = "TRACE_CONTEXT"
+# Properties of the store that are the wire's system properties or the broker's own bookkeeping:
+# never shown to a 5.x client as user properties.
+_SYSTEM = frozenset({
+    PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, SHARDING_KEY, DELIVER_MS, TRACE_CONTEXT, "WAIT", "CLUSTER",
+    "MIN_OFFSET", "MAX_OFFSET", "REAL_TOPIC", "REAL_QID", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+    "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME", "DELAY",
+    "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INNER_MULTI_DISPATCH",
+    "INNER_MULTI_QUEUE_OFFSET", "TRAN_MSG", "PGROUP", "TRANSACTION_ID", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET",
+})
+_HELD_PREFIX = "TRAN_HELD_"  # core.transactions keeps a half's delay properties under this prefix
+TRAN_MSG, PGROUP, CHECK_IMMUNITY = "TRAN_MSG", "PGROUP", "CHECK_IMMUNITY_TIME_IN_SECONDS"
+REAL_TOPIC = "REAL_TOPIC"
+
+
+def transaction_group(topic: str) -> str:
+    """The producer group a 5.x transactional message is stored under (PGROUP): 5.x
+    producers have no group, so a half is checked with any producer of its topic."""
+    return f"%GRPC%{topic}"
+
+
+def topic_of_transaction_group(group: str) -> str | None:
+    return group[len("%GRPC%"):] if group.startswith("%GRPC%") else None
+
+
+def status(code: int, message: str = "OK") -> pb.Status:
+    return pb.Status(code=code, message=message)
+
+
+OK = status(pb.OK)
+
+
+class WireError(ValueError):
+    """A request the client got wrong: ``code`` is the wire's answer, the text one line."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(text)
+        self.code = code
+
+
+def to_store(m: pb.Message) -> tuple[Message, int]:
+    """A sent message as the store keeps it, and the queue the client chose."""
+    sp = m.system_properties
+    topic = m.topic.name
+    if not topic:
+        raise WireError(pb.ILLEGAL_TOPIC, "the message has no topic")
+    if not sp.message_id:
+        raise WireError(pb.ILLEGAL_MESSAGE_ID, "the message has no message_id")
+    if sp.body_encoding == pb.GZIP:
+        raise WireError(pb.BAD_REQUEST, "GZIP-encoded bodies are not supported yet; send IDENTITY")
+    props: dict[str, str] = {}
+    for key, value in m.user_properties.items():
+        if key in _SYSTEM:
+            raise WireError(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key!r} is a reserved name")
+        props[key] = value
+    if sp.HasField("tag"):
+        props[PROPERTY_TAGS] = sp.tag
+    if sp.keys:
+        props[PROPERTY_KEYS] = " ".join(sp.keys)
+    props[PROPERTY_UNIQ_KEY] = sp.message_id
+    if sp.HasField("message_group"):
+        if not sp.message_group:
+            raise WireError(pb.ILLEGAL_MESSAGE_GROUP, "the message group is empty")
+        props[SHARDING_KEY] = sp.message_group
+    if sp.HasField("delivery_timestamp"):
+        props[DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
+    if sp.HasField("trace_context") and sp.trace_context:
+        props[TRACE_CONTEXT] = sp.trace_context
+    if sp.message_type == pb.TRANSACTION:
+        props[TRAN_MSG] = "true"
+        props[PGROUP] = transaction_group(topic)
+        if sp.HasField("orphaned_transaction_recovery_duration"):
+            props[CHECK_IMMUNITY] = str(max(1, sp.orphaned_transaction_recovery_duration.seconds))
+    born = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
+    return Message(topic=topic, body=bytes(m.body), properties=props, born_timestamp=born), sp.queue_id
+
+
+def from_store(sm: StoredMessage, *, receipt_handle: str, attempt: int, invisible_ms: int) -> pb.Message:
+    """A stored message as a 5.x consumer receives it (``attempt`` counts deliveries from 1)."""
+    props = sm.properties
+    out = pb.Message(body=sm.body)
+    out.topic.name = sm.topic
+    for key, value in props.items():
+        if key not in _SYSTEM and not key.startswith(_HELD_PREFIX):
+            out.user_properties[key] = value
+    sp = out.system_properties
+    if PROPERTY_TAGS in props:
+        sp.tag = props[PROPERTY_TAGS]
+    sp.keys.extend(props.get(PROPERTY_KEYS, "").split())
+    sp.message_id = props.get(PROPERTY_UNIQ_KEY) or sm.msg_id
+    sp.body_digest.type = pb.CRC32
+    sp.body_digest.checksum = format(zlib.crc32(sm.body) & 0xFFFFFFFF, "08X")
+    sp.body_encoding = pb.IDENTITY
+    if SHARDING_KEY in props:
+        sp.message_type = pb.FIFO
+        sp.message_group = props[SHARDING_KEY]
+    elif DELIVER_MS in props:
+        sp.message_type = pb.DELAY
+        sp.delivery_timestamp.FromMilliseconds(int(props[DELIVER_MS]))
+    else:
+        sp.message_type = pb.NORMAL
+    sp.born_timestamp.FromMilliseconds(sm.born_timestamp)
+    sp.born_host = _host(sm.born_host)
+    sp.store_timestamp.FromMilliseconds(sm.store_timestamp)
+    sp.store_host = _host(sm.store_host)
+    sp.queue_id = sm.queue_id
+    sp.queue_offset = sm.queue_offset
+    sp.receipt_handle = receipt_handle
+    sp.invisible_duration.FromMilliseconds(invisible_ms)
+    sp.delivery_attempt = attempt
+    if TRACE_CONTEXT in props:
+        sp.trace_context = props[TRACE_CONTEXT]
+    return out
+
+
+def orphan_from_store(sm: StoredMessage) -> pb.Message:
+    """A pending transaction's half (or its check copy) as a 5.x producer's checker sees it:
+    in its real topic, typed TRANSACTION."""
+    out = from_store(sm, receipt_handle="", attempt=1, invisible_ms=0)
+    out.topic.name = sm.properties.get(REAL_TOPIC, sm.topic)
+    sp = out.system_properties
+    sp.message_type = pb.TRANSACTION
+    for field in ("receipt_handle", "invisible_duration", "delivery_attempt"):
+        sp.ClearField(field)
+    return out
+
+
+def _host(raw: bytes) -> str:
+    try:
+        host, port = unpack_host(raw)
+    except ValueError:
+        return ""
+    return f"{host}:{port}"

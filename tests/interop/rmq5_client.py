@@ -1,0 +1,306 @@
+"""Drive the unmodified PyPI ``rocketmq-python-client`` (5.x) against a gRPC endpoint.
+
+Run as ``python rmq5_client.py HOST:PORT SCENARIO``; prints one JSON object
+with what the client observed (the test asserts on it). A separate process
+on purpose: the client's generated ``apache.rocketmq.v2`` classes and ours
+(core/proxy) cannot share one protobuf descriptor pool, and this keeps the
+test process free of both.
+
+The 4.x ``rocketmq`` package (the C++ client, also in the dev extra) ships an
+empty ``rocketmq/__init__.py`` that breaks this client when installed after
+it; the Makefile installs this one last (docs/CLIENTS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from rocketmq.v5.client import ClientConfiguration, Credentials
+from rocketmq.v5.consumer import ConsumeResult, MessageListener, PushConsumer, SimpleConsumer
+from rocketmq.v5.model import FilterExpression, Message
+from rocketmq.grpc_protocol import TransactionResolution
+from rocketmq.v5.producer import Producer, TransactionChecker
+
+
+def config(endpoint: str) -> ClientConfiguration:
+    return ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+
+
+def message(topic: str, body: bytes, **kw) -> Message:
+    m = Message()
+    m.topic = topic
+    m.body = body
+    for key, value in kw.items():
+        if key == "properties":
+            for k, v in value.items():
+                m.add_property(k, v)
+        else:
+            setattr(m, key, value)
+    return m
+
+
+def seen(m, t0: float) -> dict:
+    return {"body": m.body.decode(), "tag": m.tag, "keys": list(m.keys or []), "properties": dict(m.properties or {}),
+            "group": m.message_group, "attempt": m.delivery_attempt, "id": m.message_id, "at": time.time() - t0}
+
+
+def send_and_receive(endpoint: str, topic: str, group: str) -> dict:
+    t0 = time.time()
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    sent = []
+    try:
+        r = producer.send(message(topic, b"normal", tag="TagA", keys="k1", properties={"color": "red"}))
+        sent.append(r.message_id)
+        deliver_at = int(time.time()) + 3
+        r = producer.send(message(topic, b"delayed", delivery_timestamp=deliver_at))
+        sent.append(r.message_id)
+        for i in range(3):
+            for g in ("g1", "g2"):
+                sent.append(producer.send(message(topic, f"{g}-{i}".encode(), message_group=g)).message_id)
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 5)
+    consumer.startup()
+    got = []
+    try:
+        while len(got) < len(sent) and time.time() - t0 < 40:
+            for m in consumer.receive(16, 15):
+                got.append(seen(m, t0))
+                consumer.ack(m)
+        t = time.time()
+        after = [seen(m, t0) for m in consumer.receive(16, 2)]
+        empty_wait = time.time() - t
+    finally:
+        consumer.shutdown()
+    return {"sent": sent, "got": got, "after_ack": after, "empty_wait": empty_wait, "deliver_at": deliver_at - t0}
+
+
+def redelivery(endpoint: str, topic: str, group: str) -> dict:
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        for body in (b"a", b"b", b"c"):
+            producer.send(message(topic, body))
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 10)
+    consumer.startup()
+    events = []
+    t0 = time.time()
+    try:
+        first = {}
+        while len(first) < 3 and time.time() - t0 < 20:
+            for m in consumer.receive(16, 2):
+                first[m.body.decode()] = m
+        events.append({"step": "first", "got": sorted((k, m.delivery_attempt) for k, m in first.items())})
+        consumer.ack(first["a"])
+        consumer.change_invisible_duration(first["c"], 7)
+        t1 = time.time()
+        again = []
+        while len(again) < 2 and time.time() - t0 < 40:
+            for m in consumer.receive(16, 20):
+                again.append(m)
+                events.append({"step": "again", "body": m.body.decode(), "attempt": m.delivery_attempt,
+                               "after": time.time() - t1})
+        try:
+            consumer.ack(first["b"])  # the handle of b's first delivery: stale now
+            events.append({"step": "stale_ack", "error": None})
+        except Exception as e:
+            events.append({"step": "stale_ack", "error": f"{type(e).__name__}: {e}"})
+        for m in again:
+            consumer.ack(m)
+        events.append({"step": "left", "got": [m.body.decode() for m in consumer.receive(16, 4)]})
+    finally:
+        consumer.shutdown()
+    return {"events": events}
+
+
+def send(endpoint: str, topic: str, body: str, properties: str = "{}") -> dict:
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        return {"id": producer.send(message(topic, body.encode(), properties=json.loads(properties))).message_id}
+    finally:
+        producer.shutdown()
+
+
+def receive(endpoint: str, topic: str, group: str, count: str) -> dict:
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 5)
+    consumer.startup()
+    got, t0 = [], time.time()
+    try:
+        while len(got) < int(count) and time.time() - t0 < 30:
+            for m in consumer.receive(16, 30):
+                got.append(seen(m, t0))
+                consumer.ack(m)
+    finally:
+        consumer.shutdown()
+    return {"got": got}
+
+
+class CommitOnCheck(TransactionChecker):
+    """Answers the broker's check of a transaction left open: commit."""
+
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+
+    def check(self, message) -> TransactionResolution:
+        self.checked.append(message.body.decode())
+        return TransactionResolution.COMMIT
+
+
+def transactions(endpoint: str, topic: str, group: str) -> dict:
+    checker = CommitOnCheck()
+    producer = Producer(config(endpoint), (topic,), checker)
+    producer.startup()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 3)
+    consumer.startup()
+    got, t0 = [], time.time()
+    try:
+        for body, end in (("committed", "commit"), ("rolled back", "rollback"), ("left open", None)):
+            tx = producer.begin_transaction()
+            receipt = producer.send(message(topic, body.encode()), tx)
+            assert receipt.transaction_id, "no transaction id"
+            if end == "commit":
+                tx.commit()
+            elif end == "rollback":
+                tx.rollback()
+        while time.time() - t0 < 40 and len(got) < 2:
+            for m in consumer.receive(16, 30):
+                got.append(seen(m, t0))
+                consumer.ack(m)
+        got += [seen(m, t0) for m in consumer.receive(16, 30)]  # nothing more: the rollback stays out
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return {"got": [m["body"] for m in got], "checked": checker.checked}
+
+
+class FailFirstDelivery(MessageListener):
+    """Consumes every message; the body ``retry-me`` fails on its first delivery."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+
+    def consume(self, message) -> ConsumeResult:
+        body = message.body.decode()
+        self.seen.append((body, message.delivery_attempt))
+        return ConsumeResult.FAILURE if body == "retry-me" and message.delivery_attempt == 1 else ConsumeResult.SUCCESS
+
+
+def push(endpoint: str, topic: str, group: str) -> dict:
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        for body in ("one", "two", "retry-me"):
+            producer.send(message(topic, body.encode()))
+    finally:
+        producer.shutdown()
+    listener = FailFirstDelivery()
+    consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")})
+    consumer.startup()
+    t0 = time.time()
+    try:
+        while time.time() - t0 < 30 and ("retry-me", 2) not in listener.seen:
+            time.sleep(0.2)
+        time.sleep(2)  # anything delivered again after its success would show up here
+    finally:
+        consumer.shutdown()
+    return {"seen": listener.seen}
+
+
+def restart_before(endpoint: str, topic: str, group: str) -> dict:
+    """Two messages received with a 15 s invisible time; only ``done`` is acked."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        for body in (b"keep", b"done"):
+            producer.send(message(topic, body))
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 5)
+    consumer.startup()
+    got = []
+    try:
+        t0 = time.time()
+        while len(got) < 2 and time.time() - t0 < 20:
+            got += consumer.receive(16, 15)
+        for m in got:
+            if m.body == b"done":
+                consumer.ack(m)
+    finally:
+        consumer.shutdown()
+    return {"got": sorted(m.body.decode() for m in got), "at": time.time()}
+
+
+def restart_after(endpoint: str, topic: str, group: str) -> dict:
+    """After the restart: a first short receive, then until something comes."""
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 3)
+    consumer.startup()
+    try:
+        first = [(m.body.decode(), m.delivery_attempt) for m in consumer.receive(16, 30)]
+        first_end = time.time()
+        later, t0 = [], time.time()
+        while not later and time.time() - t0 < 30:
+            later = [(m.body.decode(), m.delivery_attempt, time.time()) for m in consumer.receive(16, 30)]
+    finally:
+        consumer.shutdown()
+    return {"first": first, "first_end": first_end, "later": later}
+
+
+def body_limit(endpoint: str, topic: str, size: str) -> dict:
+    """Send a body of ``size`` bytes; the producer checks the broker's limit from the settings exchange."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        time.sleep(1)  # the settings answer arrives on the Telemetry stream, after startup returns
+        try:
+            return {"id": producer.send(message(topic, b"x" * int(size))).message_id, "error": None}
+        except Exception as e:
+            return {"id": None, "error": f"{type(e).__name__}: {e}"}
+    finally:
+        producer.shutdown()
+
+
+class FailOnce(MessageListener):
+    """Records (body, group); fails the body ``g1-0`` the first time only."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def consume(self, message) -> ConsumeResult:
+        body = message.body.decode()
+        self.seen.append((body, message.message_group))
+        return ConsumeResult.FAILURE if self.seen.count((body, "g1")) == 1 and body == "g1-0" else ConsumeResult.SUCCESS
+
+
+def push_fifo(endpoint: str, topic: str, group: str) -> dict:
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    try:
+        for i in range(3):
+            for g in ("g1", "g2"):
+                producer.send(message(topic, f"{g}-{i}".encode(), message_group=g))
+    finally:
+        producer.shutdown()
+    listener = FailOnce()
+    consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression("*")})
+    consumer.startup()
+    t0 = time.time()
+    try:
+        while time.time() - t0 < 30 and len({b for b, _ in listener.seen}) < 6:
+            time.sleep(0.2)
+        time.sleep(1)
+    finally:
+        consumer.shutdown()
+    return {"seen": listener.seen}
+
+
+SCENARIOS = {"push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+
+if __name__ == "__main__":
+    endpoint, scenario, *args = sys.argv[1:]
+    print(json.dumps(SCENARIOS[scenario](endpoint, *args)))

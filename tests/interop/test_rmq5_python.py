@@ -1,0 +1,155 @@
+"""The unmodified PyPI ``rocketmq-python-client`` (5.x, gRPC) against a real ``mqgate serve``.
+
+The client runs in its own process (``rmq5_client.py``, which says why); the
+server is a subprocess with a free gRPC port. Each test uses fresh topic and
+group names.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from serve_process import ServeProcess, free_port
+
+DRIVER = Path(__file__).with_name("rmq5_client.py")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    grpc_port = free_port()
+    with ServeProcess(tmp_path_factory.mktemp("rmq5") / "data", "--namesrv-port", "0", "--broker-port", "0",
+                      "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
+        assert s.ports["grpc"] == grpc_port
+        yield s
+
+
+def drive(server, scenario: str, *args: str) -> dict:
+    r = subprocess.run([sys.executable, str(DRIVER), f"127.0.0.1:{server.ports['grpc']}", scenario, *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"{scenario} failed:\n{r.stderr[-3000:]}\nserver log:\n{server.output()[-3000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def names(*bases: str) -> list[str]:
+    suffix = uuid.uuid4().hex[:8]
+    return [f"{b}_{suffix}" for b in bases]
+
+
+def test_producer_sends_normal_delay_and_fifo_and_a_simple_consumer_receives_each_once(server):
+    topic, group = names("rmq5_topic", "rmq5_group")
+    out = drive(server, "send_and_receive", topic, group)
+    got = {m["body"]: m for m in out["got"]}
+    assert sorted(m["id"] for m in out["got"]) == sorted(out["sent"])  # each once, with the producer's ids
+    normal = got["normal"]
+    assert (normal["tag"], normal["keys"], normal["properties"], normal["attempt"]) == ("TagA", ["k1"], {"color": "red"}, 1)
+    # the delayed message is not visible before its delivery time (whole seconds on the wire)
+    assert got["delayed"]["at"] >= out["deliver_at"] - 0.5
+    assert max(got[b]["at"] for b in got if b != "delayed") < got["delayed"]["at"]
+    for g in ("g1", "g2"):  # each message group in send order, with its group
+        seq = [m["body"] for m in out["got"] if m["group"] == g]
+        assert seq == [f"{g}-{i}" for i in range(3)]
+    # acked: nothing comes back, and the empty receive long-polled (the consumer's await duration, 5 s)
+    assert out["after_ack"] == []
+    assert out["empty_wait"] >= 4.0
+
+
+def test_unacked_message_comes_back_with_its_attempt_and_a_changed_invisible_time_holds(server):
+    topic, group = names("rmq5_redeliver", "rmq5_redeliver_group")
+    ev = drive(server, "redelivery", topic, group)["events"]
+    first = ev[0]
+    assert first == {"step": "first", "got": [["a", 1], ["b", 1], ["c", 1]]}
+    again = [e for e in ev if e["step"] == "again"]
+    # b was not acked: back after its 2 s invisible time, second attempt; c's time was changed to 7 s
+    assert [(e["body"], e["attempt"]) for e in again] == [("b", 2), ("c", 2)]
+    b, c = again
+    assert 1.0 <= b["after"] < 6.0
+    assert c["after"] >= 6.0
+    stale = next(e for e in ev if e["step"] == "stale_ack")
+    assert stale["error"] is not None and "40013" in stale["error"] and "stale" in stale["error"]
+    assert ev[-1] == {"step": "left", "got": []}  # a was acked, b and c acked after redelivery
+
+
+def test_transactions_commit_roll_back_and_an_open_one_is_checked_through_telemetry_and_committed(tmp_path):
+    """A half nobody ends is checked back (transactionTimeOut 1 s) over the producer's
+    Telemetry stream; its checker commits it."""
+    config = tmp_path / "mqgate.toml"
+    config.write_text("[broker]\ntransactionTimeOut = 1000\ntransactionCheckInterval = 1000\n")
+    grpc_port = free_port()
+    with ServeProcess(tmp_path / "data", "--config", str(config), "--namesrv-port", "0", "--broker-port",
+                      str(free_port()), "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
+        topic, group = names("rmq5_tx", "rmq5_tx_group")
+        out = drive(s, "transactions", topic, group)
+    assert out["checked"] == ["left open"]
+    assert sorted(out["got"]) == ["committed", "left open"]
+
+
+def test_a_push_consumer_consumes_and_a_failed_message_comes_back_once(server):
+    topic, group = names("rmq5_push", "rmq5_push_group")
+    seen = [tuple(x) for x in drive(server, "push", topic, group)["seen"]]
+    # every message once; the one that failed (the client nacks it with the 1 s backoff the
+    # broker's settings gave) again with attempt 2, then never more
+    assert sorted(seen) == [("one", 1), ("retry-me", 1), ("retry-me", 2), ("two", 1)]
+
+
+def test_pop_state_survives_a_restart(tmp_path):
+    """A message in flight stays invisible for the rest of its time across a restart and
+    comes back with attempt 2; an acked one does not come back. (Without the saved state
+    both would be delivered again at once, with attempt 1.)"""
+    grpc_port = free_port()
+    args = ("--namesrv-port", "0", "--broker-port", "0", "--mqtt-port", "0", "--ws-port", "0",
+            "--grpc-port", str(grpc_port))
+    topic, group = names("rmq5_restart", "rmq5_restart_group")
+    s = ServeProcess(tmp_path / "data", *args).start()
+    try:
+        before = drive(s, "restart_before", topic, group)
+        assert before["got"] == ["done", "keep"]
+        assert s.stop() == 0
+        s.start()
+        after = drive(s, "restart_after", topic, group)
+    finally:
+        s.kill()
+    assert (tmp_path / "data" / "config" / "popState.json").exists()
+    assert after["first"] == []
+    assert [(body, attempt) for body, attempt, _ in after["later"]] == [("keep", 2)]
+    (_, _, at), = after["later"]
+    assert at - before["at"] >= 12  # received with a 15 s invisible time, minus the time the receive took
+
+
+def test_the_settings_exchange_gives_the_producer_the_broker_s_body_limit(tmp_path):
+    """[broker] maxMessageSize reaches the 5.x producer through Telemetry: it refuses a larger
+    body itself (without the settings it would allow 4 MiB), and sends a smaller one."""
+    config = tmp_path / "mqgate.toml"
+    config.write_text("[broker]\nmaxMessageSize = 2048\n")
+    grpc_port = free_port()
+    with ServeProcess(tmp_path / "data", "--config", str(config), "--namesrv-port", "0", "--broker-port", "0",
+                      "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
+        (topic,) = names("rmq5_limit")
+        too_big = drive(s, "body_limit", topic, "2049")
+        smaller = drive(s, "body_limit", topic, "1024")
+    assert too_big["id"] is None and "max size=2048" in too_big["error"]
+    assert smaller["error"] is None and smaller["id"]
+
+
+def test_a_fifo_push_consumer_sees_each_message_group_in_order(tmp_path):
+    """The group is made FIFO with `mqgate admin group update --orderly true` (what Java's
+    mqadmin updateSubGroup -o true sends); the 5.x PushConsumer then runs its FIFO
+    consumption, retrying a failed message in place before the next of its group."""
+    grpc_port, namesrv_port = free_port(), free_port()
+    topic, group = names("rmq5_fifo", "rmq5_fifo_group")
+    with ServeProcess(tmp_path / "data", "--namesrv-port", str(namesrv_port), "--broker-port", str(free_port()),
+                      "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
+        r = subprocess.run([sys.executable, "-m", "gateway", "admin", "--namesrv", f"127.0.0.1:{namesrv_port}",
+                            "group", "update", group, "--orderly", "true"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "consumeMessageOrderly" in r.stdout and "True" in r.stdout
+        seen = drive(s, "push_fifo", topic, group)["seen"]
+    for g in ("g1", "g2"):
+        bodies = [b for b, mg in seen if mg == g]
+        assert [b for i, b in enumerate(bodies) if i == 0 or b != bodies[i - 1]] == [f"{g}-{i}" for i in range(3)], seen
+    assert [b for b, _ in seen].count("g1-0") == 2  # failed once, consumed again before g1-1
