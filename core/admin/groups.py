@@ -46,7 +46,7 @@ from core.client.model import MessageQueue
 
 
 def add_parsers(sub) -> None:
-    group = sub.add_parser("group", help="consumer groups: list, progress, connections, status, reset-offset")
+    group = sub.add_parser("group", help="consumer groups: list, progress, connections, status, reset-offset, update")
     group = group.add_subparsers(dest="action", required=True)
     group.add_parser("list", help="every consumer group the brokers know (mqadmin consumerProgress without -g)")
     g = group.add_parser("progress", help="per queue: broker offset, consumer offset, lag (mqadmin consumerProgress)")
