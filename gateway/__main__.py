@@ -55,6 +55,9 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
                        help="HTTP: /metrics and the admin API (default 18083 on 127.0.0.1; 0 = off)")
     if namesrv:
         p.add_argument("--namesrv-port", type=int, metavar="PORT", help="name server (default 9876; 0 = off)")
+    if broker and not mqtt:
+        p.add_argument("--http-port", type=int, metavar="PORT",
+                       help="HTTP /metrics of this broker (off unless given here or as [http] port)")
     if broker:
         p.add_argument("--broker-port", type=int, metavar="PORT", help="RocketMQ remoting (default 10911; 0 = off)")
         p.add_argument("--grpc-port", type=int, metavar="PORT",

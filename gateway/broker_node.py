@@ -99,6 +99,30 @@ async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int],
                     "yet): keep it on a trusted network, or set [proxy] grpcPort = 0", cfg.host, bound)
 
 
+def _broker_view(broker, node: HANode, remoting):
+    from .http import BrokerView
+
+    return BrokerView(broker, ha_status=node.status,
+                      transactions=remoting.transactions.stats if remoting is not None else None,
+                      replication_latency=lambda: node.service.latency if node.service else None,
+                      clients=remoting.ctx.clients if remoting is not None else None)
+
+
+async def _start_http(nursery: trio.Nursery, cfg, gw, view, ports: dict[str, int], reloader=None) -> None:
+    """The one HTTP server: over the MQTT gateway ``gw`` and the broker, or (``gw``
+    None, a broker alone) the broker's /metrics."""
+    from .http import HttpSettings, Users, run_http
+
+    http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
+    users = Users(http.users_file, token_ttl=http.token_ttl)
+    port = await nursery.start(partial(run_http, gw, http, broker=view, users=users,
+                                       explicit_port=cfg.http_port is not None))
+    if reloader is not None and port is not None:
+        reloader.add("HTTP users file", users.reload)
+    if port is not None:
+        ports["http"] = port
+
+
 async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, namesrv_addrs: list[str],
                        ports: dict[str, int], broker_port: int, store_cfg, timer_cfg, reloader=None) -> int:
     run_cfg = node.run_config()
@@ -118,6 +142,9 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
                  ";".join(namesrv_addrs) or "none")
     if node.is_master and cfg.grpc_port != 0:
         await _start_grpc(nursery, broker, cfg, ports, remoting.transactions if broker_port else None)
+    view = _broker_view(broker, node, remoting if broker_port else None)
+    if role == "broker" and cfg.http_port:  # a broker alone: /metrics only, when a port is set
+        await _start_http(nursery, cfg, None, view, ports, reloader)
     if not node.is_master:
         await node.start_slave(nursery, broker)
         if broker_port:  # topics, offsets, groups and delay offsets follow the master's (4.x SlaveSynchronize)
@@ -137,20 +164,7 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
             reloader.add("MQTT password file", gw.settings.authenticator.reload)
             reloader.add("ACL file", gw.settings.acl.reload)
         if cfg.http_port != 0:
-            from .http import BrokerView, HttpSettings, Users, run_http
-
-            http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
-            view = BrokerView(broker, ha_status=node.status,
-                              transactions=remoting.transactions.stats if broker_port else None,
-                              replication_latency=lambda: node.service.latency if node.service else None,
-                              clients=remoting.ctx.clients if broker_port else None)
-            users = Users(http.users_file, token_ttl=http.token_ttl)
-            port = await nursery.start(partial(run_http, gw, http, broker=view, users=users,
-                                               explicit_port=cfg.http_port is not None))
-            if reloader is not None and port is not None:
-                reloader.add("HTTP users file", users.reload)
-            if port is not None:
-                ports["http"] = port
+            await _start_http(nursery, cfg, gw, view, ports, reloader)
     # firing starts once the gateway has restored its sessions and hooks: a timer due during a
     # restart must reach persistent sessions and the retained index like one due later
     await nursery.start(timers.run)

@@ -221,6 +221,8 @@ def run_server(cfg: ServeConfig, role: str = "serve") -> int:
     if role == "serve":
         check_mqtt_config(cfg)
         check_http_config(cfg)
+    elif role == "broker" and cfg.http_port:
+        check_http_config(cfg)
     try:
         trio.run(_main, cfg, role)
     except KeyboardInterrupt:  # a signal that arrived before the receiver was installed

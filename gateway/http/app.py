@@ -205,6 +205,10 @@ class AdminApi:
 
     def routes(self) -> list[Route]:
         r = _guarded
+        if self.ops.gw is None:  # a broker alone (mqgate broker): its series, and login for metricsAuth
+            return [Route("/metrics", r(self.metrics), methods=["GET"]),
+                    Route("/api/v1/login", r(self.login), methods=["POST"]),
+                    Route("/api/v1/{rest:path}", r(self.no_gateway), methods=["GET", "POST", "DELETE"])]
         return [
             Route("/metrics", r(self.metrics), methods=["GET"]),
             Route("/api/v1/login", r(self.login), methods=["POST"]),
@@ -217,6 +221,12 @@ class AdminApi:
             Route("/api/v1/retained", r(self.retained), methods=["GET"]),
             Route("/api/v1/retained/{topic:path}", r(self.retained_topic), methods=["DELETE"]),
         ]
+
+
+    async def no_gateway(self, request: Request) -> Response:
+        await self.user(request)
+        raise ApiError(404, "this process runs no MQTT gateway (mqgate broker): the MQTT API is on the "
+                            "mqgate serve process; here only /metrics")
 
 
 def _peer(request: Request) -> str:

@@ -189,9 +189,11 @@ def _histogram(name: str, doc: str, hist) -> HistogramMetricFamily:
     return family
 
 
-def make_registry(gw: MQTTGateway, broker: BrokerView | None = None) -> CollectorRegistry:
+def make_registry(gw: MQTTGateway | None, broker: BrokerView | None = None) -> CollectorRegistry:
+    """The MQTT series of ``gw`` (None: a broker alone), ``broker``'s, the process's."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GatewayCollector(gw))
+    if gw is not None:
+        registry.register(GatewayCollector(gw))
     if broker is not None:
         registry.register(BrokerCollector(broker))
     ProcessCollector(registry=registry)

@@ -11,9 +11,12 @@ Rules kept here (ARCHITECTURE decision 12):
   HTTP, credentials and tokens travel in clear: a warning says so when the
   address is reachable from other machines.
 - Hypercorn's own log lines go to ``mqgate.http.server`` (its start banner dropped); no access log.
-- The dashboard (``/dashboard``, gateway/http/dashboard) is always served with
-  the API; its rate sampler runs in this nursery. Other HTTP parts (the
-  event API) join with ``extra_routes``.
+- The dashboard (``/dashboard``, gateway/http/dashboard) is served with the
+  API; its rate sampler runs in this nursery. Other HTTP parts (the event
+  API) join with ``extra_routes``.
+- A broker alone (``mqgate broker``, master or slave: no gateway) serves
+  ``/metrics`` with the broker's series and login; the MQTT API answers 404
+  with one line saying where it is, and there is no dashboard.
 """
 
 from __future__ import annotations
@@ -79,9 +82,12 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
     users = users or Users(settings.users_file, token_ttl=settings.token_ttl)
     ops = GatewayOps(gw)
     api = AdminApi(ops, users, make_registry(gw, broker), metrics_auth=settings.metrics_auth)
-    reads = DashboardReads(gw, broker)
-    sampler = RateSampler(reads.counters)
-    dashboard = Dashboard(ops, reads, users, sampler, secure_cookie=settings.tls)
+    sampler = None
+    routes = list(extra_routes)
+    if gw is not None:  # a broker alone (gw None) serves /metrics only: no MQTT API, no dashboard
+        reads = DashboardReads(gw, broker)
+        sampler = RateSampler(reads.counters)
+        routes[:0] = Dashboard(ops, reads, users, sampler, secure_cookie=settings.tls).routes()
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
@@ -98,10 +104,11 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
         log.info("no HTTP users in %s: the admin API refuses every request until one is added "
                  "(mqgate passwd --admin %s USER)", users.path, users.path)
     async with trio.open_nursery() as nursery:
-        if gw is not None:  # (tests of the server alone pass no gateway)
+        if sampler is not None:
             await nursery.start(sampler.run)
-        await nursery.start(_serve, make_app(api, [*dashboard.routes(), *extra_routes]), config)
-        log.info("HTTP (/metrics, /api/v1, /dashboard) listening on %s://%s:%d", scheme, settings.host, port)
+        await nursery.start(_serve, make_app(api, routes), config)
+        log.info("HTTP (%s) listening on %s://%s:%d", "/metrics, /api/v1, /dashboard" if gw is not None else "/metrics",
+                 scheme, settings.host, port)
         task_status.started(port)
 
 
