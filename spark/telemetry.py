@@ -267,12 +267,24 @@ class StopRequest:
 
 
 def _stop(queries, requested: bool) -> None:
-    """Stop the queries, after letting a running micro-batch end (up to STOP_GRACE_S) when asked to."""
+    """Stop the queries, after letting running micro-batches end (up to STOP_GRACE_S) when asked to.
+
+    Spark's stop interrupts a running batch's tasks; between batches it
+    interrupts nothing. So the queries are stopped back to back at a moment
+    when none of them runs a batch. A query that ended with an error while we
+    waited is not raised here: the caller reports it (``q.exception()``)."""
+    from pyspark.errors import StreamingQueryException
+
     deadline = time.monotonic() + STOP_GRACE_S
+    while requested and time.monotonic() < deadline:
+        busy = [q for q in queries if q.isActive and q.status["isTriggerActive"]]
+        if not busy:
+            break
+        try:
+            busy[0].awaitTermination(0.1)
+        except StreamingQueryException:
+            pass  # it ended with an error: reported by the caller
     for q in queries:
-        # Spark's stop interrupts the running batch's tasks; between batches it interrupts nothing
-        while requested and q.isActive and q.status["isTriggerActive"] and time.monotonic() < deadline:
-            q.awaitTermination(0.2)
         q.stop()
 
 

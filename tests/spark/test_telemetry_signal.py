@@ -20,6 +20,15 @@ from core.store.message import Message
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _why(stderr: str) -> str:
+    """The first error's own lines (a StreamingQueryException's text ends in its plan), then the tail."""
+    lines = stderr.splitlines()
+    first = next((i for i, ln in enumerate(lines) if ("Exception" in ln or "Traceback" in ln) and " WARN " not in ln),
+                 None)
+    head = "\n".join(lines[first:first + 40]) if first is not None else ""
+    return f"{head}\n...\n{stderr[-1500:]}"
+
+
 def test_sigint_during_a_micro_batch_stops_cleanly_and_the_next_start_goes_on(spark, make_store, tmp_path):
     data, out = tmp_path / "data", tmp_path / "out"
     store = make_store(data, 1 << 20)
@@ -44,9 +53,9 @@ def test_sigint_during_a_micro_batch_stops_cleanly_and_the_next_start_goes_on(sp
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 0, stderr[-3000:]
+    assert proc.returncode == 0, _why(stderr)
     errors = [ln for ln in stderr.splitlines() if ("Exception" in ln or "Traceback" in ln) and " WARN " not in ln]
-    assert not errors, stderr[-3000:]
+    assert not errors, _why(stderr)
     assert "rejects:" in stdout
     # the next start continues from the checkpoint
     from spark import telemetry
