@@ -46,13 +46,17 @@ class ConsumerStats:
         self._opened = clock()
         self._topics: dict[str, TopicStats] = {}
 
-    def _topic(self, topic: str) -> TopicStats:
+    def _roll(self) -> None:
+        """Close the window once it is older than WINDOW_S (the totals stay)."""
         now = self._clock()
         if now - self._opened > WINDOW_S:
             self._opened = now
             for t in self._topics.values():
                 t.pulls = t.pulled = t.ok = t.failed = 0
                 t.pull_rt_ms = t.consume_rt_ms = 0.0
+
+    def _topic(self, topic: str) -> TopicStats:
+        self._roll()
         t = self._topics.get(topic)
         if t is None:
             t = self._topics[topic] = TopicStats()
@@ -75,8 +79,7 @@ class ConsumerStats:
 
     def status(self) -> dict[str, dict]:
         """topic -> ConsumeStatus (pullRT, pullTPS, consumeRT, consumeOKTPS, consumeFailedTPS, consumeFailedMsgs)."""
-        for topic in list(self._topics):
-            self._topic(topic)  # closes an old window
+        self._roll()
         age = max(1.0, self._clock() - self._opened)
         out = {}
         for topic, t in sorted(self._topics.items()):

@@ -90,7 +90,8 @@ def _stamp(ctx: BrokerContext, s: "_Send") -> "_Send":
     return s
 
 
-def _response(req: RemotingCommand, result: SendResult, cfg=None) -> RemotingCommand | None:
+def _response(req: RemotingCommand, result: SendResult, cfg) -> RemotingCommand | None:
+    """The answer to one send; ``cfg`` (the broker's config) gives MSG_REGION and TRACE_ON."""
     if req.is_oneway:
         return None  # nobody reads it: do not build it
     if not result.ok:
@@ -101,8 +102,8 @@ def _response(req: RemotingCommand, result: SendResult, cfg=None) -> RemotingCom
             "msgId": result.msg_id,
             "queueId": result.queue_id,
             "queueOffset": result.queue_offset,
-            PROPERTY_MSG_REGION: cfg.region_id if cfg is not None else "DefaultRegion",
-            PROPERTY_TRACE_ON: ("true" if cfg.trace_on else "false") if cfg is not None else "true",
+            PROPERTY_MSG_REGION: cfg.region_id,
+            PROPERTY_TRACE_ON: "true" if cfg.trace_on else "false",
         },
     )
 

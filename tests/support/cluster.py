@@ -29,6 +29,18 @@ class Cluster:
     client: RemotingClient  # a raw remoting client, for tests that speak the wire themselves
 
 
+async def create_routed_topic(c: Cluster, topic: str, queues: int = 1) -> None:
+    """Create ``topic`` on the broker and wait until the name server routes it
+    (registration is asynchronous)."""
+    from core.client.api import open_client_api
+
+    async with open_client_api() as api:
+        await api.create_topic(c.broker_addr, topic, queues, queues)
+        with trio.fail_after(10):
+            while await api.get_route(c.namesrv, topic) is None:
+                await trio.sleep(0.02)
+
+
 @asynccontextmanager
 async def broker_cluster(nursery: trio.Nursery, root: Path, **broker_options) -> AsyncIterator[Cluster]:
     """``broker_options``: more `BrokerConfig` fields (``enable_property_filter=True``...)."""

@@ -2,7 +2,7 @@
 
 import pytest
 import trio
-from cluster import broker_cluster
+from cluster import broker_cluster, create_routed_topic
 
 from core.client import (
     ConsumeConcurrentlyStatus, ConsumeFromWhere, Message, MessageSelector, MQBrokerError, open_producer,
@@ -30,15 +30,6 @@ def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
-
-
-async def _create_topic(c, topic: str) -> None:
-    """Create ``topic`` and wait until the name server routes it (registration is asynchronous)."""
-    async with open_client_api() as api:
-        await api.create_topic(c.broker_addr, topic, 1, 1)
-        with trio.fail_after(10):
-            while await api.get_route(c.namesrv, topic) is None:
-                await trio.sleep(0.02)
 
 
 async def _send_readings(namesrv: str, topic: str) -> None:
@@ -107,7 +98,7 @@ async def test_long_poll_over_the_wire_waits_for_a_matching_message(sql_cluster)
 
 
 async def test_consumer_start_is_refused_when_property_filter_is_off(cluster):
-    await _create_topic(cluster, "TopicOff")
+    await create_routed_topic(cluster, "TopicOff")
     with pytest.raises(BaseException) as info:
         async with open_pull_consumer(cluster.namesrv, "GOff", {"TopicOff": MessageSelector.by_sql("a > 1")}):
             pass
@@ -128,7 +119,7 @@ async def test_pull_with_sql92_is_refused_when_property_filter_is_off(cluster):
 
 
 async def test_consumer_start_reports_a_syntax_error_with_its_column(sql_cluster):
-    await _create_topic(sql_cluster, "TopicBad")
+    await create_routed_topic(sql_cluster, "TopicBad")
     with pytest.raises(BaseException) as info:
         async with open_pull_consumer(sql_cluster.namesrv, "GBad", {"TopicBad": MessageSelector.by_sql("temp >> 3")}):
             pass

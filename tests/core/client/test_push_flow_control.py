@@ -5,19 +5,11 @@ MiB of bodies, or (concurrent consumers) offsets spanning more than
 Real name server and broker on 127.0.0.1, our producer and push consumer."""
 
 import trio
+from cluster import create_routed_topic
 
 from core.client import ConsumeFromWhere, Message, open_producer, open_push_consumer
-from core.client.api import open_client_api
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
-
-
-async def _one_queue_topic(cluster, topic: str) -> None:
-    async with open_client_api() as api:
-        await api.create_topic(cluster.broker_addr, topic, 1, 1)
-        with trio.fail_after(10):
-            while await api.get_route(cluster.namesrv, topic) is None:
-                await trio.sleep(0.02)
 
 
 async def _send(cluster, topic: str, n: int, size: int) -> None:
@@ -27,7 +19,7 @@ async def _send(cluster, topic: str, n: int, size: int) -> None:
 
 
 async def test_a_queue_holding_more_than_the_size_threshold_is_not_pulled(cluster):
-    await _one_queue_topic(cluster, "FlowSize")
+    await create_routed_topic(cluster, "FlowSize")
     await _send(cluster, "FlowSize", 40, 64 * 1024)  # 2.5 MiB in all
     release = trio.Event()
     got = []
@@ -55,7 +47,7 @@ async def test_stuck_messages_stop_pulls_past_the_span(cluster):
     """Java's rule: the span is the highest offset held minus the lowest. With the two
     oldest messages stuck in the listener (two consuming slots) the rest stay cached, and
     pulls stop once they span more than the limit, far below the count threshold."""
-    await _one_queue_topic(cluster, "FlowSpan")
+    await create_routed_topic(cluster, "FlowSpan")
     await _send(cluster, "FlowSpan", 60, 16)
     release = trio.Event()
     done = []
