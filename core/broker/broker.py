@@ -364,6 +364,15 @@ class Broker(SendPath, PullPath):
         """Seconds per commit-log fsync of the flusher (None before it runs)."""
         return self._flusher.latency if self._flusher else None
 
+    def page_cache_busy_ms(self) -> float:
+        """How long the running commit-log flush has taken so far, in ms (0 when none runs).
+
+        RocketMQ's ``isOSPageCacheBusy`` measures the time a put has held the
+        commit-log lock. Our appends run in the trio thread, so a stalled page
+        cache shows in the flush that runs in a worker thread instead."""
+        started = self._flusher.flush_started if self._flusher else None
+        return 0.0 if started is None else (trio.current_time() - started) * 1000.0
+
     @property
     def flush_count(self) -> int:
         """fsyncs of the commit log done by the flusher (group commit observability)."""
