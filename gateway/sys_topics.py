@@ -59,6 +59,7 @@ class GatewayStats:
     bytes_out: int = 0  # bytes written to clients
     auth_failures: int = 0  # CONNECTs refused for bad credentials
     denied: int = 0  # PUBLISHes refused by the ACL
+    quota_exceeded: int = 0  # PUBLISHes refused over maxPublishRate (MQTT 5)
 
 
 def sys_values(gw, uptime_s: float) -> dict[str, str]:
