@@ -38,6 +38,7 @@ from core.store.message import StoredMessage, decode_message, pack_host, parse_o
 
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole, FlushDiskType, store_config_for
 from .flush import CommitLogFlusher
+from .group_gets import GroupGetRates
 from .jsonfile import read_json, write_json_atomic
 from .notify import QueueNotifier
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
@@ -87,6 +88,7 @@ class Broker(SendPath, PullPath):
         self._uniq = UniqKeyGenerator(config.broker_ip1)
         self._notifier = QueueNotifier(self.max_offset)
         self.get_counts: dict[str, int] = {}  # topic -> messages pulled by consumers (pulling._count_gets)
+        self.group_gets = GroupGetRates()  # (group, topic) -> pull rate, for GET_CONSUME_STATS
         self.durable_latency = LatencyHistogram()  # seconds a SYNC_FLUSH / SYNC_MASTER send waited (sending)
         self._flusher: CommitLogFlusher | None = None
         self._put_hooks: list[tuple[PutHook, frozenset | None]] = []  # (hook, its `when` names or None)
