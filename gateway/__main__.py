@@ -24,16 +24,7 @@ import traceback
 from pathlib import Path
 
 from .config import ConfigError, build_serve_config, load_file
-
-
-def package_version() -> str:
-    """The installed distribution's version (pyproject.toml's, through the package metadata)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mqgate")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
+from .sys_topics import package_version
 
 
 def version_line() -> str:

@@ -95,6 +95,7 @@ class MQTTGateway:
         self.settings = settings
         self.stats = GatewayStats()
         self.listener_stats = ListenerStats()
+        self.listener_names: tuple[str, ...] = ()  # the enabled listeners' names ($SYS per listener)
         self.router = Router(self)
         # None unless [mqtt] traceMqttTopics names a filter: then the trace code runs, else none of it
         self.tracer = MqttTracer(settings.trace, broker) if settings.trace.mqtt_topics else None
@@ -128,6 +129,7 @@ class MQTTGateway:
             await nursery.start(self.tracer.run)
             self.broker.add_stored_hook(self.tracer.stored_hook)
         self.broker.add_dispatch_listener(self.router.on_dispatch)
+        self.listener_names = tuple(s.name for s in listeners if s.enabled)
         if self.settings.session.sys_interval:
             nursery.start_soon(self._sys_loop)
         if not any(s.enabled for s in listeners):
