@@ -34,7 +34,7 @@ from typing import Any
 from jsonpath_ng import parse as jsonpath_parse
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
 
-__all__ = ["Payload", "Transform", "TransformError", "compile_transform"]
+__all__ = ["Payload", "Transform", "TransformError", "compile_transform", "find_path", "parse_path"]
 
 FORMS = ("ORIGINAL", "JSONPATH", "CONSTANT", "TEMPLATE")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_.-]*)\}")
@@ -58,7 +58,7 @@ class Payload:
 ORIGINAL = Payload(None)
 
 
-def _path(text: Any, where: str):
+def parse_path(text: Any, where: str):
     if not isinstance(text, str) or not text.startswith("$"):
         raise TransformError(f"transform.{where}: a JSONPath starting with $ is needed, not {text!r}")
     try:
@@ -67,7 +67,7 @@ def _path(text: Any, where: str):
         raise TransformError(f"transform.{where}: bad JSONPath {text!r}: {e}") from None
 
 
-def _find(expr, doc: dict) -> Any:
+def find_path(expr, doc: dict) -> Any:
     try:
         found = [m.value for m in expr.find(doc)]
     except Exception:  # noqa: BLE001 - a path over an odd value finds nothing
@@ -90,7 +90,7 @@ class Transform:
                  variables: dict | None = None, template: str = "") -> None:
         self.spec = spec
         self.form = form
-        self._path = path
+        self._expr = path
         self._constant = _json_body(constant) if form == "CONSTANT" else None
         self._variables = variables or {}
         self._template = template
@@ -101,8 +101,8 @@ class Transform:
         if self.form == "CONSTANT":
             return self._constant
         if self.form == "JSONPATH":
-            return _json_body(_find(self._path, event))
-        values = {name: _find(expr, event) for name, expr in self._variables.items()}
+            return _json_body(find_path(self._expr, event))
+        values = {name: find_path(expr, event) for name, expr in self._variables.items()}
 
         def sub(m: re.Match) -> str:
             v = values[m.group(1)]
@@ -135,7 +135,7 @@ def compile_transform(spec: Any) -> Transform:
     if "value" not in spec:
         raise TransformError(f"transform.value: the {form} form needs a value")
     if form == "JSONPATH":
-        return Transform(spec, form, path=_path(spec["value"], "value"))
+        return Transform(spec, form, path=parse_path(spec["value"], "value"))
     if form == "CONSTANT":
         return Transform(spec, form, constant=spec["value"])
     variables = spec["value"]
@@ -147,7 +147,7 @@ def compile_transform(spec: Any) -> Transform:
                                  "name -> JSONPath") from None
     if not isinstance(variables, dict):
         raise TransformError("transform.value: the TEMPLATE form's value is an object of name -> JSONPath")
-    compiled = {name: _path(p, f"value.{name}") for name, p in variables.items()}
+    compiled = {name: parse_path(p, f"value.{name}") for name, p in variables.items()}
     template = spec.get("template")
     if not isinstance(template, str):
         raise TransformError("transform.template: the TEMPLATE form needs a template string")

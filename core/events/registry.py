@@ -1,0 +1,88 @@
+"""The event buses, sources and rules, kept as records in the broker's own store.
+
+Like the gateway's session records (ARCHITECTURE decision 8), each change
+is one msgpack message ``[kind, key, value]`` in the system topic
+``rmq_sys_mqgate_events`` (queue 0) of the same commit log, so definitions
+are replicated to slaves, flushed and recovered exactly like messages.
+
+Rules kept here:
+- Kinds: ``"bus"`` (bus name -> its JSON), ``"source"`` (source name ->
+  its JSON), ``"rule"`` (``bus/rule`` -> its JSON, ``enabled`` included),
+  ``"counts"`` (``bus/rule`` -> delivered/failed/deadLettered, written at
+  most every few seconds and at shutdown). ``value`` None deletes the key.
+- `load` replays the topic from its first offset: the last record per
+  (kind, key) wins. A record that does not decode is counted, logged and
+  skipped; a definition that no longer parses is logged with its key and
+  skipped by the caller, never fatal.
+- `write` returns only once the record is stored (a definition the API
+  acknowledged survives a restart; SYNC_FLUSH: fsynced). A refused store is
+  a `RegistryError` and the caller changes nothing in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgpack
+
+from core.broker import PERM_READ, PERM_WRITE, Broker, PullStatus
+from core.store import Message, decode_message
+
+log = logging.getLogger("mqgate.events")
+
+EVENTS_META_TOPIC = "rmq_sys_mqgate_events"
+KINDS = ("bus", "source", "rule", "counts")
+
+__all__ = ["EVENTS_META_TOPIC", "Registry", "RegistryError"]
+
+
+class RegistryError(RuntimeError):
+    """The store refused a definition record."""
+
+
+class Registry:
+    """Records of one broker: ``await load()`` then ``await write(kind, key, value)``."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def load(self) -> dict[tuple[str, str], object]:
+        broker = self.broker
+        await broker.ensure_topic(EVENTS_META_TOPIC, 1, PERM_READ | PERM_WRITE)
+        state: dict[tuple[str, str], object] = {}
+        offset = broker.min_offset(EVENTS_META_TOPIC, 0)
+        end = broker.max_offset(EVENTS_META_TOPIC, 0)
+        bad = 0
+        while offset < end:
+            result = await broker.read_queue(EVENTS_META_TOPIC, 0, offset, 256)
+            if result.status is not PullStatus.FOUND:
+                if result.next_begin_offset <= offset:
+                    break
+                offset = result.next_begin_offset
+                continue
+            for raw in result.entries:
+                try:
+                    kind, key, value = msgpack.unpackb(decode_message(raw).body, raw=False, strict_map_key=False)
+                    if kind not in KINDS or not isinstance(key, str):
+                        raise ValueError(f"not a record: kind {kind!r}, key {key!r}")
+                except Exception:  # noqa: BLE001 - a bad record is counted; the rest still holds
+                    bad += 1
+                    continue
+                if value is None:
+                    state.pop((kind, key), None)
+                else:
+                    state[(kind, key)] = value
+            offset = result.next_begin_offset
+        if bad:
+            log.error("%d event definition record(s) in %s did not decode and were skipped", bad, EVENTS_META_TOPIC)
+        return state
+
+    async def write(self, kind: str, key: str, value) -> None:
+        assert kind in KINDS
+        body = msgpack.packb([kind, key, value], use_bin_type=True)
+        msg = Message(topic=EVENTS_META_TOPIC, body=body,
+                      properties={"KEYS": f"{kind}:{key}"[:200].replace(" ", "_")})
+        result = await self.broker.send(msg, 0)
+        if not result.ok:
+            raise RegistryError(f"the store refused the {kind} record of {key!r}: {result.status.name} "
+                                f"{result.remark or ''}".strip())
