@@ -53,6 +53,8 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
         p.add_argument("--ws-port", type=int, metavar="PORT", help="MQTT over WebSocket, path /mqtt (default 8083; 0 = off)")
         p.add_argument("--http-port", type=int, metavar="PORT",
                        help="HTTP: /metrics and the admin API (default 18083 on 127.0.0.1; 0 = off)")
+        p.add_argument("--events-port", type=int, metavar="PORT",
+                       help="HTTP event API: PutEvents and event rules (default 0 = off)")
     if namesrv:
         p.add_argument("--namesrv-port", type=int, metavar="PORT", help="name server (default 9876; 0 = off)")
     if broker and not mqtt:
