@@ -114,8 +114,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return passwd_main(rest)
     if command == "admin":
-        from .http.cli import http_admin_main, is_http_verb
+        from .http.cli import admin_area, http_admin_main, is_http_verb
 
+        if admin_area(rest) == "events":
+            from .http.events_cli import events_admin_main
+
+            return events_admin_main(rest)
         if is_http_verb(rest):
             return http_admin_main(rest)
         from core.admin import admin_main

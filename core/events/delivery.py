@@ -47,15 +47,20 @@ __all__ = ["RuleCounts", "RuleDelivery"]
 _REMEMBERED = 10_000
 
 
-async def until_stopped(stop_requested: trio.Event, consumer) -> None:
+async def until_stopped(stop_requested: trio.Event, consumer, broker: Broker) -> None:
     """Consume until ``stop_requested`` (then the consumer leaves its group: offsets
     committed, unregistered). Cancelled instead, the process is stopping and the
-    remoting connections are being cancelled with us: the consumer is told it is
-    already stopping so that it does not wait out its timeouts on goodbye
-    round-trips (its offsets went with every pull and every 5 s)."""
+    remoting connections are being cancelled with us: the consumer's offsets are
+    committed straight into the in-process broker's table (which its shutdown
+    persists), and the consumer is told it is already stopping so that it does
+    not wait out its timeouts on goodbye round-trips."""
     try:
         await stop_requested.wait()
     except trio.Cancelled:
+        own = broker.config.broker_name
+        for mq, offset in list(consumer.offsets.table.items()):
+            if mq.broker_name == own:
+                broker.commit_offset(consumer.group, mq.topic, mq.queue_id, offset)
         consumer.stopping = True
         raise
 
@@ -103,7 +108,7 @@ class RuleDelivery:
                                       consume_from=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                                       **self.consumer_options) as consumer:
             task_status.started()
-            await until_stopped(self.stop_requested, consumer)
+            await until_stopped(self.stop_requested, consumer, self.broker)
 
     async def listener(self, msgs, ctx) -> bool:
         ok = True

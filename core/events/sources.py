@@ -79,7 +79,7 @@ class MqttSource:
                                       consume_batch_size=32, consume_from=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                                       **self.consumer_options) as consumer:
             task_status.started()
-            await until_stopped(self.stop_requested, consumer)
+            await until_stopped(self.stop_requested, consumer, self.broker)
 
     async def listener(self, msgs, ctx) -> bool:
         s = self.source

@@ -48,8 +48,8 @@ COLUMNS = {
 }
 
 
-def is_http_verb(argv: list[str]) -> bool:
-    """Whether the first word of ``mqgate admin``'s line (after global options) is one of ours."""
+def admin_area(argv: list[str]) -> str | None:
+    """The first word of ``mqgate admin``'s line after global options (``clients``, ``events``...)."""
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -59,8 +59,18 @@ def is_http_verb(argv: list[str]) -> bool:
         if arg.startswith("-"):
             i += 1
             continue
-        return arg in HTTP_ADMIN_AREAS
-    return False
+        return arg
+    return None
+
+
+def is_http_verb(argv: list[str]) -> bool:
+    """Whether the first word of ``mqgate admin``'s line (after global options) is one of ours."""
+    return admin_area(argv) in HTTP_ADMIN_AREAS
+
+
+def hoist_options(argv: list[str]) -> list[str]:
+    """The global options (``--url``, ``--user``, ``--json``...) moved before the verb, wherever they were typed."""
+    return _hoist(argv)
 
 
 def _hoist(argv: list[str]) -> list[str]:

@@ -1,0 +1,238 @@
+"""Event rules in a real ``mqgate serve`` process: each source kind (PutEvents over HTTP in structured,
+binary and batch modes; an MQTT source fed by paho-mqtt; a native send from the PyPI `rocketmq` C++
+client) matches, transforms and reaches each target kind (a webhook receiver on loopback, a paho
+subscriber of the MQTT alert topic, a broker topic); definitions are made with ``mqgate admin events``
+from JSON and TOML files; a broker restart while an event is being retried loses nothing.
+
+One server for the module; retries wait the ``messageDelayLevel`` of the test config (1 s a level).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+
+import httpx
+import paho.mqtt.client as paho
+import pytest
+from serve_process import ServeProcess, free_port
+from webhook_thread import ThreadWebhook
+
+from gateway.http.events_cli import run as events_cli
+from gateway.http.users import passwd_admin_main
+
+TIMEOUT = 20.0
+USER = ("admin", "s3cret")
+
+
+class Subscriber:
+    """A paho client (own network thread) recording (topic, payload, retain)."""
+
+    def __init__(self, port: int, flt: str):
+        self.got: list[tuple[str, bytes, bool]] = []
+        self._lock = threading.Lock()
+        ready = threading.Event()
+        c = self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"sub-{flt}")
+        c.on_subscribe = lambda *_a: ready.set()
+        c.on_connect = lambda client, *_a: client.subscribe(flt, 1)
+        c.on_message = lambda _c, _u, m: self._add(m)
+        c.connect("127.0.0.1", port, keepalive=30)
+        c.loop_start()
+        assert ready.wait(TIMEOUT), "no SUBACK"
+
+    def _add(self, m) -> None:
+        with self._lock:
+            self.got.append((m.topic, m.payload, m.retain))
+
+    def wait_for(self, n: int) -> list:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.got) >= n:
+                    return list(self.got)
+            time.sleep(0.02)
+        raise AssertionError(f"expected {n} messages, got {self.got}")
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+@pytest.fixture(scope="module")
+def hook():
+    with ThreadWebhook() as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("events-serve")
+    data = root / "d"
+    data.mkdir()
+    assert passwd_admin_main([str(data / "http_users"), USER[0], "-b", USER[1]]) == 0
+    config = root / "mqgate.toml"
+    config.write_text('[broker]\nmessageDelayLevel = "' + " ".join(["1s"] * 18) + '"\n'
+                      f"[events]\nport = {free_port()}\ncountsInterval = 0.2\n")
+    srv = ServeProcess(data, "--config", str(config), "--mqtt-port", str(free_port()), "--ws-port", "0",
+                       "--namesrv-port", str(free_port()), "--broker-port", str(free_port()))
+    with srv:
+        yield srv
+
+
+def url(srv) -> str:
+    return f"http://127.0.0.1:{srv.ports['events']}"
+
+
+def cli(srv, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = events_cli(["--url", url(srv), "--user", USER[0], "--password", USER[1], *argv], out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def rule_counts(srv, bus: str, name: str) -> dict:
+    r = httpx.get(f"{url(srv)}/api/v1/events/rules/{bus}/{name}", auth=USER, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_counts(srv, bus: str, name: str, **want) -> dict:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        counts = rule_counts(srv, bus, name)
+        if all(counts[k] >= v for k, v in want.items()):
+            return counts
+        time.sleep(0.05)
+    raise AssertionError(f"rule {bus}/{name}: wanted {want}, have {counts}")
+
+
+def put(srv, bus: str, body: bytes, headers: dict) -> httpx.Response:
+    return httpx.post(f"{url(srv)}/api/v1/events/buses/{bus}/events", content=body, headers=headers, auth=USER,
+                      timeout=TIMEOUT)
+
+
+def test_iot_telemetry_from_mqtt_reaches_a_webhook_and_an_mqtt_alert_topic(server, hook, tmp_path):
+    (tmp_path / "bus.json").write_text('{"name": "iot"}')
+    (tmp_path / "source.toml").write_text('name = "telemetry"\nbus = "iot"\nkind = "mqtt"\n'
+                                          'mqttTopic = "devices/+/telemetry"\n')
+    rule = {"name": "hot-a", "bus": "iot",
+            "pattern": {"source": ["telemetry"], "data": {"building": ["A"], "temp": [{"numeric": [">", 30]}]}},
+            "transform": {"form": "TEMPLATE", "value": {"d": "$.subject", "t": "$.data.temp"},
+                          "template": '{"device": "${d}", "temperature": ${t}}'},
+            "targets": [{"type": "http", "url": hook.url, "mode": "binary", "headers": {"X-Site": "hq"}},
+                        {"type": "mqtt", "topic": "alerts/hot", "qos": 1, "retain": True}]}
+    (tmp_path / "rule.json").write_text(json.dumps(rule))
+    assert cli(server, "events", "buses", "create", str(tmp_path / "bus.json"))[0] == 0
+    assert cli(server, "events", "sources", "create", str(tmp_path / "source.toml"))[0] == 0
+    code, out, err = cli(server, "events", "rules", "create", str(tmp_path / "rule.json"))
+    assert code == 0, err
+    alerts = Subscriber(server.ports["mqtt-tcp"], "alerts/#")
+    device = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="dev-7")
+    device.connect("127.0.0.1", server.ports["mqtt-tcp"])
+    device.loop_start()
+    try:
+        for dev, building, temp in (("d1", "A", 25), ("d2", "B", 35), ("d3", "A", 31.5)):
+            info = device.publish(f"devices/{dev}/telemetry", json.dumps({"building": building, "temp": temp}), 1)
+            info.wait_for_publish(TIMEOUT)
+        [(topic, payload, _retain)] = alerts.wait_for(1)
+        assert topic == "alerts/hot"
+        assert json.loads(payload) == {"device": "devices/d3/telemetry", "temperature": 31.5}
+        [(headers, body)] = hook.wait(lambda rs: [(h, b) for s, h, b in rs if b"d3" in b], what="the d3 alert")
+        assert json.loads(body) == {"device": "devices/d3/telemetry", "temperature": 31.5}
+        assert headers["ce-source"] == "telemetry" and headers["ce-subject"] == "devices/d3/telemetry"
+        assert headers["x-site"] == "hq"
+        counts = wait_counts(server, "iot", "hot-a", delivered=1)
+        assert (counts["matched"], counts["failed"], counts["deadLettered"]) == (1, 0, 0)
+        code, out, _ = cli(server, "events", "rules", "counts")
+        assert code == 0 and "hot-a" in out
+        late = Subscriber(server.ports["mqtt-tcp"], "alerts/hot")  # retain: a new subscriber gets the last alert
+        assert late.wait_for(1)[0][2] is True
+        late.close()
+    finally:
+        alerts.close()
+        device.loop_stop()
+        device.disconnect()
+
+
+def test_put_events_structured_binary_and_batch_and_an_invalid_batch_stores_nothing(server):
+    r = httpx.post(f"{url(server)}/api/v1/events/buses", json={"name": "app"}, auth=USER, timeout=TIMEOUT)
+    assert r.status_code == 201, r.text
+    r = httpx.post(f"{url(server)}/api/v1/events/rules", auth=USER, timeout=TIMEOUT, json={
+        "name": "orders", "bus": "app", "pattern": {"type": [{"prefix": "order."}]},
+        "transform": {"form": "JSONPATH", "value": "$.data"},
+        "targets": [{"type": "mqtt", "topic": "app/orders", "qos": 1}]})
+    assert r.status_code == 201, r.text
+    sub = Subscriber(server.ports["mqtt-tcp"], "app/orders")
+    try:
+        bad = json.dumps([{"specversion": "1.0", "id": "b1", "source": "shop", "type": "order.new", "data": {"n": 0}},
+                          {"specversion": "1.0", "id": "b2", "source": "shop"}]).encode()
+        r = put(server, "app", bad, {"content-type": "application/cloudevents-batch+json"})
+        assert r.status_code == 400 and r.json()["error"].startswith("event 1: type:"), r.text
+        r = put(server, "app", json.dumps({"specversion": "1.0", "id": "s1", "source": "shop", "type": "order.new",
+                                           "data": {"n": 1}}).encode(),
+                {"content-type": "application/cloudevents+json"})
+        assert r.json() == {"stored": 1, "ids": ["s1"]}
+        r = put(server, "app", b'{"n": 2}', {"ce-specversion": "1.0", "ce-id": "s2", "ce-source": "shop",
+                                             "ce-type": "order.paid", "content-type": "application/json"})
+        assert r.status_code == 200, r.text
+        batch = [{"specversion": "1.0", "id": f"s{i}", "source": "shop", "type": t, "data": {"n": i}}
+                 for i, t in ((3, "order.new"), (4, "audit.read"), (5, "order.shipped"))]
+        r = put(server, "app", json.dumps(batch).encode(), {"content-type": "application/cloudevents-batch+json"})
+        assert r.json()["stored"] == 3
+        got = sub.wait_for(4)
+        assert sorted(json.loads(p)["n"] for _t, p, _r in got) == [1, 2, 3, 5]  # never 0: b1 was not stored
+        assert put(server, "nope", b"{}", {}).status_code == 404
+        r = httpx.post(f"{url(server)}/api/v1/events/buses/app/events", content=b"{}", timeout=TIMEOUT)
+        assert r.status_code == 401
+    finally:
+        sub.close()
+
+
+def test_a_native_cpp_send_to_the_bus_topic_reaches_a_broker_topic_target(server):
+    from rocketmq.client import Message, Producer, PullConsumer, SendStatus
+
+    r = httpx.post(f"{url(server)}/api/v1/events/rules", auth=USER, timeout=TIMEOUT, json={
+        "name": "native", "bus": "app", "pattern": {"source": ["erp"]},
+        "targets": [{"type": "topic", "topic": "ErpEvents", "tag": "erp", "keys": "$.id"}]})
+    assert r.status_code == 201, r.text
+    producer = Producer("erp-producer")
+    producer.set_namesrv_addr(f"127.0.0.1:{server.ports['namesrv']}")
+    producer.start()
+    try:
+        m = Message("MQGATE_EVENTBUS_app")
+        m.set_body(json.dumps({"specversion": "1.0", "id": "erp-1", "source": "erp", "type": "invoice",
+                               "data": {"amount": 12}}))
+        assert producer.send_sync(m).status == SendStatus.OK
+    finally:
+        producer.shutdown()
+    wait_counts(server, "app", "native", delivered=1)
+    consumer = PullConsumer("erp-reader")
+    consumer.set_namesrv_addr(f"127.0.0.1:{server.ports['namesrv']}")
+    consumer.start()
+    try:
+        got = [json.loads(msg.body) for msg in consumer.pull("ErpEvents")]
+        assert [e["id"] for e in got] == ["erp-1"] and got[0]["data"] == {"amount": 12}
+    finally:
+        consumer.shutdown()
+
+
+def test_a_broker_restart_while_an_event_is_retried_loses_nothing(server, hook):
+    hook.status = 503
+    r = httpx.post(f"{url(server)}/api/v1/events/rules", auth=USER, timeout=TIMEOUT, json={
+        "name": "durable", "bus": "app", "pattern": {"type": ["restart.test"]},
+        "targets": [{"type": "http", "url": hook.url, "mode": "structured"}]})
+    assert r.status_code == 201, r.text
+    r = put(server, "app", json.dumps({"specversion": "1.0", "id": "r1", "source": "t", "type": "restart.test"})
+            .encode(), {"content-type": "application/cloudevents+json"})
+    assert r.status_code == 200
+    hook.wait(lambda rs: any(b'"r1"' in b for _s, _h, b in rs), what="a first failed attempt")
+    assert server.stop() == 0
+    hook.status = 200
+    server.start()
+    delivered = hook.wait(lambda rs: [b for s, _h, b in rs if s == 200 and b'"r1"' in b], what="r1 after restart")
+    assert len(delivered) == 1 and json.loads(delivered[0])["type"] == "restart.test"
+    counts = wait_counts(server, "app", "durable", delivered=1)
+    assert counts["deadLettered"] == 0
+    code, out, _ = cli(server, "events", "rules", "show", "app", "durable")
+    assert code == 0 and "enabled" in out
