@@ -126,3 +126,19 @@ async def test_a_rule_added_at_runtime_applies_to_events_put_after_it_and_surviv
         state = await Registry(c.broker).load()
         assert ("rule", "iot/copy") in state and ("bus", "iot") in state
         nursery.cancel_scope.cancel()
+
+
+async def test_an_ordered_rule_keeps_the_order_of_a_subject_through_failures(tmp_path, nursery):
+    hook = WebhookReceiver(fail_first=2)
+    await nursery.start(hook.run)
+    async with broker_cluster(nursery, tmp_path) as c:
+        service = await nursery.start(EventService(c.broker, [c.namesrv], orderly_suspend_ms=50).run)
+        await service.create_bus({"name": "iot"})
+        await service.create_rule({"name": "seq", "bus": "iot", "ordered": True,
+                                   "transform": {"form": "JSONPATH", "value": "$.id"},
+                                   "targets": [{"type": "http", "url": hook.url}]})
+        await service.put_events("iot", [event(i, 20.0, subject="dev-1") for i in range(1, 6)])
+        got = await hook.wait_for("received", 5)
+        assert [b for _, b in got] == [b"ev-1", b"ev-2", b"ev-3", b"ev-4", b"ev-5"]
+        assert [b for _, b in hook.attempts[:3]] == [b"ev-1", b"ev-1", b"ev-1"]  # the head holds the rest back
+        nursery.cancel_scope.cancel()
