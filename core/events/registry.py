@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import logging
 
-import msgpack
-
-from core.broker import PERM_READ, PERM_WRITE, Broker, PullStatus
-from core.store import Message, decode_message
+from core.broker import Broker, record_message, replay_records
 
 log = logging.getLogger("mqgate.events")
 
@@ -47,42 +44,14 @@ class Registry:
         self.broker = broker
 
     async def load(self) -> dict[tuple[str, str], object]:
-        broker = self.broker
-        await broker.ensure_topic(EVENTS_META_TOPIC, 1, PERM_READ | PERM_WRITE)
-        state: dict[tuple[str, str], object] = {}
-        offset = broker.min_offset(EVENTS_META_TOPIC, 0)
-        end = broker.max_offset(EVENTS_META_TOPIC, 0)
-        bad = 0
-        while offset < end:
-            result = await broker.read_queue(EVENTS_META_TOPIC, 0, offset, 256)
-            if result.status is not PullStatus.FOUND:
-                if result.next_begin_offset <= offset:
-                    break
-                offset = result.next_begin_offset
-                continue
-            for raw in result.entries:
-                try:
-                    kind, key, value = msgpack.unpackb(decode_message(raw).body, raw=False, strict_map_key=False)
-                    if kind not in KINDS or not isinstance(key, str):
-                        raise ValueError(f"not a record: kind {kind!r}, key {key!r}")
-                except Exception:  # noqa: BLE001 - a bad record is counted; the rest still holds
-                    bad += 1
-                    continue
-                if value is None:
-                    state.pop((kind, key), None)
-                else:
-                    state[(kind, key)] = value
-            offset = result.next_begin_offset
+        state, bad = await replay_records(self.broker, EVENTS_META_TOPIC, KINDS)
         if bad:
             log.error("%d event definition record(s) in %s did not decode and were skipped", bad, EVENTS_META_TOPIC)
         return state
 
     async def write(self, kind: str, key: str, value) -> None:
         assert kind in KINDS
-        body = msgpack.packb([kind, key, value], use_bin_type=True)
-        msg = Message(topic=EVENTS_META_TOPIC, body=body,
-                      properties={"KEYS": f"{kind}:{key}"[:200].replace(" ", "_")})
-        result = await self.broker.send(msg, 0)
+        result = await self.broker.send(record_message(EVENTS_META_TOPIC, kind, key, value), 0)
         if not result.ok:
             raise RegistryError(f"the store refused the {kind} record of {key!r}: {result.status.name} "
                                 f"{result.remark or ''}".strip())

@@ -27,7 +27,6 @@ Rules kept here:
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import sys
@@ -35,10 +34,8 @@ import tomllib
 from typing import Any, TextIO
 from urllib.parse import quote
 
-import httpx
-
 from core.admin import table
-from gateway.http.cli import hoist_options
+from gateway.http.cli import add_global_options, call_api, hoist_options
 
 DEFAULT_URL = "http://127.0.0.1:18084"
 BASE = "/api/v1/events"
@@ -72,13 +69,7 @@ def read_definition(path: str) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mqgate admin", description="event buses, sources and rules over the event "
                                 "API (docs/EVENTS.md)")
-    p.add_argument("--url", default=os.environ.get("MQGATE_EVENTS_URL", DEFAULT_URL),
-                   help=f"the event API (default $MQGATE_EVENTS_URL or {DEFAULT_URL})")
-    p.add_argument("--user", default=os.environ.get("MQGATE_USER"), help="user of the users file ($MQGATE_USER)")
-    p.add_argument("--password", default=os.environ.get("MQGATE_PASSWORD"),
-                   help="its password ($MQGATE_PASSWORD; asked for when missing)")
-    p.add_argument("--json", action="store_true", help="print the API's JSON")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    add_global_options(p, "MQGATE_EVENTS_URL", DEFAULT_URL, "the event API")
     top = p.add_subparsers(dest="events", required=True, metavar="events")
     sub = top.add_parser("events", help="buses, sources, rules").add_subparsers(dest="area", required=True,
                                                                                  metavar="AREA")
@@ -168,25 +159,10 @@ def run(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -
     except _BadFile as e:
         print(f"mqgate admin events: {e}", file=err)
         return 2
-    if a.user and a.password is None and sys.stdin.isatty():
-        a.password = getpass.getpass(f"Password for {a.user}: ")
-    auth = (a.user, a.password or "") if a.user else None
-    headers = {"content-type": "application/json"} if body is not None else {}
-    content = json.dumps(body).encode() if body is not None else None
-    try:
-        r = httpx.request(method, a.url.rstrip("/") + path, params=params, auth=auth, timeout=a.timeout,
-                          content=content, headers=headers, verify=not os.environ.get("MQGATE_INSECURE"))
-    except httpx.HTTPError as exc:
-        print(f"mqgate admin events: cannot reach the event API at {a.url}: {exc or type(exc).__name__} "
-              f"(is [events] port set? --url or $MQGATE_EVENTS_URL)", file=err)
-        return 1
-    try:
-        result = r.json()
-    except ValueError:
-        result = None
-    if r.status_code >= 400 or not isinstance(result, dict):
-        reason = result.get("error") if isinstance(result, dict) else (r.text.strip()[:200] or r.reason_phrase)
-        print(f"mqgate admin events: {reason} (HTTP {r.status_code})", file=err)
+    result = call_api(a, method, path, params, err, prog="mqgate admin events",
+                      unreachable="is [events] port set? --url or $MQGATE_EVENTS_URL",
+                      body=json.dumps(body).encode() if body is not None else None)
+    if result is None:
         return 1
     if a.json:
         json.dump(result, out, indent=2, sort_keys=True)
