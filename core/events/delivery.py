@@ -86,12 +86,13 @@ class RuleDelivery:
     """``await nursery.start(delivery.run)``; cancel its scope to stop it."""
 
     def __init__(self, rule: Rule, targets: Targets, broker: Broker, namesrv: list[str], counts: RuleCounts,
-                 *, orderly_suspend_ms: int = 1000, consumer_options: dict | None = None) -> None:
+                 *, decode=None, orderly_suspend_ms: int = 1000, consumer_options: dict | None = None) -> None:
         self.rule = rule
         self.targets = targets
         self.broker = broker
         self.namesrv = namesrv
         self.counts = counts
+        self.decode = decode or (lambda m: decode_event(m.body))  # message -> event dict (shared: never mutated)
         self.orderly_suspend_ms = orderly_suspend_ms
         self.consumer_options = consumer_options or {}
         self.stop_requested = trio.Event()  # set: leave the group (offsets committed, unregistered)
@@ -118,7 +119,7 @@ class RuleDelivery:
 
     async def handle(self, m) -> bool:
         """True: acknowledge; False: retry later."""
-        event = decode_event(m.body)
+        event = self.decode(m)
         rule = self.rule
         if event is None or not rule.pattern.matches(event):
             return True

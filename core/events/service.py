@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections import OrderedDict
 from typing import Any
 
 import httpx
@@ -35,7 +36,7 @@ from core.broker import Broker
 from core.store import Message
 
 from .delivery import RuleCounts, RuleDelivery
-from .envelope import encode_event
+from .envelope import decode_event, encode_event
 from .model import Bus, Rule, Source, SpecError, bus_topic, parse_bus, parse_rule, parse_source
 from .pattern import compile_pattern
 from .registry import Registry
@@ -45,6 +46,9 @@ from .targets import MqttPublish, Targets, ce_properties
 log = logging.getLogger("mqgate.events")
 
 __all__ = ["Conflict", "EventService", "NotFound", "StoreRefused"]
+
+
+_DECODED_KEPT = 8192
 
 
 class NotFound(LookupError):
@@ -89,6 +93,8 @@ class EventService:
         self._nursery: trio.Nursery | None = None
         self._targets: Targets | None = None
         self._lock = trio.Lock()  # one definition change at a time
+        # every rule of a bus reads the same stored events: each is decoded once (never mutated after)
+        self._decoded: OrderedDict[tuple[str, int], dict | None] = OrderedDict()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -167,9 +173,19 @@ class EventService:
         for qid in range(cfg.read_queue_nums if cfg is not None else 0):
             self.broker.commit_offset(group, topic, qid, self.broker.max_offset(topic, qid))
 
+    def decode(self, m) -> dict | None:
+        """The event a consumed message holds (`envelope.decode_event`), decoded once for all rules."""
+        key = (m.topic, m.commit_log_offset)
+        if key in self._decoded:
+            return self._decoded[key]
+        event = self._decoded[key] = decode_event(m.body)
+        if len(self._decoded) > _DECODED_KEPT:
+            self._decoded.popitem(last=False)
+        return event
+
     async def _start_rule(self, rule: Rule) -> None:
         counts = self.counts.setdefault(rule.key, RuleCounts())
-        part = RuleDelivery(rule, self._targets, self.broker, self.namesrv, counts,
+        part = RuleDelivery(rule, self._targets, self.broker, self.namesrv, counts, decode=self.decode,
                             orderly_suspend_ms=self.orderly_suspend_ms, consumer_options=self.consumer_options)
         await self._start(f"rule:{rule.key}", part)
 

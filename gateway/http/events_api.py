@@ -71,7 +71,7 @@ class EventsApi:
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(400, f"the body is not JSON: {e}") from None
 
-    async def _change(self, request: Request, what: str, call):
+    async def _change(self, request: Request, what: str, call, *, quiet: bool = False):
         user = await self.auth.admin(request, what)
         try:
             result = await call()
@@ -83,7 +83,7 @@ class EventsApi:
             raise ApiError(409, str(e)) from None
         except StoreRefused as e:
             raise ApiError(503, str(e)) from None
-        log.info("HTTP: %s: %s", user.name, what)
+        (log.debug if quiet else log.info)("HTTP: %s: %s", user.name, what)
         return result
 
     async def _read(self, request: Request, call):
@@ -101,18 +101,8 @@ class EventsApi:
 
         async def put():
             self.service.bus(bus)
-            events = events_from_http(dict(request.headers), raw)
-            return await self.service.put_events(bus, events)
-        user = await self.auth.admin(request, "putting events")
-        try:
-            ids = await put()
-        except EventError as e:
-            raise ApiError(400, str(e)) from None
-        except NotFound as e:
-            raise ApiError(404, str(e)) from None
-        except StoreRefused as e:
-            raise ApiError(503, str(e)) from None
-        log.debug("HTTP: %s put %d event(s) on %s", user.name, len(ids), bus)
+            return await self.service.put_events(bus, events_from_http(dict(request.headers), raw))
+        ids = await self._change(request, f"putting events on {bus}", put, quiet=True)
         return JSONResponse({"stored": len(ids), "ids": ids})
 
     async def buses(self, request: Request) -> Response:
