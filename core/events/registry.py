@@ -16,7 +16,7 @@ Rules kept here:
   skipped by the caller, never fatal.
 - `write` returns only once the record is stored (a definition the API
   acknowledged survives a restart; SYNC_FLUSH: fsynced). A refused store is
-  a `RegistryError` and the caller changes nothing in memory.
+  a `StoreRefused` and the caller changes nothing in memory.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ log = logging.getLogger("mqgate.events")
 EVENTS_META_TOPIC = "rmq_sys_mqgate_events"
 KINDS = ("bus", "source", "rule", "counts")
 
-__all__ = ["EVENTS_META_TOPIC", "Registry", "RegistryError"]
+__all__ = ["EVENTS_META_TOPIC", "Registry", "StoreRefused"]
 
 
-class RegistryError(RuntimeError):
-    """The store refused a definition record."""
+class StoreRefused(RuntimeError):
+    """The broker did not store a definition record (or events): retry later."""
 
 
 class Registry:
@@ -53,5 +53,5 @@ class Registry:
         assert kind in KINDS
         result = await self.broker.send(record_message(EVENTS_META_TOPIC, kind, key, value), 0)
         if not result.ok:
-            raise RegistryError(f"the store refused the {kind} record of {key!r}: {result.status.name} "
+            raise StoreRefused(f"the store refused the {kind} record of {key!r}: {result.status.name} "
                                 f"{result.remark or ''}".strip())

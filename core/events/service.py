@@ -39,7 +39,7 @@ from .delivery import RuleCounts, RuleDelivery
 from .envelope import decode_event, encode_event
 from .model import Bus, Rule, Source, SpecError, bus_topic, parse_bus, parse_rule, parse_source
 from .pattern import compile_pattern
-from .registry import Registry
+from .registry import Registry, StoreRefused
 from .sources import MqttSource, source_topic
 from .targets import MqttPublish, Targets, ce_properties
 
@@ -59,15 +59,18 @@ class Conflict(ValueError):
     """The name is taken, or the thing is still in use."""
 
 
-class StoreRefused(RuntimeError):
-    """The broker did not store the events (or a definition): retry later."""
-
-
 class _Running:
-    def __init__(self, part) -> None:
+    """A rule's or source's task: its part, its state for ``show``, whether it has started."""
+
+    def __init__(self, part, task_status) -> None:
         self.part = part
-        self.scope = trio.CancelScope()
         self.state = "starting"
+        self._task_status = task_status
+        self.has_started = False
+
+    def started(self, value=None) -> None:
+        self.has_started = True
+        self._task_status.started(value)
 
 
 class EventService:
@@ -148,19 +151,19 @@ class EventService:
     # ---- running parts -----------------------------------------------------------------------
 
     async def _run_part(self, name: str, part, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        running = self._running[name]
-        with running.scope:
-            try:
-                await part.run(task_status=task_status)
-            except Exception as e:  # noqa: BLE001 - one rule's failure never stops the others
-                running.state = f"failed: {e}"
-                log.error("event %s stopped: %s", name, e)
-                task_status.started()
+        self._running[name] = running = _Running(part, task_status)
+        try:
+            await part.run(task_status=running)
+        except Exception as e:  # noqa: BLE001 - one rule's failure never stops the others
+            running.state = f"failed: {e}"
+            log.error("event %s stopped: %s", name, e)
+            if not running.has_started:
+                running.started()
 
     async def _start(self, name: str, part) -> None:
-        self._running[name] = running = _Running(part)
         await self._nursery.start(self._run_part, name, part)
-        if running.state == "starting":
+        running = self._running.get(name)
+        if running is not None and running.state == "starting":
             running.state = "running"
 
     def _stop(self, name: str) -> None:
