@@ -13,7 +13,11 @@ what arrives. Events are put with PutEvents (CloudEvents batches of
 Prints one JSON object: per rule count, ``events`` put, ``deliveries``
 expected and received, ``events_per_s`` (events put / seconds from the first
 put to the last delivery), ``deliveries_per_s``, ``put_per_s`` (PutEvents
-alone), and latency put->MQTT subscriber ``p50_ms``, ``p99_ms``, ``max_ms``.
+alone), and latency put->MQTT subscriber ``p50_ms``, ``p99_ms``, ``max_ms``
+(of that burst: it includes the time an event queued behind the others);
+then ``--idle-events`` events are put one at a time, each once the
+previous one reached every matching target: ``idle_p50_ms``, ``idle_p99_ms``
+are the latency of the path itself.
 
 Everything shares this machine: the broker, the rules' consumer groups, the
 gateway and the subscriber. Figures are for comparison within one run.
@@ -131,7 +135,7 @@ def _pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def run_one(server: Server, n_rules: int, n_events: int, batch: int) -> dict:
+def run_one(server: Server, n_rules: int, n_events: int, batch: int, idle_events: int) -> dict:
     bus = f"b{n_rules}"
     server.post("/buses", {"name": bus})
     matching = max(1, n_rules // 2)
@@ -159,10 +163,26 @@ def run_one(server: Server, n_rules: int, n_events: int, batch: int) -> dict:
         got = receiver.count()
         total_s = (receiver.last or time.time()) - begin
         lat = [x * 1000 for x in receiver.latencies]
-        return {"rules": n_rules, "matching_rules": matching, "events": n_events, "deliveries_expected": expected,
-                "deliveries": got, "put_per_s": round(n_events / put_s, 1),
-                "events_per_s": round(n_events / total_s, 1), "deliveries_per_s": round(got / total_s, 1),
-                "p50_ms": round(_pct(lat, 50), 1), "p99_ms": round(_pct(lat, 99), 1), "max_ms": round(max(lat), 1)}
+        out = {"rules": n_rules, "matching_rules": matching, "events": n_events, "deliveries_expected": expected,
+               "deliveries": got, "put_per_s": round(n_events / put_s, 1),
+               "events_per_s": round(n_events / total_s, 1), "deliveries_per_s": round(got / total_s, 1),
+               "p50_ms": round(_pct(lat, 50), 1), "p99_ms": round(_pct(lat, 99), 1), "max_ms": round(max(lat), 1)}
+        # one event at a time, each put once the previous one reached every matching target: the
+        # latency of the path itself, without the queueing of the burst above
+        skip = receiver.count()
+        for j in range(idle_events):
+            event = {"specversion": "1.0", "id": f"{bus}-idle-{j}", "source": "bench", "type": "reading",
+                     "subject": f"dev-{j % 64}", "data": {"k": "hit", "n": j, "t": time.time()}}
+            server.http.post(f"{server.api}/buses/{bus}/events", content=json.dumps(event),
+                             headers={"content-type": "application/cloudevents+json"})
+            deadline = time.monotonic() + TIMEOUT
+            while receiver.count() < skip + (j + 1) * matching and time.monotonic() < deadline:
+                time.sleep(0.001)
+        idle = [x * 1000 for x in receiver.latencies[skip:]]
+        if idle:
+            out.update({"idle_events": idle_events, "idle_p50_ms": round(_pct(idle, 50), 1),
+                        "idle_p99_ms": round(_pct(idle, 99), 1)})
+        return out
     finally:
         receiver.close()
 
@@ -172,18 +192,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rules", default="1,10,100")
     p.add_argument("--events", default="2000,1000,300", help="events per rule count (one value for all)")
     p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--idle-events", type=int, default=50, help="events put one at a time for the idle latency")
     p.add_argument("--quick", action="store_true", help="1 and 10 rules, 200 events each")
     a = p.parse_args(argv)
     rules = [int(x) for x in a.rules.split(",")]
     events = [int(x) for x in a.events.split(",")]
     if a.quick:
-        rules, events = [1, 10], [200]
+        rules, events, a.idle_events = [1, 10], [200], 20
     if len(events) == 1:
         events *= len(rules)
     root = Path(tempfile.mkdtemp(prefix="bench-events-"))
     server = Server(root)
     try:
-        results = [run_one(server, n, e, a.batch) for n, e in zip(rules, events)]
+        results = [run_one(server, n, e, a.batch, a.idle_events) for n, e in zip(rules, events)]
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
