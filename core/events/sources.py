@@ -17,7 +17,10 @@ Rules kept here:
   `model.parse_source`): the source reads exactly that broker topic, and
   starts at its end when the source is created (earlier publishes are not
   events).
-- Messages without an MQTT topic (native sends to that topic) are skipped.
+- Messages without an MQTT topic (native sends to that topic) are skipped,
+  and so are the publishes of event rules' own MQTT targets (client id
+  ``$events``, `SERVER_CLIENT_ID`): a rule publishing under its source's
+  filter does not feed itself forever.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ from .model import Source
 log = logging.getLogger("mqgate.events")
 
 __all__ = ["MqttSource", "topic_matches"]
+
+# The client id the gateway stores on the publishes it makes for MQTT targets (its
+# ``publish_from_server`` default), in the message property the gateway names it in.
+SERVER_CLIENT_ID = "$events"
+_CLIENT_ID_PROPERTY = "mqttClientId"
 
 # (bus, events) -> stored, or raises
 PutEvents = Callable[[str, list[dict]], Awaitable[list[str]]]
@@ -86,7 +94,7 @@ class MqttSource:
         events = []
         for m in msgs:
             topic = m.properties.get(PROPERTY_MQTT_TOPIC)
-            if topic and topic_matches(s.mqtt_topic, topic):
+            if topic and topic_matches(s.mqtt_topic, topic) and m.properties.get(_CLIENT_ID_PROPERTY) != SERVER_CLIENT_ID:
                 events.append(event_from_mqtt(s.name, s.type, topic, m.body, m.msg_id))
         if not events:
             return True
