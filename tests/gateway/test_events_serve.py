@@ -127,6 +127,11 @@ def test_iot_telemetry_from_mqtt_reaches_a_webhook_and_an_mqtt_alert_topic(serve
     assert cli(server, "events", "sources", "create", str(tmp_path / "source.toml"))[0] == 0
     code, out, err = cli(server, "events", "rules", "create", str(tmp_path / "rule.json"))
     assert code == 0, err
+    # a rule publishing under its own source's filter: its publishes must not become events again
+    echo = {"name": "echo", "bus": "iot", "pattern": {"source": ["telemetry"]},
+            "targets": [{"type": "mqtt", "topic": "devices/echo/telemetry", "qos": 0}]}
+    (tmp_path / "echo.json").write_text(json.dumps(echo))
+    assert cli(server, "events", "rules", "create", str(tmp_path / "echo.json"))[0] == 0
     alerts = Subscriber(server.ports["mqtt-tcp"], "alerts/#")
     device = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="dev-7")
     device.connect("127.0.0.1", server.ports["mqtt-tcp"])
@@ -144,6 +149,11 @@ def test_iot_telemetry_from_mqtt_reaches_a_webhook_and_an_mqtt_alert_topic(serve
         assert headers["x-site"] == "hq"
         counts = wait_counts(server, "iot", "hot-a", delivered=1)
         assert (counts["matched"], counts["failed"], counts["deadLettered"]) == (1, 0, 0)
+        wait_counts(server, "iot", "echo", delivered=3)
+        # one more reading after the echoes: were they turned into events, echo would have matched them
+        # too (and its own echoes, without end) by the time this one is through
+        device.publish("devices/d4/telemetry", json.dumps({"building": "C", "temp": 1}), 1).wait_for_publish(TIMEOUT)
+        assert wait_counts(server, "iot", "echo", delivered=4)["matched"] == 4
         code, out, _ = cli(server, "events", "rules", "counts")
         assert code == 0 and "hot-a" in out
         late = Subscriber(server.ports["mqtt-tcp"], "alerts/hot")  # retain: a new subscriber gets the last alert
