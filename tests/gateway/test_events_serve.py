@@ -246,3 +246,46 @@ def test_a_broker_restart_while_an_event_is_retried_loses_nothing(server, hook):
     assert counts["deadLettered"] == 0
     code, out, _ = cli(server, "events", "rules", "show", "app", "durable")
     assert code == 0 and "enabled" in out
+
+
+def test_the_api_answers_errors_in_one_line_and_roles_are_enforced(server, tmp_path):
+    from gateway.http.users import passwd_admin_main
+
+    api = f"{url(server)}/api/v1/events"
+    users = server.data_dir / "http_users"
+    assert passwd_admin_main([str(users), "viewer", "--role", "read-only", "-b", "look"]) == 0
+    r = httpx.post(f"{api}/buses", json={"name": "ro"}, auth=("viewer", "look"), timeout=TIMEOUT)
+    assert r.status_code == 403 and "read-only" in r.json()["error"]
+    assert httpx.get(f"{api}/buses", auth=("viewer", "look"), timeout=TIMEOUT).status_code == 200
+    cases = [
+        ("POST", "/buses", {"name": "iot"}, 409, "event bus 'iot' exists"),
+        ("POST", "/buses", {"name": "no spaces"}, 400, "name: 1 to 64 of"),
+        ("DELETE", "/buses/iot", None, 409, "event bus 'iot' still has rules or sources"),
+        ("GET", "/rules/iot/nope", None, 404, "no rule 'nope' on event bus 'iot'"),
+        ("POST", "/rules", {"name": "x", "bus": "nobus", "targets": [{"type": "mqtt", "topic": "a"}]}, 404,
+         "no event bus 'nobus'"),
+        ("POST", "/rules", {"name": "x", "bus": "iot", "targets": [{"type": "http", "url": "ftp://h"}]}, 400,
+         "targets[0].url: an http:// or https:// URL is needed"),
+        ("POST", "/rules", {"name": "x", "bus": "iot", "transform": {"form": "JSONPATH", "value": "temp"},
+                            "targets": [{"type": "mqtt", "topic": "a"}]}, 400, "transform.value: a JSONPath"),
+        ("POST", "/sources", {"name": "s", "bus": "iot", "mqttTopic": "+/x"}, 400,
+         "mqttTopic: the first level must be a plain name"),
+        ("POST", "/rules/iot/hot-a/pause", None, 404, "no such action 'pause'"),
+        ("POST", "/test", {"pattern": {"a": "b"}, "event": {}}, 400, "pattern.a: a field's pattern"),
+    ]
+    for method, path, body, status, message in cases:
+        r = httpx.request(method, f"{api}{path}", json=body, auth=USER, timeout=TIMEOUT)
+        assert r.status_code == status and r.json()["error"].startswith(message), (method, path, r.text)
+    r = httpx.post(f"{api}/rules", content=b"{nope", auth=USER, timeout=TIMEOUT)
+    assert r.status_code == 400 and r.json()["error"].startswith("the body is not JSON")
+    (tmp_path / "p.json").write_text('{"data": {"temp": [{"numeric": [">", 30]}]}}')
+    (tmp_path / "cold.json").write_text('{"data": {"temp": 3}}')
+    (tmp_path / "broken.json").write_text('{"data": ')
+    assert cli(server, "events", "test", str(tmp_path / "p.json"), str(tmp_path / "cold.json"))[:2] == \
+        (3, "does not match\n")
+    code, _out, err = cli(server, "events", "rules", "create", str(tmp_path / "broken.json"))
+    assert code == 2 and err.startswith(f"mqgate admin events: {tmp_path / 'broken.json'}: not valid JSON")
+    code, out, _ = cli(server, "events", "rules", "disable", "iot", "hot-a")
+    assert code == 0 and rule_counts(server, "iot", "hot-a")["state"] == "disabled"
+    assert cli(server, "events", "rules", "enable", "iot", "hot-a")[0] == 0
+    assert rule_counts(server, "iot", "hot-a")["state"] == "running"
