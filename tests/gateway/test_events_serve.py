@@ -1,7 +1,7 @@
 """Event rules in a real ``mqgate serve`` process: each source kind (PutEvents over HTTP in structured,
 binary and batch modes; an MQTT source fed by paho-mqtt; a native send from the PyPI `rocketmq` C++
 client) matches, transforms and reaches each target kind (a webhook receiver on loopback, a paho
-subscriber of the MQTT alert topic, a broker topic); definitions are made with ``mqgate admin events``
+subscriber of the MQTT alert topic, a broker topic read back with the C++ pull consumer); definitions are made with ``mqgate admin events``
 from JSON and TOML files; a broker restart while an event is being retried loses nothing.
 
 One server for the module; retries wait the ``messageDelayLevel`` of the test config (1 s a level).
@@ -121,7 +121,8 @@ def test_iot_telemetry_from_mqtt_reaches_a_webhook_and_an_mqtt_alert_topic(serve
             "transform": {"form": "TEMPLATE", "value": {"d": "$.subject", "t": "$.data.temp"},
                           "template": '{"device": "${d}", "temperature": ${t}}'},
             "targets": [{"type": "http", "url": hook.url, "mode": "binary", "headers": {"X-Site": "hq"}},
-                        {"type": "mqtt", "topic": "alerts/hot", "qos": 1, "retain": True}]}
+                        {"type": "mqtt", "topic": "alerts/hot", "qos": 1, "retain": True},
+                        {"type": "topic", "topic": "HotAlerts", "tag": "hot"}]}
     (tmp_path / "rule.json").write_text(json.dumps(rule))
     assert cli(server, "events", "buses", "create", str(tmp_path / "bus.json"))[0] == 0
     assert cli(server, "events", "sources", "create", str(tmp_path / "source.toml"))[0] == 0
@@ -149,6 +150,7 @@ def test_iot_telemetry_from_mqtt_reaches_a_webhook_and_an_mqtt_alert_topic(serve
         assert headers["x-site"] == "hq"
         counts = wait_counts(server, "iot", "hot-a", delivered=1)
         assert (counts["matched"], counts["failed"], counts["deadLettered"]) == (1, 0, 0)
+        assert pull_all(server, "HotAlerts") == [{"device": "devices/d3/telemetry", "temperature": 31.5}]
         wait_counts(server, "iot", "echo", delivered=3)
         # one more reading after the echoes: were they turned into events, echo would have matched them
         # too (and its own echoes, without end) by the time this one is through
@@ -165,9 +167,27 @@ def test_iot_telemetry_from_mqtt_reaches_a_webhook_and_an_mqtt_alert_topic(serve
         device.disconnect()
 
 
+def ensure_bus(server, name: str) -> None:
+    """The bus exists (made here, or by an earlier test of the module)."""
+    r = httpx.post(f"{url(server)}/api/v1/events/buses", json={"name": name}, auth=USER, timeout=TIMEOUT)
+    assert r.status_code in (201, 409), r.text
+
+
+def pull_all(server, topic: str) -> list:
+    """Every message of a broker topic, read with the C++ client's pull consumer, JSON-decoded."""
+    from rocketmq.client import PullConsumer
+
+    consumer = PullConsumer(f"reader-{topic}")
+    consumer.set_namesrv_addr(f"127.0.0.1:{server.ports['namesrv']}")
+    consumer.start()
+    try:
+        return [json.loads(msg.body) for msg in consumer.pull(topic)]
+    finally:
+        consumer.shutdown()
+
+
 def test_put_events_structured_binary_and_batch_and_an_invalid_batch_stores_nothing(server):
-    r = httpx.post(f"{url(server)}/api/v1/events/buses", json={"name": "app"}, auth=USER, timeout=TIMEOUT)
-    assert r.status_code == 201, r.text
+    ensure_bus(server, "app")
     r = httpx.post(f"{url(server)}/api/v1/events/rules", auth=USER, timeout=TIMEOUT, json={
         "name": "orders", "bus": "app", "pattern": {"type": [{"prefix": "order."}]},
         "transform": {"form": "JSONPATH", "value": "$.data"},
@@ -199,13 +219,18 @@ def test_put_events_structured_binary_and_batch_and_an_invalid_batch_stores_noth
         sub.close()
 
 
-def test_a_native_cpp_send_to_the_bus_topic_reaches_a_broker_topic_target(server):
-    from rocketmq.client import Message, Producer, PullConsumer, SendStatus
+def test_a_native_cpp_send_to_the_bus_topic_reaches_every_target_kind(server, hook):
+    from rocketmq.client import Message, Producer, SendStatus
 
+    ensure_bus(server, "app")
     r = httpx.post(f"{url(server)}/api/v1/events/rules", auth=USER, timeout=TIMEOUT, json={
         "name": "native", "bus": "app", "pattern": {"source": ["erp"]},
-        "targets": [{"type": "topic", "topic": "ErpEvents", "tag": "erp", "keys": "$.id"}]})
+        "transform": {"form": "CONSTANT", "value": {"invoice": "received"}},
+        "targets": [{"type": "topic", "topic": "ErpEvents", "tag": "erp", "keys": "$.id"},
+                    {"type": "mqtt", "topic": "erp/invoices", "qos": 1},
+                    {"type": "http", "url": hook.url, "mode": "structured"}]})
     assert r.status_code == 201, r.text
+    sub = Subscriber(server.ports["mqtt-tcp"], "erp/#")
     producer = Producer("erp-producer")
     producer.set_namesrv_addr(f"127.0.0.1:{server.ports['namesrv']}")
     producer.start()
@@ -217,17 +242,15 @@ def test_a_native_cpp_send_to_the_bus_topic_reaches_a_broker_topic_target(server
     finally:
         producer.shutdown()
     wait_counts(server, "app", "native", delivered=1)
-    consumer = PullConsumer("erp-reader")
-    consumer.set_namesrv_addr(f"127.0.0.1:{server.ports['namesrv']}")
-    consumer.start()
-    try:
-        got = [json.loads(msg.body) for msg in consumer.pull("ErpEvents")]
-        assert [e["id"] for e in got] == ["erp-1"] and got[0]["data"] == {"amount": 12}
-    finally:
-        consumer.shutdown()
+    assert [json.loads(p) for _t, p, _r in sub.wait_for(1)] == [{"invoice": "received"}]
+    sub.close()
+    [(_h, body)] = hook.wait(lambda rs: [(h, b) for s, h, b in rs if b'"erp-1"' in b], what="the erp-1 webhook")
+    assert json.loads(body)["data"] == {"invoice": "received"}
+    assert pull_all(server, "ErpEvents") == [{"invoice": "received"}]
 
 
 def test_a_broker_restart_while_an_event_is_retried_loses_nothing(server, hook):
+    ensure_bus(server, "app")
     hook.status = 503
     r = httpx.post(f"{url(server)}/api/v1/events/rules", auth=USER, timeout=TIMEOUT, json={
         "name": "durable", "bus": "app", "pattern": {"type": ["restart.test"]},
@@ -252,25 +275,29 @@ def test_the_api_answers_errors_in_one_line_and_roles_are_enforced(server, tmp_p
     from gateway.http.users import passwd_admin_main
 
     api = f"{url(server)}/api/v1/events"
+    ensure_bus(server, "ops")
+    r = httpx.post(f"{api}/rules", auth=USER, timeout=TIMEOUT, json={
+        "name": "r", "bus": "ops", "targets": [{"type": "mqtt", "topic": "ops/out"}]})
+    assert r.status_code == 201, r.text
     users = server.data_dir / "http_users"
     assert passwd_admin_main([str(users), "viewer", "--role", "read-only", "-b", "look"]) == 0
     r = httpx.post(f"{api}/buses", json={"name": "ro"}, auth=("viewer", "look"), timeout=TIMEOUT)
     assert r.status_code == 403 and "read-only" in r.json()["error"]
     assert httpx.get(f"{api}/buses", auth=("viewer", "look"), timeout=TIMEOUT).status_code == 200
     cases = [
-        ("POST", "/buses", {"name": "iot"}, 409, "event bus 'iot' exists"),
+        ("POST", "/buses", {"name": "ops"}, 409, "event bus 'ops' exists"),
         ("POST", "/buses", {"name": "no spaces"}, 400, "name: 1 to 64 of"),
-        ("DELETE", "/buses/iot", None, 409, "event bus 'iot' still has rules or sources"),
-        ("GET", "/rules/iot/nope", None, 404, "no rule 'nope' on event bus 'iot'"),
+        ("DELETE", "/buses/ops", None, 409, "event bus 'ops' still has rules or sources"),
+        ("GET", "/rules/ops/nope", None, 404, "no rule 'nope' on event bus 'ops'"),
         ("POST", "/rules", {"name": "x", "bus": "nobus", "targets": [{"type": "mqtt", "topic": "a"}]}, 404,
          "no event bus 'nobus'"),
-        ("POST", "/rules", {"name": "x", "bus": "iot", "targets": [{"type": "http", "url": "ftp://h"}]}, 400,
+        ("POST", "/rules", {"name": "x", "bus": "ops", "targets": [{"type": "http", "url": "ftp://h"}]}, 400,
          "targets[0].url: an http:// or https:// URL is needed"),
-        ("POST", "/rules", {"name": "x", "bus": "iot", "transform": {"form": "JSONPATH", "value": "temp"},
+        ("POST", "/rules", {"name": "x", "bus": "ops", "transform": {"form": "JSONPATH", "value": "temp"},
                             "targets": [{"type": "mqtt", "topic": "a"}]}, 400, "transform.value: a JSONPath"),
-        ("POST", "/sources", {"name": "s", "bus": "iot", "mqttTopic": "+/x"}, 400,
+        ("POST", "/sources", {"name": "s", "bus": "ops", "mqttTopic": "+/x"}, 400,
          "mqttTopic: the first level must be a plain name"),
-        ("POST", "/rules/iot/hot-a/pause", None, 404, "no such action 'pause'"),
+        ("POST", "/rules/ops/r/pause", None, 404, "no such action 'pause'"),
         ("POST", "/test", {"pattern": {"a": "b"}, "event": {}}, 400, "pattern.a: a field's pattern"),
     ]
     for method, path, body, status, message in cases:
@@ -285,7 +312,9 @@ def test_the_api_answers_errors_in_one_line_and_roles_are_enforced(server, tmp_p
         (3, "does not match\n")
     code, _out, err = cli(server, "events", "rules", "create", str(tmp_path / "broken.json"))
     assert code == 2 and err.startswith(f"mqgate admin events: {tmp_path / 'broken.json'}: not valid JSON")
-    code, out, _ = cli(server, "events", "rules", "disable", "iot", "hot-a")
-    assert code == 0 and rule_counts(server, "iot", "hot-a")["state"] == "disabled"
-    assert cli(server, "events", "rules", "enable", "iot", "hot-a")[0] == 0
-    assert rule_counts(server, "iot", "hot-a")["state"] == "running"
+    code, out, _ = cli(server, "events", "rules", "disable", "ops", "r")
+    assert code == 0 and rule_counts(server, "ops", "r")["state"] == "disabled"
+    assert cli(server, "events", "rules", "enable", "ops", "r")[0] == 0
+    assert rule_counts(server, "ops", "r")["state"] == "running"
+    assert cli(server, "events", "rules", "delete", "ops", "r")[0] == 0
+    assert cli(server, "events", "buses", "delete", "ops")[:2] == (0, "deleted ops\n")
