@@ -1,7 +1,7 @@
 """A real webhook receiver for the event-rule tests: Starlette under Hypercorn's trio worker on 127.0.0.1:0.
 
 ``fail_first`` requests are answered 503, then 200 (``always_fail``: 503
-forever); every request is recorded (headers lower-cased, body bytes), the
+forever; ``hold``: no answer until that event is set); every request is recorded (headers lower-cased, body bytes), the
 failed ones too, in ``attempts``; the answered-200 ones in ``received``.
 """
 
@@ -19,8 +19,9 @@ from starlette.routing import Route
 
 
 class WebhookReceiver:
-    def __init__(self, *, fail_first: int = 0, always_fail: bool = False) -> None:
+    def __init__(self, *, fail_first: int = 0, always_fail: bool = False, hold: trio.Event | None = None) -> None:
         self.fail_first = fail_first
+        self.hold = hold  # set: answer; until then every request waits (a slow target)
         self.always_fail = always_fail
         self.attempts: list[tuple[dict, bytes]] = []
         self.received: list[tuple[dict, bytes]] = []
@@ -36,6 +37,8 @@ class WebhookReceiver:
         self.attempts.append(item)
         self._changed.set()
         self._changed = trio.Event()
+        if self.hold is not None:
+            await self.hold.wait()
         if self.always_fail or len(self.attempts) <= self.fail_first:
             return Response("try later", status_code=503)
         self.received.append(item)

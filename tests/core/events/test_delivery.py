@@ -7,6 +7,7 @@ Retries use the cluster's short delay levels (level 3 = 300 ms), so a retry take
 import json
 
 import trio
+import trio.testing
 
 from cluster import broker_cluster
 from webhook import WebhookReceiver
@@ -141,4 +142,25 @@ async def test_an_ordered_rule_keeps_the_order_of_a_subject_through_failures(tmp
         got = await hook.wait_for("received", 5)
         assert [b for _, b in got] == [b"ev-1", b"ev-2", b"ev-3", b"ev-4", b"ev-5"]
         assert [b for _, b in hook.attempts[:3]] == [b"ev-1", b"ev-1", b"ev-1"]  # the head holds the rest back
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slow_webhook_holds_only_its_own_slots_and_never_another_rule(tmp_path, nursery):
+    release = trio.Event()
+    slow = WebhookReceiver(hold=release)
+    await nursery.start(slow.run)
+    async with broker_cluster(nursery, tmp_path) as c:
+        service = await nursery.start(EventService(c.broker, [c.namesrv]).run)
+        await service.create_bus({"name": "iot"})
+        await service.create_rule({"name": "slow", "bus": "iot", "concurrency": 8,
+                                   "targets": [{"type": "http", "url": slow.url, "timeout": 60, "concurrency": 2}]})
+        await service.create_rule({"name": "fast", "bus": "iot", "targets": [{"type": "topic", "topic": "Fast"}]})
+        await service.put_events("iot", [event(i, 20.0) for i in range(6)])
+        await wait_counts(service, "iot/fast", "delivered", 6)
+        await slow.wait_for("attempts", 2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(slow.attempts) == 2 and service.counts["iot/slow"].delivered == 0  # its 2 slots, no more
+        release.set()
+        await wait_counts(service, "iot/slow", "delivered", 6)
+        assert len(slow.received) == 6
         nursery.cancel_scope.cancel()
