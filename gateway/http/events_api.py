@@ -32,18 +32,16 @@ import json
 import logging
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.events import (Conflict, EventError, EventService, NotFound, PatternError, SpecError, StoreRefused,
                          events_from_http)
-from gateway.http.app import AdminApi, ApiError, _bug, _guarded, _http_error
+from gateway.http.app import AdminApi, ApiError, guarded, json_app
+from gateway.auth import is_loopback
 from gateway.http.ops import GatewayOps
+from gateway.http.server import bind, hypercorn_config, serve_app
 from gateway.http.users import Users
 
 log = logging.getLogger("mqgate.http")
@@ -184,7 +182,7 @@ class EventsApi:
             raise ApiError(400, f"pattern.{e}" if not str(e).startswith("(top)") else f"pattern{str(e)[5:]}") from None
 
     def routes(self) -> list[Route]:
-        g = _guarded
+        g = guarded
         base = "/api/v1/events"
         return [
             Route("/api/v1/login", g(self.auth.login), methods=["POST"]),
@@ -203,27 +201,15 @@ class EventsApi:
 async def run_events_http(service: EventService, users: Users, host: str, port: int, *,
                           cert_file: str = "", key_file: str = "", task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve the event API on ``host:port`` until cancelled; ``started(bound port)``."""
-    from gateway.http.server import _bind, _hypercorn_log
-
     try:
-        sock = _bind(host, port)
+        sock = bind(host, port)
     except OSError as e:
         raise OSError(e.errno, f"events HTTP port {port} on {host}: {e.strerror}") from None
     bound = sock.getsockname()[1]
-    app = Starlette(routes=EventsApi(service, users).routes(),
-                    exception_handlers={HTTPException: _http_error, Exception: _bug})
-    config = Config()
-    config.bind = [f"fd://{sock.detach()}"]
-    config.accesslog = None
-    config.errorlog = _hypercorn_log
-    config.graceful_timeout = 1.0
-    if cert_file:
-        config.certfile = cert_file
-        config.keyfile = key_file or cert_file
-
-    async def _serve(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        await hypercorn_serve(app, config, task_status=task_status)
+    config = hypercorn_config(sock, cert_file, key_file)
+    if not cert_file and not is_loopback(host):
+        log.warning("event API on %s without [http] certFile: passwords and tokens travel in clear", host)
     async with trio.open_nursery() as nursery:
-        await nursery.start(_serve)
+        await nursery.start(serve_app, json_app(EventsApi(service, users).routes()), config)
         log.info("event API listening on %s://%s:%d", "https" if cert_file else "http", host, bound)
         task_status.started(bound)
