@@ -123,6 +123,32 @@ async def _start_http(nursery: trio.Nursery, cfg, gw, view, ports: dict[str, int
         ports["http"] = port
 
 
+async def _start_events(nursery: trio.Nursery, cfg, broker, namesrv_addrs: list[str], gw, ports: dict[str, int]) -> None:
+    """Event rules (``core.events``) on a master under ``serve``: their deliveries are consumer
+    groups over the remoting port; MQTT targets publish through ``gw`` (None: no MQTT listener,
+    such targets fail with that reason). The event API when ``[events] port`` is set."""
+    from core.events import EventService
+
+    from .http import HttpSettings, Users
+    from .http.events_api import run_events_http
+    from .http.events_settings import EventsSettings
+
+    settings = EventsSettings.from_dict(cfg.events, port=cfg.events_port)
+    service = EventService(broker, namesrv_addrs, mqtt_publish=gw.publish_from_server if gw else None,
+                           bus_queues=settings.bus_queues, counts_interval=settings.counts_interval,
+                           orderly_suspend_ms=settings.orderly_retry_ms)
+    if not service.namesrv:
+        log.warning("event rules need a name server (their deliveries are consumer groups): none is set, "
+                    "so no event rules run in this process")
+        return
+    await nursery.start(service.run)
+    if settings.port:
+        http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
+        users = Users(http.users_file, token_ttl=http.token_ttl)
+        ports["events"] = await nursery.start(partial(run_events_http, service, users, settings.host, settings.port,
+                                                      cert_file=http.cert_file, key_file=http.key_file))
+
+
 async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, namesrv_addrs: list[str],
                        ports: dict[str, int], broker_port: int, store_cfg, timer_cfg, reloader=None) -> int:
     run_cfg = node.run_config()
@@ -152,6 +178,7 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
                                               wake=remoting.registrar.master_changed)
             await nursery.start(node.metadata.run)
         return broker_port
+    gw = None
     # any MQTT listener counts (TCP, WebSocket, TLS or WSS): each is on or off by itself
     if role == "serve" and listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
         from .app import make_mqtt_gateway  # logs each MQTT endpoint it listens on
@@ -165,6 +192,8 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
             reloader.add("ACL file", gw.settings.acl.reload)
         if cfg.http_port != 0:
             await _start_http(nursery, cfg, gw, view, ports, reloader)
+    if role == "serve" and broker_port:
+        await _start_events(nursery, cfg, broker, namesrv_addrs, gw, ports)
     # firing starts once the gateway has restored its sessions and hooks: a timer due during a
     # restart must reach persistent sessions and the retained index like one due later
     await nursery.start(timers.run)

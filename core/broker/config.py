@@ -96,6 +96,7 @@ class BrokerConfig:
     msg_trace_topic_name: str = _key("msgTraceTopicName", "topic trace records are written to when traceTopicEnable is on", "RMQ_SYS_TRACE_TOPIC")
     notify_consumer_ids_changed_enable: bool = _key("notifyConsumerIdsChangedEnable", "tell a group's members when it changes", True)
     register_name_server_period: int = _key("registerNameServerPeriod", "ms between registrations with the name servers", 30000)
+    message_delay_level: str = _key("messageDelayLevel", "delay levels of delayed messages and consumer retries (retry n waits level 3 + n), units ms s m h d", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
     # transactions (core/transactions.py): when and how often a pending half message is checked back
     transaction_timeout: int = _key("transactionTimeOut", "ms a half message waits for END_TRANSACTION before its first check", 6000)
     transaction_check_interval: int = _key("transactionCheckInterval", "ms between checks of a half message still unresolved", 60000)
