@@ -82,10 +82,11 @@ async def serve_app(app, config: Config, *, task_status=trio.TASK_STATUS_IGNORED
 
 
 async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = None, explicit_port: bool = True,
-                   users: Users | None = None, extra_routes: list | tuple = (),
+                   users: Users | None = None, extra_routes: list | tuple = (), events=None,
                    task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve ``/metrics`` and the admin API over ``gw`` (and ``broker``'s series)
-    until cancelled; ``started(bound port)``, or ``started(None)`` when the
+    """Serve ``/metrics`` and the admin API over ``gw`` (and ``broker``'s series;
+    ``events``, a running ``core.events.EventService``, adds the dashboard's event
+    rules page) until cancelled; ``started(bound port)``, or ``started(None)`` when the
     default port is taken."""
     try:
         sock = bind(settings.host, settings.port)
@@ -105,7 +106,8 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
     if gw is not None:  # a broker alone (gw None) serves /metrics only: no MQTT API, no dashboard
         reads = DashboardReads(gw, broker)
         sampler = RateSampler(reads.counters)
-        routes[:0] = Dashboard(ops, reads, users, sampler, secure_cookie=settings.tls).routes()
+        routes[:0] = Dashboard(ops, reads, users, sampler, secure_cookie=settings.tls,
+                               events=events).routes()
     config = hypercorn_config(sock, settings.cert_file, settings.key_file)
     scheme = "https" if settings.tls else "http"
     if not settings.tls and not is_loopback(settings.host):

@@ -58,8 +58,11 @@ def _safe_next(value: str | None) -> str:
 
 class Dashboard:
     def __init__(self, ops: GatewayOps, reads: DashboardReads, users: Users, sampler: RateSampler, *,
-                 secure_cookie: bool = False) -> None:
+                 secure_cookie: bool = False, events=None) -> None:
+        """``events``: the running ``core.events.EventService`` (its page), None when event
+        rules do not run in this process."""
         self.ops = ops
+        self.events = events
         self.reads = reads
         self.users = users
         self.sampler = sampler
@@ -74,7 +77,7 @@ class Dashboard:
         user, token = session if session else (None, "")
         html = self.env.get_template(template).render(
             user=user, csrf=self.web.csrf(token) if token else "", path=request.url.path,
-            flash=request.query_params.get("flash", ""), prefix=PREFIX, **context)
+            flash=request.query_params.get("flash", ""), prefix=PREFIX, events_on=self.events is not None, **context)
         return HTMLResponse(html, status_code=code, headers=_HEADERS)
 
     def _page(self, handler, template: str):
@@ -213,6 +216,37 @@ class Dashboard:
     async def replication(self, request: Request) -> dict:
         return {"title": "Replication", "ha": self.reads.replication()}
 
+    async def event_rules(self, request: Request) -> dict:
+        svc = self.events
+        if svc is None:
+            raise NotFound("event rules do not run in this process (they run under mqgate serve with its "
+                           "broker's remoting port and a name server)")
+        rules = []
+        for rule in sorted(svc.rules.values(), key=lambda r: (r.bus, r.name)):
+            row = svc.rule_json(rule)
+            row.pop("spec", None)
+            rules.append(row)
+        sources = [{"name": s.name, "bus": s.bus, "kind": s.kind, "mqttTopic": s.mqtt_topic,
+                    "state": svc.source_state(s.name)} for s in sorted(svc.sources.values(), key=lambda s: s.name)]
+        return {"title": "Event rules", "buses": sorted(svc.buses), "rules": rules, "sources": sources}
+
+    async def switch_rule(self, request: Request, user: User, form: dict) -> tuple[str, str]:
+        from core.events import NotFound as NoSuchRule
+
+        bus, name, action = request.path_params["bus"], request.path_params["name"], request.path_params["action"]
+        if action not in ("enable", "disable"):
+            raise NotFound(f"no dashboard action {action!r} on event rules (enable or disable)")
+        enabled = action == "enable"
+        if self.events is None:
+            raise NotFound("event rules do not run in this process")
+        try:
+            await self.events.set_enabled(bus, name, enabled)
+        except NoSuchRule as e:
+            return str(e), f"{PREFIX}/events"
+        log.info("HTTP: %s %s the event rule %s/%s (dashboard)", user.name, "enabled" if enabled else "disabled",
+                 bus, name)
+        return f"Rule {name} on {bus} {'enabled' if enabled else 'disabled'}.", f"{PREFIX}/events"
+
     def routes(self) -> list:
         p, a = self._page, self._action
 
@@ -238,5 +272,8 @@ class Dashboard:
             Route(f"{PREFIX}/groups", p(self.groups, "groups.html"), methods=["GET"]),
             Route(f"{PREFIX}/messages", p(self.messages, "messages.html"), methods=["GET"]),
             Route(f"{PREFIX}/replication", p(self.replication, "replication.html"), methods=["GET"]),
+            Route(f"{PREFIX}/events", p(self.event_rules, "events.html"), methods=["GET"]),
+            Route(f"{PREFIX}/events/rules/{{bus}}/{{name}}/{{action:str}}",
+                  a(self.switch_rule, "switching an event rule"), methods=["POST"]),
             Mount(f"{PREFIX}/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static"),
         ]

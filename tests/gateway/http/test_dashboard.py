@@ -44,12 +44,13 @@ def server(tmp_path_factory):
                   "-b", VIEWER[1]).returncode == 0
     cfg = d / "mqgate.toml"
     cfg.write_text("[mqtt]\nallowAnonymous = true\nsysInterval = 0\n")
-    http = free_port()
+    http, events = free_port(), free_port()
     proc = ServeProcess(data, "--config", str(cfg), "--mqtt-port", str(free_port()), "--ws-port", "0",
                         "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
-                        "--http-port", str(http), env={"PYTHONPATH": str(ROOT)})
+                        "--http-port", str(http), "--events-port", str(events), env={"PYTHONPATH": str(ROOT)})
     with proc:
         proc.url = f"http://127.0.0.1:{http}"
+        proc.events_url = f"http://127.0.0.1:{events}/api/v1/events"
         yield proc
 
 
@@ -384,3 +385,39 @@ def test_delete_an_offline_session_and_find_a_message_by_client_message_id(serve
         producer.shutdown()
     page = web.get("/dashboard/messages", params={"msgId": sent.msg_id}).text  # the client's id (UNIQ_KEY)
     assert "1 message found" in page and "00 ff 20 62" in page and "shown as hex" in page
+
+
+def test_event_rules_page_shows_each_rules_counts_and_an_admin_disables_one(server, browser):
+    api = server.events_url
+    r = httpx.post(f"{api}/buses", json={"name": "plant"}, auth=ADMIN, timeout=20)
+    assert r.status_code == 201, r.text
+    r = httpx.post(f"{api}/rules", auth=ADMIN, timeout=20, json={
+        "name": "too-hot", "bus": "plant", "pattern": {"data": {"temp": [{"numeric": [">", 30]}]}},
+        "targets": [{"type": "mqtt", "topic": "plant/alerts", "qos": 0}]})
+    assert r.status_code == 201, r.text
+    batch = b'[{"specversion": "1.0", "id": "e1", "source": "line-1", "type": "reading", "data": {"temp": 35}},' \
+            b' {"specversion": "1.0", "id": "e2", "source": "line-1", "type": "reading", "data": {"temp": 20}}]'
+    r = httpx.post(f"{api}/buses/plant/events", content=batch, auth=ADMIN, timeout=20,
+                   headers={"content-type": "application/cloudevents-batch+json"})
+    assert r.status_code == 200, r.text
+    assert Browser.wait_for(lambda: httpx.get(f"{api}/rules/plant/too-hot", auth=ADMIN,
+                                              timeout=20).json()["delivered"] == 1, timeout=60)
+    b = browser
+    b.d.delete_all_cookies()
+    b.go("/dashboard/events")
+    b.login(ADMIN)
+    row = b.one('tr[data-rule="plant/too-hot"]').text
+    assert "running" in row and "mqtt" in row, row
+    b.shot("events")
+    # a read-only user sees the page but may not switch a rule
+    viewer, viewer_csrf = _login(server, VIEWER)
+    page = viewer.get("/dashboard/events").text
+    assert "too-hot" in page and "Disable" not in page
+    assert viewer.post("/dashboard/events/rules/plant/too-hot/disable", data={"csrf": viewer_csrf}).status_code == 403
+    admin, csrf = _login(server, ADMIN)
+    r = admin.post("/dashboard/events/rules/plant/too-hot/disable", data={"csrf": csrf})
+    assert r.status_code == 303 and "disabled" in r.headers["location"]
+    assert httpx.get(f"{api}/rules/plant/too-hot", auth=ADMIN, timeout=20).json()["enabled"] is False
+    assert "Enable" in admin.get("/dashboard/events").text
+    r = admin.post("/dashboard/events/rules/plant/nope/enable", data={"csrf": csrf})
+    assert r.status_code == 303 and "no+rule" in r.headers["location"]
