@@ -109,16 +109,17 @@ def _broker_view(broker, node: HANode, remoting):
 
 
 async def _start_http(nursery: trio.Nursery, cfg, gw, view, ports: dict[str, int], reloader=None,
-                      events=None) -> None:
+                      events=None, namesrv_addrs: list[str] = ()) -> None:
     """The one HTTP server: over the MQTT gateway ``gw`` and the broker (and the event
-    rules' ``events`` service: the dashboard's event-rules page), or (``gw`` None, a
-    broker alone) the broker's /metrics."""
+    rules' ``events`` service: the dashboard's event-rules page; the name servers: its
+    admin actions), or (``gw`` None, a broker alone) the broker's /metrics."""
     from .http import HttpSettings, Users, run_http
 
     http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
     users = Users(http.users_file, token_ttl=http.token_ttl)
     port = await nursery.start(partial(run_http, gw, http, broker=view, users=users,
-                                       explicit_port=cfg.http_port is not None, events=events))
+                                       explicit_port=cfg.http_port is not None, events=events,
+                                       namesrv=list(namesrv_addrs)))
     if reloader is not None and port is not None:
         reloader.add("HTTP users file", users.reload)
     if port is not None:
@@ -198,7 +199,7 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
     if role == "serve" and broker_port:
         events = await _start_events(nursery, cfg, broker, namesrv_addrs, gw, ports)
     if gw is not None and cfg.http_port != 0:
-        await _start_http(nursery, cfg, gw, view, ports, reloader, events=events)
+        await _start_http(nursery, cfg, gw, view, ports, reloader, events=events, namesrv_addrs=namesrv_addrs)
     # firing starts once the gateway has restored its sessions and hooks: a timer due during a
     # restart must reach persistent sessions and the retained index like one due later
     await nursery.start(timers.run)

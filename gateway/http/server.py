@@ -83,11 +83,13 @@ async def serve_app(app, config: Config, *, task_status=trio.TASK_STATUS_IGNORED
 
 async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = None, explicit_port: bool = True,
                    users: Users | None = None, extra_routes: list | tuple = (), events=None,
+                   namesrv: list[str] = (),
                    task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve ``/metrics`` and the admin API over ``gw`` (and ``broker``'s series;
-    ``events``, a running ``core.events.EventService``, adds the dashboard's event
-    rules page) until cancelled; ``started(bound port)``, or ``started(None)`` when the
-    default port is taken."""
+    """Serve ``/metrics`` and the admin API over ``gw`` (and ``broker``'s series)
+    until cancelled; ``started(bound port)``, or ``started(None)`` when the
+    default port is taken. ``events`` (a running ``core.events.EventService``)
+    adds the dashboard's event-rules page; ``namesrv`` (the name servers) its
+    admin actions: create a topic, reset a group's offset, trace a message."""
     try:
         sock = bind(settings.host, settings.port)
     except OSError as e:
@@ -107,7 +109,7 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
         reads = DashboardReads(gw, broker)
         sampler = RateSampler(reads.counters)
         routes[:0] = Dashboard(ops, reads, users, sampler, secure_cookie=settings.tls,
-                               events=events).routes()
+                               events=events, namesrv=list(namesrv)).routes()
     config = hypercorn_config(sock, settings.cert_file, settings.key_file)
     scheme = "https" if settings.tls else "http"
     if not settings.tls and not is_loopback(settings.host):
