@@ -77,7 +77,8 @@ async def run_broker_node(cfg, role: str, namesrv_addrs: list[str], ports: dict[
             node.apply(change)
 
 
-async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int], transactions=None) -> None:
+async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int], transactions=None,
+                      namesrv_addrs: list[str] = ()) -> None:
     """RocketMQ 5's gRPC MessagingService (``core.proxy``) on a master: the default
     port (8081) may be taken by another server (then a warning, no gRPC); a
     port given in the file or a flag must be free."""
@@ -85,7 +86,8 @@ async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int],
 
     port = DEFAULT_GRPC_PORT if cfg.grpc_port is None else cfg.grpc_port
     try:
-        bound = await nursery.start(partial(run_grpc, broker, cfg.host, port, transactions=transactions))
+        bound = await nursery.start(partial(run_grpc, broker, cfg.host, port, transactions=transactions,
+                                                 namesrv_addrs=namesrv_addrs))
     except OSError as e:
         if cfg.grpc_port is not None or e.errno != errno.EADDRINUSE:
             raise
@@ -141,7 +143,7 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
         log.info("broker remoting listening on %s:%d (name servers %s)", cfg.host, broker_port,
                  ";".join(namesrv_addrs) or "none")
     if node.is_master and cfg.grpc_port != 0:
-        await _start_grpc(nursery, broker, cfg, ports, remoting.transactions if broker_port else None)
+        await _start_grpc(nursery, broker, cfg, ports, remoting.transactions if broker_port else None, namesrv_addrs)
     view = _broker_view(broker, node, remoting if broker_port else None)
     if role == "broker" and cfg.http_port:  # a broker alone: /metrics only, when a port is set
         await _start_http(nursery, cfg, None, view, ports, reloader)

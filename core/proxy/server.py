@@ -37,11 +37,16 @@ import queue
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Sequence
 
 import grpc
 import trio
 
+from core.client.api import ClientApi
+from core.remoting.client import open_remoting_client
+
 from . import pb
+from .routing import CALL_TIMEOUT_S, ClusterRoutes
 from .service import MessagingService, TelemetryChannel
 from .wire import status
 
@@ -165,19 +170,28 @@ class _Bridge:
         })
 
 
-async def run_grpc(broker, host: str, port: int, *, transactions=None, max_workers: int = MAX_WORKERS,
-                   task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def run_grpc(broker, host: str, port: int, *, transactions=None, namesrv_addrs: Sequence[str] = (),
+                   max_workers: int = MAX_WORKERS, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve RocketMQ 5's MessagingService for ``broker`` on ``host:port`` (0 = any free
     port) until cancelled; ``started`` gets the bound port.
 
     ``transactions``: the broker's `TransactionService`; its checks then also
-    reach 5.x producers, through their Telemetry streams."""
+    reach 5.x producers, through their Telemetry streams. ``namesrv_addrs``:
+    the name servers whose routes name the other broker groups (none: routes
+    name this broker alone)."""
     _probe(host, port)
+    async with open_remoting_client() as remoting:
+        routes = ClusterRoutes(ClientApi(remoting, CALL_TIMEOUT_S), list(namesrv_addrs), broker.config.broker_name)
+        await _serve(broker, host, port, transactions, routes, max_workers, task_status)
+
+
+async def _serve(broker, host: str, port: int, transactions, routes: ClusterRoutes, max_workers: int,
+                 task_status) -> None:
     token = trio.lowlevel.current_trio_token()
     executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
     readers = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc-telemetry")
     server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
-    service = MessagingService(broker, host, port, transactions)
+    service = MessagingService(broker, host, port, transactions, routes)
     if transactions is not None:
         remoting_producers = transactions.producer_channels
         transactions.producer_channels = lambda group: [*remoting_producers(group), *service.producer_channels(group)]
@@ -191,7 +205,7 @@ async def run_grpc(broker, host: str, port: int, *, transactions=None, max_worke
         readers.shutdown(wait=False)
         raise OSError(f"[proxy] grpcPort {port}: cannot listen on {host}:{port} (in use, or not an address of "
                       f"this machine); choose another port or 0 to turn gRPC off")
-    service.port = bound
+    service.port = broker.grpc_port = bound
     await service.consumption.load()
     server.start()
     try:
@@ -200,6 +214,7 @@ async def run_grpc(broker, host: str, port: int, *, transactions=None, max_worke
             task_status.started(bound)
             await trio.sleep_forever()
     finally:
+        broker.grpc_port = 0
         service.close()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(partial(_stop, server, executor, readers))

@@ -6,8 +6,11 @@ Pop consumption is `core.proxy.consuming`, transactions
 `core.proxy.transacting`; this module keeps routes, clients and sends.
 
 Rules kept here:
-- Routes name this endpoint (the address the client reached it by) for every
-  queue of the topic on this broker: a 5.x client sends and receives here.
+- Routes name every broker group's master that serves the topic
+  (`core.proxy.routing`, from the name servers), this broker with the
+  endpoint the client reached it by, the others with their own gRPC
+  endpoints: a 5.x client sends to and receives from each, and follows the
+  name server to a new master after a failover.
 - A send picks its queue on the broker: by a stable hash of the message group
   for FIFO messages (one group, one queue, so one order), round-robin
   otherwise (the 5.x clients leave the queue to the proxy).
@@ -29,6 +32,7 @@ from core.broker import Broker, validate_topic
 from core.store.message import PROPERTY_UNIQ_KEY, offset_msg_id
 
 from . import pb, wire
+from .routing import ClusterRoutes, RoutedGroup
 from .consuming import DEFAULT_POLL_S, MAX_BATCH, PopConsumption, max_attempts
 from .transacting import TelemetryChannel, end_transaction
 from .wire import OK, WireError, status
@@ -49,14 +53,23 @@ class ClientInfo:
     last_seen: float = 0.0
 
 
+def _scheme(host: str) -> int:
+    if ":" in host:
+        return pb.IPv6
+    return pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME
+
+
 class MessagingService:
     """RocketMQ 5's MessagingService over ``broker``; ``host``/``port`` name the
     endpoint when a request does not say how the client reached us."""
 
-    def __init__(self, broker: Broker, host: str, port: int, transactions=None) -> None:
+    def __init__(self, broker: Broker, host: str, port: int, transactions=None,
+                 routes: ClusterRoutes | None = None) -> None:
         """``transactions``: the broker's `core.transactions.TransactionService` (None:
-        transactional sends are answered UNSUPPORTED)."""
+        transactional sends are answered UNSUPPORTED); ``routes``: the other broker
+        groups, from the name servers (None: this broker alone)."""
         self.broker = broker
+        self.routes = routes or ClusterRoutes(None, [], broker.config.broker_name)
         self.host, self.port = host, port
         self.transactions = transactions
         self.streams: dict[str, TelemetryChannel] = {}
@@ -120,29 +133,58 @@ class MessagingService:
                                                 f"{self.broker.config.broker_name}{why}")
         return cfg
 
+    async def _groups(self, name: str, *, create: bool) -> list[RoutedGroup]:
+        """The broker groups serving topic ``name`` (`core.proxy.routing`); a topic no
+        broker has is created here when ``create`` and auto-creation allow."""
+        problem = validate_topic(name)
+        if problem:
+            raise WireError(pb.ILLEGAL_TOPIC, problem)
+        groups = await self.routes.groups(name, self._own_group(self.broker.get_topic(name)))
+        if not groups and create:
+            groups = [self._own_group(await self._topic(name, create=True))]
+        if not groups:
+            raise WireError(pb.TOPIC_NOT_FOUND, f"topic {name} does not exist on any broker")
+        return groups
+
+    def _own_group(self, cfg) -> RoutedGroup | None:
+        if cfg is None:
+            return None
+        return RoutedGroup(self.broker.config.broker_name, max(cfg.read_queue_nums, cfg.write_queue_nums),
+                           cfg.readable, cfg.writable, None)
+
+    def _broker(self, g: RoutedGroup, asked: pb.Endpoints) -> pb.Broker:
+        if g.endpoint is None:
+            endpoints = self._endpoints(asked)
+        else:
+            host, port = g.endpoint
+            endpoints = pb.Endpoints(scheme=_scheme(host), addresses=[pb.Address(host=host, port=port)])
+        return pb.Broker(name=g.broker_name, id=0, endpoints=endpoints)
+
     async def query_route(self, req: pb.QueryRouteRequest) -> pb.QueryRouteResponse:
+        """Every queue of the topic on every broker group's master (`core.proxy.routing`)."""
         try:
-            cfg = await self._topic(req.topic.name, create=True)
+            groups = await self._groups(req.topic.name, create=True)
         except WireError as e:
             return pb.QueryRouteResponse(status=status(e.code, str(e)))
-        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(req.endpoints))
-        perm = {(True, True): pb.READ_WRITE, (True, False): pb.READ, (False, True): pb.WRITE}.get(
-            (cfg.readable, cfg.writable), pb.NONE)
-        queues = [pb.MessageQueue(topic=req.topic, id=i, permission=perm, broker=broker,
-                                  accept_message_types=MESSAGE_TYPES)
-                  for i in range(max(cfg.read_queue_nums, cfg.write_queue_nums))]
+        queues = []
+        for g in groups:
+            broker = self._broker(g, req.endpoints)
+            perm = {(True, True): pb.READ_WRITE, (True, False): pb.READ, (False, True): pb.WRITE}.get(
+                (g.readable, g.writable), pb.NONE)
+            queues += [pb.MessageQueue(topic=req.topic, id=i, permission=perm, broker=broker,
+                                       accept_message_types=MESSAGE_TYPES) for i in range(g.queues)]
         return pb.QueryRouteResponse(status=OK, message_queues=queues)
 
     async def query_assignment(self, req: pb.QueryAssignmentRequest) -> pb.QueryAssignmentResponse:
-        """One assignment for this broker: a receive pops every queue of the topic."""
+        """One assignment per readable broker group: a receive there pops every queue of the topic."""
         try:
-            await self._topic(req.topic.name, create=False)
+            groups = await self._groups(req.topic.name, create=False)
         except WireError as e:
             return pb.QueryAssignmentResponse(status=status(e.code, str(e)))
-        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(req.endpoints))
-        mq = pb.MessageQueue(topic=req.topic, id=0, permission=pb.READ_WRITE, broker=broker,
-                             accept_message_types=MESSAGE_TYPES)
-        return pb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
+        assignments = [pb.Assignment(message_queue=pb.MessageQueue(
+            topic=req.topic, id=0, permission=pb.READ_WRITE, broker=self._broker(g, req.endpoints),
+            accept_message_types=MESSAGE_TYPES)) for g in groups if g.readable]
+        return pb.QueryAssignmentResponse(status=OK, assignments=assignments)
 
     # ------------------------------------------------------------------ client lifecycle
 

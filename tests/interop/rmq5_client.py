@@ -299,7 +299,56 @@ def push_fifo(endpoint: str, topic: str, group: str) -> dict:
     return {"seen": listener.seen}
 
 
-SCENARIOS = {"push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+def _send_logged(producer, topic: str, body: str) -> str | None:
+    """The broker group the send landed in (None: it failed; a dead master's queue)."""
+    try:
+        return str(producer.send(message(topic, body.encode())).message_queue).split(".")[0]
+    except Exception:
+        return None
+
+
+def _receive_until(consumer, want: set[str], seconds: float) -> list[str]:
+    got, t0 = [], time.time()
+    while not want <= set(got) and time.time() - t0 < seconds:
+        try:
+            msgs = consumer.receive(16, 10)
+        except Exception:  # a queue of a dead master, until the route is refreshed
+            time.sleep(0.2)
+            continue
+        for m in msgs:
+            got.append(m.body.decode())
+            consumer.ack(m)
+    return got
+
+
+def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -> dict:
+    """Phase 1: sends spread over every broker group, all received. Then a line
+    on stdout, and a line on stdin once the test has failed ``wanted_group``'s
+    master over. Phase 2, the same clients: sends until one lands in
+    ``wanted_group`` again (its new master, from the refreshed route), and
+    what was sent is received."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 2)
+    consumer.startup()
+    try:
+        sent1 = {f"one-{i}": _send_logged(producer, topic, f"one-{i}") for i in range(8)}
+        got1 = _receive_until(consumer, set(sent1), 30)
+        print(json.dumps({"sent": sent1, "got": got1}), flush=True)
+        sys.stdin.readline()
+        sent2, t0 = {}, time.time()
+        while wanted_group not in sent2.values() and time.time() - t0 < 60:
+            body = f"two-{len(sent2)}"
+            sent2[body] = _send_logged(producer, topic, body)
+            time.sleep(0.1)
+        got2 = _receive_until(consumer, {b for b, g in sent2.items() if g}, 30)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return {"sent": sent2, "got": got2}
+
+
+SCENARIOS = {"cluster_failover": cluster_failover, "push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]
