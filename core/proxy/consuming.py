@@ -9,6 +9,9 @@ Rules kept here:
   give it waits (long polling) until a message arrives, an invisible time
   ends, the poll time ends, or the service closes. It always answers with a
   status: OK with messages, or MESSAGE_NOT_FOUND.
+- A lite consumer pops the light queues of its lite topics (`wire.lite_queue`,
+  queue 0 each) instead of the topic's queues; its acks and invisible-time
+  changes name the lite topic, so they find the same pop state.
 - A group new to a queue starts at the queue's first offset; otherwise at
   its committed consumer offset, which pop keeps at the oldest message in
   flight (`core.proxy.pop`).
@@ -103,6 +106,10 @@ class PopConsumption:
     def _on_dispatch(self, topic: str, queue_id: int, next_offset: int) -> None:
         self._wake(topic)
 
+    def wake(self, topic: str) -> None:
+        """Waiting receives of ``topic`` look again (their sources may have changed)."""
+        self._wake(topic)
+
     def _wake(self, topic: str) -> None:
         ev = self._arrived.pop(topic, None)
         if ev is not None:
@@ -117,13 +124,17 @@ class PopConsumption:
     def _max_attempts(self, group: str) -> int:
         return max_attempts(self.broker, group)
 
-    async def receive_message(self, req: pb.ReceiveMessageRequest, time_left: float | None) -> list[pb.ReceiveMessageResponse]:
+    async def receive_message(self, req: pb.ReceiveMessageRequest, time_left: float | None,
+                              lite_queues: list[str] | None = None) -> list[pb.ReceiveMessageResponse]:
+        """``lite_queues``: a lite consumer's subscribed light queues of the request's topic
+        (pop those instead of the topic's own queues; empty: nothing to give yet)."""
         try:
-            return await self._receive(req, time_left)
+            return await self._receive(req, time_left, lite_queues)
         except WireError as e:
             return [pb.ReceiveMessageResponse(status=status(e.code, str(e)))]
 
-    async def _receive(self, req: pb.ReceiveMessageRequest, time_left: float | None) -> list[pb.ReceiveMessageResponse]:
+    async def _receive(self, req: pb.ReceiveMessageRequest, time_left: float | None,
+                       lite_queues: list[str] | None) -> list[pb.ReceiveMessageResponse]:
         group, topic = req.group.name, req.message_queue.topic.name
         if not group:
             raise WireError(pb.ILLEGAL_CONSUMER_GROUP, "the request names no consumer group")
@@ -143,15 +154,17 @@ class PopConsumption:
         expression_type = "SQL92" if expr.type == pb.SQL else "TAG"
         deadline = trio.current_time() + max(0.0, poll_s)
         while True:
+            # a lite message is stored in its parent topic too: the topic's wake-up serves both
             wake = self._arrived.setdefault(topic, trio.Event())
+            sources = ([(q, 0) for q in lite_queues] if lite_queues is not None
+                       else [(topic, qid) for qid in range(cfg.read_queue_nums)])
             # one take at a time per group and topic: two consumers must not be handed one offset
             async with self._locks.setdefault((group, topic), trio.Lock()):
-                out = await self._take(group, topic, cfg.read_queue_nums, batch, invisible_s, expression,
-                                       expression_type)
+                out = await self._take(group, sources, batch, invisible_s, expression, expression_type)
             now = trio.current_time()
             if out or now >= deadline or self.closing.is_set():
                 break
-            due = self.pop.next_due(group, topic)
+            due = min((t for s in sources if (t := self._pop_queue(group, *s).next_due()) is not None), default=None)
             with trio.move_on_at(min(deadline, due if due is not None else math.inf)):
                 async with trio.open_nursery() as waits:
                     waits.start_soon(_set_then_cancel, wake, waits.cancel_scope)
@@ -168,14 +181,15 @@ class PopConsumption:
             start = self.broker.min_offset(topic, queue_id)
         return self.pop.queue(group, topic, queue_id, start)
 
-    async def _take(self, group: str, topic: str, queues: int, batch: int, invisible_s: float,
+    async def _take(self, group: str, sources: list[tuple[str, int]], batch: int, invisible_s: float,
                     expression: str, expression_type: str) -> list[pb.Message]:
+        """Up to ``batch`` messages of the (store topic, queue) ``sources``: due ones first."""
         now = trio.current_time()
         invisible_ms = int(invisible_s * 1000)
         out: list[pb.Message] = []
-        states = [self._pop_queue(group, topic, qid) for qid in range(queues)]
+        states = [(t, self._pop_queue(group, t, qid)) for t, qid in sources]
         fifo = self.orderly(group)
-        for q in states:  # redeliveries first: they waited longest
+        for topic, q in states:  # redeliveries first: they waited longest
             for f in q.due(now):
                 if len(out) >= batch:
                     break
@@ -192,10 +206,10 @@ class PopConsumption:
                 f2, handle = self.pop.hand_out(q, f.offset, now, invisible_s)
                 out.append(wire.from_store(sm, receipt_handle=handle, attempt=f2.attempt, invisible_ms=invisible_ms))
         self._rr += 1
-        for i in range(queues):
+        for i in range(len(states)):
             if len(out) >= batch:
                 break
-            q = states[(self._rr + i) % queues]
+            topic, q = states[(self._rr + i) % len(states)]
             if fifo and q.inflight:
                 continue  # FIFO: a queue gives its next messages once those out are acked
             res = await self.broker.pull(group, topic, q.queue_id, q.next_offset, batch - len(out), expression,
@@ -204,8 +218,9 @@ class PopConsumption:
                     res.status is PullStatus.SYSTEM_ERROR and expression_type == "SQL92"):
                 raise WireError(pb.ILLEGAL_FILTER_EXPRESSION, res.remark or "bad filter expression")
             if res.status is PullStatus.FOUND:
-                for sm in res.messages():
-                    _, handle = self.pop.hand_out(q, sm.queue_offset, now, invisible_s)
+                # the offset in the queue read: a light queue's differs from the stored message's own
+                for sm, offset in zip(res.messages(), res.queue_offsets):
+                    _, handle = self.pop.hand_out(q, offset, now, invisible_s)
                     out.append(wire.from_store(sm, receipt_handle=handle, attempt=1, invisible_ms=invisible_ms))
                 q.next_offset = max(q.next_offset, res.next_begin_offset)
             elif res.status in (PullStatus.PULL_RETRY_IMMEDIATELY, PullStatus.PULL_OFFSET_MOVED):
@@ -222,7 +237,7 @@ class PopConsumption:
     async def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         res = await self.broker.read_queue(topic, queue_id, offset, 1)
         msgs = res.messages() if res.status is PullStatus.FOUND else []
-        return msgs[0] if msgs and msgs[0].queue_offset == offset else None
+        return msgs[0] if msgs and res.queue_offsets[0] == offset else None
 
     async def _to_dlq(self, group: str, sm: StoredMessage, attempts: int) -> None:
         """A message delivered ``attempts`` times and never acked: a copy to ``%DLQ%group``."""
@@ -242,9 +257,10 @@ class PopConsumption:
 
     async def ack_message(self, req: pb.AckMessageRequest) -> pb.AckMessageResponse:
         await trio.lowlevel.checkpoint()
-        group, topic = req.group.name, req.topic.name
+        group = req.group.name
         entries = []
         for e in req.entries:
+            topic = _popped(req.topic.name, e)
             try:
                 q = self.pop.ack(group, topic, e.receipt_handle)
             except ReceiptError as err:
@@ -266,7 +282,7 @@ class PopConsumption:
             return pb.ChangeInvisibleDurationResponse(status=status(
                 pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {seconds:g} s is outside 0..{MAX_INVISIBLE_S:g} s"))
         try:
-            handle = self.pop.change_invisible(req.group.name, req.topic.name, req.receipt_handle,
+            handle = self.pop.change_invisible(req.group.name, _popped(req.topic.name, req), req.receipt_handle,
                                                trio.current_time(), seconds)
         except ReceiptError as err:
             return pb.ChangeInvisibleDurationResponse(status=status(pb.INVALID_RECEIPT_HANDLE, str(err)))
@@ -275,7 +291,7 @@ class PopConsumption:
 
     async def forward_to_dlq(self, req: pb.ForwardMessageToDeadLetterQueueRequest) -> pb.ForwardMessageToDeadLetterQueueResponse:
         """The client gave up on a message (a FIFO push consumer after its own retries): to the DLQ now."""
-        group, topic = req.group.name, req.topic.name
+        group, topic = req.group.name, _popped(req.topic.name, req)
         try:
             q = self.pop.ack(group, topic, req.receipt_handle)
         except ReceiptError as err:
@@ -287,6 +303,11 @@ class PopConsumption:
             await self._to_dlq(group, sm, max(1, req.delivery_attempt))
         self._commit(group, topic, q)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+
+def _popped(topic: str, req) -> str:
+    """The store topic a receipt handle is of: a lite message's light queue, else ``topic``."""
+    return wire.lite_queue(topic, req.lite_topic) if req.HasField("lite_topic") and req.lite_topic else topic
 
 
 async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

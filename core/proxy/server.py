@@ -106,7 +106,7 @@ class _Bridge:
 
     def receive(self, request, context):
         left = context.time_remaining()
-        answers = self._run(self.service.receive_message, request, left,
+        answers = self._run(self.service.receive_message, request, left, _client_id(context),
                             failed=lambda st: [pb.ReceiveMessageResponse(status=st)])
         yield from answers
 
@@ -161,6 +161,8 @@ class _Bridge:
                                              pb.ChangeInvisibleDurationResponse),
             "NotifyClientTermination": unary("notify_client_termination", pb.NotifyClientTerminationRequest,
                                              pb.NotifyClientTerminationResponse, True),
+            "SyncLiteSubscription": unary("sync_lite_subscription", pb.SyncLiteSubscriptionRequest,
+                                          pb.SyncLiteSubscriptionResponse, True),
             "ReceiveMessage": grpc.unary_stream_rpc_method_handler(
                 self.receive, request_deserializer=pb.ReceiveMessageRequest.FromString,
                 response_serializer=pb.ReceiveMessageResponse.SerializeToString),

@@ -32,6 +32,8 @@ from core.broker import Broker, validate_topic
 from core.store.message import PROPERTY_UNIQ_KEY, offset_msg_id
 
 from . import pb, wire
+from .lite import QUOTA as LITE_QUOTA
+from .lite import LiteSubscriptions
 from .routing import ClusterRoutes, RoutedGroup
 from .consuming import DEFAULT_POLL_S, MAX_BATCH, PopConsumption, max_attempts
 from .transacting import TelemetryChannel, end_transaction
@@ -39,7 +41,8 @@ from .wire import OK, WireError, status
 
 log = logging.getLogger("mqgate.proxy")
 
-MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION, pb.LITE)
+LITE_CONSUMERS = (pb.LITE_PUSH_CONSUMER, pb.LITE_SIMPLE_CONSUMER)
 
 
 @dataclass
@@ -75,8 +78,8 @@ class MessagingService:
         self.streams: dict[str, TelemetryChannel] = {}
         self.clients: dict[str, ClientInfo] = {}
         self.consumption = PopConsumption(broker, self._topic)
+        self.lite = LiteSubscriptions()
         # the pop methods, served as they are
-        self.receive_message = self.consumption.receive_message
         self.ack_message = self.consumption.ack_message
         self.change_invisible_duration = self.consumption.change_invisible_duration
         self.forward_to_dlq = self.consumption.forward_to_dlq
@@ -202,6 +205,7 @@ class MessagingService:
     async def notify_client_termination(self, req: pb.NotifyClientTerminationRequest,
                                         client_id: str) -> pb.NotifyClientTerminationResponse:
         self.clients.pop(client_id, None)
+        self.lite.forget(client_id)
         await trio.lowlevel.checkpoint()
         return pb.NotifyClientTerminationResponse(status=OK)
 
@@ -238,7 +242,34 @@ class MessagingService:
                 out.subscription.long_polling_timeout.FromSeconds(int(DEFAULT_POLL_S))
             out.backoff_policy.max_attempts = max_attempts(self.broker, c.group)
             out.backoff_policy.customized_backoff.next.add().FromSeconds(1)
+            if s.client_type in LITE_CONSUMERS:
+                out.subscription.lite_subscription_quota = LITE_QUOTA
+                out.subscription.max_lite_topic_size = wire.MAX_LITE_TOPIC
         return pb.TelemetryCommand(status=OK, settings=out)
+
+    # ------------------------------------------------------------------ lite topics and receive
+
+    async def sync_lite_subscription(self, req: pb.SyncLiteSubscriptionRequest,
+                                     client_id: str) -> pb.SyncLiteSubscriptionResponse:
+        """A lite consumer's lite topics under its parent topic (`core.proxy.lite`)."""
+        try:
+            if not req.group.name:
+                raise WireError(pb.ILLEGAL_CONSUMER_GROUP, "the request names no consumer group")
+            await self._topic(req.topic.name, create=False)
+            self.lite.sync(client_id, req.group.name, req.topic.name, req.action, req.lite_topic_set)
+        except WireError as e:
+            return pb.SyncLiteSubscriptionResponse(status=status(e.code, str(e)))
+        self.consumption.wake(req.topic.name)  # a waiting receive looks at its new queues
+        return pb.SyncLiteSubscriptionResponse(status=OK)
+
+    async def receive_message(self, req: pb.ReceiveMessageRequest, time_left: float | None,
+                              client_id: str = "") -> list[pb.ReceiveMessageResponse]:
+        """A lite consumer (by its settings, or by its lite subscriptions) pops its group's
+        lite topics of the request's topic; any other consumer the topic's queues."""
+        group, topic = req.group.name, req.message_queue.topic.name
+        c = self.clients.get(client_id)
+        lite = (c is not None and c.client_type in LITE_CONSUMERS) or self.lite.has(client_id, group, topic)
+        return await self.consumption.receive_message(req, time_left, self.lite.queues(group, topic) if lite else None)
 
     # ------------------------------------------------------------------ send
 
@@ -255,8 +286,6 @@ class MessagingService:
             if m.system_properties.message_type == pb.TRANSACTION and self.transactions is None:
                 raise WireError(pb.UNSUPPORTED, "transactional messages need the broker's remoting listener "
                                                 "(--broker-port not 0), whose transaction service checks them")
-            if m.system_properties.HasField("lite_topic"):
-                raise WireError(pb.UNSUPPORTED, "lite topics are not supported yet (docs/CLIENTS.md)")
             msg, _ = wire.to_store(m)
             if not msg.body:
                 raise WireError(pb.MESSAGE_BODY_EMPTY, "the message body is empty")

@@ -6,13 +6,21 @@ Rules kept here:
   (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``__SHARDINGKEY`` for the message group,
   ``TIMER_DELIVER_MS`` for a delivery time), so a message sent over gRPC is
   the same stored message as one sent over remoting, and the reverse.
+- A lite message (``lite_topic`` L of parent topic T) is stored once, in T,
+  with ``LITE_TOPIC`` = L and multi-dispatched (``INNER_MULTI_DISPATCH``)
+  to the light queue `lite_queue` (T, L): its consumers pop that queue, a
+  consumer of T sees it too, and an MQTT session's queue works the same way.
+  A lite topic name follows the topic-name rules (so it can never split the
+  comma-separated dispatch list) and is at most `MAX_LITE_TOPIC` characters.
 """
 
 from __future__ import annotations
 
 import zlib
 
-from core.store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, StoredMessage, unpack_host
+from core.broker import validate_topic
+from core.store.message import (PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message,
+                                StoredMessage, unpack_host)
 
 from . import pb
 
@@ -27,11 +35,27 @@ _SYSTEM = frozenset({
     "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME", "DELAY",
     "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INNER_MULTI_DISPATCH",
     "INNER_MULTI_QUEUE_OFFSET", "TRAN_MSG", "PGROUP", "TRANSACTION_ID", "CHECK_IMMUNITY_TIME_IN_SECONDS",
-    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET",
+    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", "LITE_TOPIC",
 })
 _HELD_PREFIX = "TRAN_HELD_"  # core.transactions keeps a half's delay properties under this prefix
 TRAN_MSG, PGROUP, CHECK_IMMUNITY = "TRAN_MSG", "PGROUP", "CHECK_IMMUNITY_TIME_IN_SECONDS"
 REAL_TOPIC = "REAL_TOPIC"
+LITE_TOPIC = "LITE_TOPIC"
+MAX_LITE_TOPIC = 64  # the 5.x clients' default maxLiteTopicSize
+
+
+def lite_queue(topic: str, lite_topic: str) -> str:
+    """The light queue (queue 0 of an ``%LMQ%`` topic) of ``lite_topic`` under ``topic``."""
+    return f"%LMQ%${topic}${lite_topic}"
+
+
+def check_lite_topic(name: str) -> None:
+    """A `WireError` (ILLEGAL_LITE_TOPIC) unless ``name`` can be a lite topic."""
+    if not name or len(name) > MAX_LITE_TOPIC:
+        raise WireError(pb.ILLEGAL_LITE_TOPIC, f"lite topic {name[:80]!r} must have 1..{MAX_LITE_TOPIC} characters")
+    problem = validate_topic(name)
+    if problem:
+        raise WireError(pb.ILLEGAL_LITE_TOPIC, f"lite topic: {problem}")
 
 
 def transaction_group(topic: str) -> str:
@@ -83,6 +107,10 @@ def to_store(m: pb.Message) -> tuple[Message, int]:
         if not sp.message_group:
             raise WireError(pb.ILLEGAL_MESSAGE_GROUP, "the message group is empty")
         props[SHARDING_KEY] = sp.message_group
+    if sp.HasField("lite_topic"):
+        check_lite_topic(sp.lite_topic)
+        props[LITE_TOPIC] = sp.lite_topic
+        props[PROPERTY_INNER_MULTI_DISPATCH] = lite_queue(topic, sp.lite_topic)
     if sp.HasField("delivery_timestamp"):
         props[DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
     if sp.HasField("trace_context") and sp.trace_context:
@@ -112,7 +140,10 @@ def from_store(sm: StoredMessage, *, receipt_handle: str, attempt: int, invisibl
     sp.body_digest.type = pb.CRC32
     sp.body_digest.checksum = format(zlib.crc32(sm.body) & 0xFFFFFFFF, "08X")
     sp.body_encoding = pb.IDENTITY
-    if SHARDING_KEY in props:
+    if LITE_TOPIC in props:
+        sp.message_type = pb.LITE
+        sp.lite_topic = props[LITE_TOPIC]
+    elif SHARDING_KEY in props:
         sp.message_type = pb.FIFO
         sp.message_group = props[SHARDING_KEY]
     elif DELIVER_MS in props:

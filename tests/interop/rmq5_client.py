@@ -18,7 +18,7 @@ import sys
 import time
 
 from rocketmq.v5.client import ClientConfiguration, Credentials
-from rocketmq.v5.consumer import ConsumeResult, MessageListener, PushConsumer, SimpleConsumer
+from rocketmq.v5.consumer import ConsumeResult, LiteSimpleConsumer, MessageListener, PushConsumer, SimpleConsumer
 from rocketmq.v5.model import FilterExpression, Message
 from rocketmq.grpc_protocol import TransactionResolution
 from rocketmq.v5.producer import Producer, TransactionChecker
@@ -348,7 +348,54 @@ def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -
     return {"sent": sent2, "got": got2}
 
 
-SCENARIOS = {"cluster_failover": cluster_failover, "push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+def _lite_receive(consumer, want: int, seconds: float) -> list[list]:
+    got, t0 = [], time.time()
+    while len(got) < want and time.time() - t0 < seconds:
+        for m in consumer.receive(16, 10):
+            got.append([m.body.decode(), m.lite_topic, m.topic])
+            consumer.ack(m)
+    return got
+
+
+def lite(endpoint: str, topic: str, group: str, plain_group: str) -> dict:
+    """Lite topics ``a`` and ``b`` under ``topic``: a LiteSimpleConsumer gets the ones it
+    subscribed to, as it subscribes and unsubscribes; a plain consumer of the topic gets all."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    consumer = LiteSimpleConsumer(topic, config(endpoint), group, 2)
+    consumer.startup()
+    out = {}
+    try:
+        for body, lt in (("a1", "a"), ("b1", "b")):
+            producer.send(message(topic, body.encode(), lite_topic=lt))
+        producer.send(message(topic, b"plain"))
+        consumer.subscribe_lite("a")
+        out["a_only"] = _lite_receive(consumer, 1, 20)
+        out["a_only_more"] = _lite_receive(consumer, 1, 2)  # b1 and plain must not come
+        consumer.subscribe_lite("b")
+        out["then_b"] = _lite_receive(consumer, 1, 20)
+        consumer.unsubscribe_lite("a")
+        for body, lt in (("a2", "a"), ("b2", "b")):
+            producer.send(message(topic, body.encode(), lite_topic=lt))
+        out["b_only"] = _lite_receive(consumer, 2, 3)  # wants 2 to wait the whole time: only b2 may come
+        try:
+            consumer.subscribe_lite("no,comma")
+            out["bad_name"] = None
+        except Exception as e:
+            out["bad_name"] = f"{type(e).__name__}: {e}"
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    plain = SimpleConsumer(config(endpoint), plain_group, {topic: FilterExpression("*")}, 2)
+    plain.startup()
+    try:
+        out["plain"] = _lite_receive(plain, 5, 20)
+    finally:
+        plain.shutdown()
+    return out
+
+
+SCENARIOS = {"lite": lite, "cluster_failover": cluster_failover, "push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]

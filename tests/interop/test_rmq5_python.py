@@ -153,3 +153,18 @@ def test_a_fifo_push_consumer_sees_each_message_group_in_order(tmp_path):
         bodies = [b for b, mg in seen if mg == g]
         assert [b for i, b in enumerate(bodies) if i == 0 or b != bodies[i - 1]] == [f"{g}-{i}" for i in range(3)], seen
     assert [b for b, _ in seen].count("g1-0") == 2  # failed once, consumed again before g1-1
+
+
+def test_lite_topics_reach_the_lite_consumer_that_subscribed_them_and_a_plain_consumer_sees_all(server):
+    """A LiteSimpleConsumer receives the lite topics it subscribes to (SyncLiteSubscription),
+    from when it subscribes until it unsubscribes; each lite message is stored once, in the
+    parent topic, whose plain consumers get it too."""
+    topic, group, plain_group = names("rmq5_lite", "rmq5_lite_group", "rmq5_plain_group")
+    out = drive(server, "lite", topic, group, plain_group)
+    assert out["a_only"] == [["a1", "a", topic]]
+    assert out["a_only_more"] == []
+    assert out["then_b"] == [["b1", "b", topic]]
+    assert out["b_only"] == [["b2", "b", topic]]
+    assert out["bad_name"] is not None and "40020" in out["bad_name"]
+    assert sorted(b for b, _, _ in out["plain"]) == ["a1", "a2", "b1", "b2", "plain"]
+    assert {b: lt for b, lt, _ in out["plain"]}["plain"] is None
