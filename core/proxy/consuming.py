@@ -36,7 +36,7 @@ from core.broker import Broker, PullStatus, dlq_topic
 from core.broker.jsonfile import read_json, write_json_atomic
 from core.store.message import PROPERTY_UNIQ_KEY, StoredMessage
 
-from . import pb, wire
+from . import pb, pop_log, wire
 from .pop import PopQueue, PopTable, ReceiptError
 from .wire import OK, WireError, status
 
@@ -68,25 +68,43 @@ class PopConsumption:
         self._arrived: dict[str, trio.Event] = {}
         self._locks: dict[tuple[str, str], trio.Lock] = {}
         self._rr = 0
+        self._saved = PopTable().fingerprint()  # of the last snapshot record: none yet, nothing to say
         broker.add_dispatch_listener(self._on_dispatch)
 
     async def load(self) -> None:
-        """Read ``config/popState.json`` (or its ``.bak``): what was in flight at the last save."""
+        """Start from the newest saved table: ``config/popState.json`` (or its ``.bak``),
+        or the newest snapshot record (`core.proxy.pop_log`: what a master had when this
+        broker was its slave), whichever was saved last."""
         path = self.broker.config_dir / POP_STATE_FILE
         try:
-            obj = await trio.to_thread.run_sync(read_json, path)
+            from_file = await trio.to_thread.run_sync(read_json, path)
         except ValueError as e:
-            log.warning("%s is unreadable (%s): pop starts from the committed offsets", path, e)
+            log.warning("%s is unreadable (%s): pop starts from the replicated snapshot or committed offsets", path, e)
+            from_file = None
+        from_log = await pop_log.latest(self.broker)
+        candidates = [(o.get("savedAt", 0), where, o) for where, o in ((path, from_file), (pop_log.POP_TOPIC, from_log))
+                      if isinstance(o, dict)]
+        for _, where, obj in sorted(candidates, key=lambda c: c[0], reverse=True):
+            try:
+                self.pop.load_json(obj, trio.current_time(), int(time.time() * 1000))
+            except ValueError as e:
+                log.warning("%s: %s", where, e)
+                continue
+            self._saved = self.pop.fingerprint()
+            log.info("pop state read from %s", where)
             return
-        if obj is None:
-            return
-        try:
-            self.pop.load_json(obj, trio.current_time(), int(time.time() * 1000))
-        except ValueError as e:
-            log.warning("%s: %s; pop starts from the committed offsets", path, e)
 
     async def save(self) -> None:
+        """The table to ``config/popState.json``, and, when it changed since the last
+        time, to a snapshot record first (so a slave has it too)."""
         obj = self.pop.to_json(trio.current_time(), int(time.time() * 1000))
+        fingerprint = self.pop.fingerprint()
+        if fingerprint != self._saved:
+            try:
+                if await pop_log.write(self.broker, obj):
+                    self._saved = fingerprint
+            except Exception as e:  # noqa: BLE001 - e.g. the store closing under a role change: the file still holds it
+                log.warning("pop state snapshot not stored: %s: %s", type(e).__name__, e)
         await trio.to_thread.run_sync(write_json_atomic, self.broker.config_dir / POP_STATE_FILE, obj)
 
     async def save_every(self, seconds: float, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from core.broker import Broker, validate_topic
+from core.broker import Broker, is_system_topic, validate_topic
 from core.store.message import PROPERTY_UNIQ_KEY, offset_msg_id
 
 from . import pb, wire
@@ -287,6 +287,8 @@ class MessagingService:
                 raise WireError(pb.UNSUPPORTED, "transactional messages need the broker's remoting listener "
                                                 "(--broker-port not 0), whose transaction service checks them")
             msg, _ = wire.to_store(m)
+            if is_system_topic(msg.topic):
+                raise WireError(pb.ILLEGAL_TOPIC, f"topic {msg.topic} is a system topic of the broker")
             if not msg.body:
                 raise WireError(pb.MESSAGE_BODY_EMPTY, "the message body is empty")
             if len(msg.body) > self.broker.config.max_message_size:

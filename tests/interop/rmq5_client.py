@@ -307,41 +307,46 @@ def _send_logged(producer, topic: str, body: str) -> str | None:
         return None
 
 
-def _receive_until(consumer, want: set[str], seconds: float) -> list[str]:
+def _receive_until(consumer, want: set[str], seconds: float, keep: str | None = None) -> list[list]:
+    """[body, attempt] of what comes until ``want`` has all come; every message is acked
+    but the first delivery of ``keep``."""
     got, t0 = [], time.time()
-    while not want <= set(got) and time.time() - t0 < seconds:
+    while not want <= {b for b, _ in got} and time.time() - t0 < seconds:
         try:
             msgs = consumer.receive(16, 10)
         except Exception:  # a queue of a dead master, until the route is refreshed
             time.sleep(0.2)
             continue
         for m in msgs:
-            got.append(m.body.decode())
-            consumer.ack(m)
+            got.append([m.body.decode(), m.delivery_attempt])
+            if not (m.body.decode() == keep and m.delivery_attempt == 1):
+                consumer.ack(m)
     return got
 
 
 def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -> dict:
-    """Phase 1: sends spread over every broker group, all received. Then a line
-    on stdout, and a line on stdin once the test has failed ``wanted_group``'s
-    master over. Phase 2, the same clients: sends until one lands in
-    ``wanted_group`` again (its new master, from the refreshed route), and
-    what was sent is received."""
+    """Phase 1: sends spread over every broker group, all received and acked but one
+    message of ``wanted_group`` (``keep``: left in flight, 10 s invisible). Then a line
+    on stdout, and a line on stdin once the test has failed ``wanted_group``'s master
+    over. Phase 2, the same clients: sends until one lands in ``wanted_group`` again
+    (its new master, from the refreshed route), and what was sent, and ``keep``
+    again, is received."""
     producer = Producer(config(endpoint), (topic,))
     producer.startup()
     consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 2)
     consumer.startup()
     try:
         sent1 = {f"one-{i}": _send_logged(producer, topic, f"one-{i}") for i in range(8)}
-        got1 = _receive_until(consumer, set(sent1), 30)
-        print(json.dumps({"sent": sent1, "got": got1}), flush=True)
+        keep = next(b for b, g in sent1.items() if g == wanted_group)
+        got1 = _receive_until(consumer, set(sent1), 30, keep)
+        print(json.dumps({"sent": sent1, "got": got1, "keep": keep}), flush=True)
         sys.stdin.readline()
         sent2, t0 = {}, time.time()
         while wanted_group not in sent2.values() and time.time() - t0 < 60:
             body = f"two-{len(sent2)}"
             sent2[body] = _send_logged(producer, topic, body)
             time.sleep(0.1)
-        got2 = _receive_until(consumer, {b for b, g in sent2.items() if g}, 30)
+        got2 = _receive_until(consumer, {b for b, g in sent2.items() if g} | {keep}, 30)
     finally:
         consumer.shutdown()
         producer.shutdown()

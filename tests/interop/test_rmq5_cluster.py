@@ -7,7 +7,9 @@ group's master (`core.proxy.routing`), so it sends to and receives from both;
 after g1's master is killed and its slave promoted (`mqgate admin ha
 promote`), the same client, still pointed at g2, reaches g1's new master on
 its own gRPC port at its next route refresh (the Python client refreshes
-10 s after start, then every 30 s).
+10 s after start, then every 30 s). The pop state follows too (snapshot
+records, `core.proxy.pop_log`): a message in flight at the failover comes
+back from the new master as its second delivery, acked ones never again.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ async def _line(proc: subprocess.Popen, seconds: float) -> dict:
 
 
 async def test_a_5x_client_uses_every_broker_group_and_follows_a_failover(group):
-    group.broker("m1", 0, "ASYNC_MASTER", grpc_port=free_port()).start()
+    # pop state saved (popState.json and its snapshot record) every 0.5 s
+    m1 = group.broker("m1", 0, "ASYNC_MASTER", grpc_port=free_port(), flushConsumerOffsetInterval=500).start()
     # serves gRPC once promoted; ASYNC: a SYNC_MASTER without its slave refuses sends
     group.broker("s1", 1, "SLAVE", grpc_port=free_port(), haPromoteRole="ASYNC_MASTER").start()
     m2 = group.broker("m2", 0, "ASYNC_MASTER", brokerName="g2", grpc_port=free_port()).start()
@@ -80,8 +83,10 @@ async def test_a_5x_client_uses_every_broker_group_and_follows_a_failover(group)
         one = await _line(proc, 60)
         # each group got some of the sends, and the consumer got them all from both
         assert set(one["sent"].values()) == {"g1", "g2"}, one
-        assert set(one["got"]) == set(one["sent"])
+        assert sorted(one["got"]) == sorted([b, 1] for b in one["sent"])
 
+        # the pop state with only "keep" in flight is saved, its record replicated to s1
+        await wait_until(lambda: _in_flight(m1.data_dir, consumer_group, 1), 20, "m1 saves its pop state")
         await wait_in_sync(group.addr("m1"), group.addr("s1"))
         group.brokers["m1"].proc.send_signal(signal.SIGKILL)
         group.brokers["m1"].proc.wait()
@@ -100,7 +105,21 @@ async def test_a_5x_client_uses_every_broker_group_and_follows_a_failover(group)
     assert new_port != old_port  # another endpoint: only the route could have told the client
     landed = [g for g in two["sent"].values() if g]
     assert "g1" in landed and "g2" in landed, two["sent"]
-    assert {b for b, g in two["sent"].items() if g} <= set(two["got"])
+    got = {b for b, _ in two["got"]}
+    assert {b for b, g in two["sent"].items() if g} <= got
+    # the pop state followed to s1: "keep", out when g1 failed over, comes back as its
+    # second delivery, and no message acked on m1 is delivered again
+    assert [a for b, a in two["got"] if b == one["keep"]] == [2]
+    assert not {b for b in got if b.startswith("one-")} - {one["keep"]}
+
+
+async def _in_flight(data_dir, group_name: str, count: int) -> bool:
+    path = Path(data_dir) / "config" / "popState.json"
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return sum(len(q["inflight"]) for q in obj["queues"] if q["group"] == group_name) == count
 
 
 async def _both_routed(group: Group, topic: str):
