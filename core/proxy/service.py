@@ -286,7 +286,7 @@ class MessagingService:
             if m.system_properties.message_type == pb.TRANSACTION and self.transactions is None:
                 raise WireError(pb.UNSUPPORTED, "transactional messages need the broker's remoting listener "
                                                 "(--broker-port not 0), whose transaction service checks them")
-            msg, _ = wire.to_store(m)
+            msg, _ = wire.to_store(m, self.broker.config.max_message_size)
             if is_system_topic(msg.topic):
                 raise WireError(pb.ILLEGAL_TOPIC, f"topic {msg.topic} is a system topic of the broker")
             if not msg.body:

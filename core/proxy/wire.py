@@ -12,14 +12,22 @@ Rules kept here:
   consumer of T sees it too, and an MQTT session's queue works the same way.
   A lite topic name follows the topic-name rules (so it can never split the
   comma-separated dispatch list) and is at most `MAX_LITE_TOPIC` characters.
+- Bodies: a GZIP body from a producer is stored uncompressed (so MQTT
+  subscribers, 4.x consumers and Spark read it as sent), after a bounded
+  decompression (at most the broker's body limit; more is
+  MESSAGE_BODY_TOO_LARGE, a broken stream MESSAGE_CORRUPTED). A stored
+  body that a 4.x producer compressed (sysflag COMPRESSED, zlib) goes to a
+  5.x consumer as GZIP: the same deflate data in a gzip frame, nothing is
+  compressed again. The body digest is always of the bytes on the wire.
 """
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 from core.broker import validate_topic
-from core.store.message import (PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message,
+from core.store.message import (COMPRESSED_FLAG, PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message,
                                 StoredMessage, unpack_host)
 
 from . import pb
@@ -83,16 +91,40 @@ class WireError(ValueError):
         self.code = code
 
 
-def to_store(m: pb.Message) -> tuple[Message, int]:
-    """A sent message as the store keeps it, and the queue the client chose."""
+def gunzip(data: bytes, limit: int) -> bytes:
+    """A GZIP body, uncompressed, refused (`WireError`) past ``limit`` bytes or when broken."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(data, limit + 1)
+    except zlib.error as e:
+        raise WireError(pb.MESSAGE_CORRUPTED, f"the GZIP body does not decompress: {e}") from None
+    if len(out) > limit:
+        raise WireError(pb.MESSAGE_BODY_TOO_LARGE, f"the GZIP body decompresses to more than {limit} bytes "
+                                                   f"(maxMessageSize)")
+    if not d.eof:
+        raise WireError(pb.MESSAGE_CORRUPTED, "the GZIP body ends before its stream does")
+    return out
+
+
+def zlib_to_gzip(data: bytes) -> bytes:
+    """A zlib stream (a 4.x compressed body) as a gzip stream of the same deflate data."""
+    raw = zlib.decompress(data)
+    return (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + data[2:-4]
+            + struct.pack("<II", zlib.crc32(raw) & 0xFFFFFFFF, len(raw) & 0xFFFFFFFF))
+
+
+def to_store(m: pb.Message, max_body: int = 4 * 1024 * 1024) -> tuple[Message, int]:
+    """A sent message as the store keeps it, and the queue the client chose; ``max_body``
+    bounds a GZIP body's decompression."""
     sp = m.system_properties
     topic = m.topic.name
     if not topic:
         raise WireError(pb.ILLEGAL_TOPIC, "the message has no topic")
     if not sp.message_id:
         raise WireError(pb.ILLEGAL_MESSAGE_ID, "the message has no message_id")
-    if sp.body_encoding == pb.GZIP:
-        raise WireError(pb.BAD_REQUEST, "GZIP-encoded bodies are not supported yet; send IDENTITY")
+    if sp.body_encoding not in (pb.IDENTITY, pb.GZIP, pb.ENCODING_UNSPECIFIED):
+        raise WireError(pb.BAD_REQUEST, f"body encoding {sp.body_encoding} is not IDENTITY or GZIP")
+    body = gunzip(m.body, max_body) if sp.body_encoding == pb.GZIP else bytes(m.body)
     props: dict[str, str] = {}
     for key, value in m.user_properties.items():
         if key in _SYSTEM:
@@ -121,13 +153,19 @@ def to_store(m: pb.Message) -> tuple[Message, int]:
         if sp.HasField("orphaned_transaction_recovery_duration"):
             props[CHECK_IMMUNITY] = str(max(1, sp.orphaned_transaction_recovery_duration.seconds))
     born = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
-    return Message(topic=topic, body=bytes(m.body), properties=props, born_timestamp=born), sp.queue_id
+    return Message(topic=topic, body=body, properties=props, born_timestamp=born), sp.queue_id
 
 
 def from_store(sm: StoredMessage, *, receipt_handle: str, attempt: int, invisible_ms: int) -> pb.Message:
     """A stored message as a 5.x consumer receives it (``attempt`` counts deliveries from 1)."""
     props = sm.properties
-    out = pb.Message(body=sm.body)
+    body, encoding = sm.body, pb.IDENTITY
+    if sm.sysflag & COMPRESSED_FLAG:
+        try:
+            body, encoding = zlib_to_gzip(sm.body), pb.GZIP
+        except zlib.error:
+            pass  # not zlib after all: the bytes as stored (the digest still says what they are)
+    out = pb.Message(body=body)
     out.topic.name = sm.topic
     for key, value in props.items():
         if key not in _SYSTEM and not key.startswith(_HELD_PREFIX):
@@ -138,8 +176,8 @@ def from_store(sm: StoredMessage, *, receipt_handle: str, attempt: int, invisibl
     sp.keys.extend(props.get(PROPERTY_KEYS, "").split())
     sp.message_id = props.get(PROPERTY_UNIQ_KEY) or sm.msg_id
     sp.body_digest.type = pb.CRC32
-    sp.body_digest.checksum = format(zlib.crc32(sm.body) & 0xFFFFFFFF, "08X")
-    sp.body_encoding = pb.IDENTITY
+    sp.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+    sp.body_encoding = encoding
     if LITE_TOPIC in props:
         sp.message_type = pb.LITE
         sp.lite_topic = props[LITE_TOPIC]
