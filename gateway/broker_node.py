@@ -84,10 +84,13 @@ async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int],
     port given in the file or a flag must be free."""
     from core.proxy import DEFAULT_GRPC_PORT, run_grpc
 
+    from .serve import proxy_security
+
     port = DEFAULT_GRPC_PORT if cfg.grpc_port is None else cfg.grpc_port
+    tls, acl = proxy_security(cfg)
     try:
         bound = await nursery.start(partial(run_grpc, broker, cfg.host, port, transactions=transactions,
-                                                 namesrv_addrs=namesrv_addrs))
+                                            namesrv_addrs=namesrv_addrs, tls=tls, acl=acl))
     except OSError as e:
         if cfg.grpc_port is not None or e.errno != errno.EADDRINUSE:
             raise
@@ -95,10 +98,11 @@ async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int],
                     "process; set [proxy] grpcPort (0 = off) to choose", port, cfg.host)
         return
     ports["grpc"] = bound
-    log.info("RocketMQ 5 gRPC listening on %s:%d", cfg.host, bound)
-    if cfg.host not in ("127.0.0.1", "::1", "localhost"):
-        log.warning("RocketMQ 5 gRPC on %s:%d takes requests from anyone who reaches it (no TLS, no access keys "
-                    "yet): keep it on a trusted network, or set [proxy] grpcPort = 0", cfg.host, bound)
+    log.info("RocketMQ 5 gRPC listening on %s:%d (%s, %s)", cfg.host, bound, "TLS" if tls else "no TLS",
+             "access keys required" if acl else "no access keys")
+    if cfg.host not in ("127.0.0.1", "::1", "localhost") and acl is None:
+        log.warning("RocketMQ 5 gRPC on %s:%d takes requests from anyone who reaches it (no [proxy] aclFile): "
+                    "keep it on a trusted network, or set [proxy] grpcPort = 0", cfg.host, bound)
 
 
 def _broker_view(broker, node: HANode, remoting):

@@ -400,7 +400,43 @@ def lite(endpoint: str, topic: str, group: str, plain_group: str) -> dict:
     return out
 
 
-SCENARIOS = {"lite": lite, "cluster_failover": cluster_failover, "push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+def secure(endpoint: str, topic: str, group: str) -> dict:
+    """Over TLS (the CA in GRPC_DEFAULT_SSL_ROOTS_FILE_PATH), with access keys: a good
+    account sends and receives; a wrong secret and a read-only account are refused."""
+    def cfg(ak: str, sk: str) -> ClientConfiguration:
+        return ClientConfiguration(endpoint, Credentials(ak, sk), request_timeout=10)
+
+    out = {}
+    producer = Producer(cfg("rocketmq2", "12345678"), (topic,), tls_enable=True)
+    producer.startup()
+    try:
+        out["sent"] = producer.send(message(topic, b"over tls")).message_id
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(cfg("rocketmq2", "12345678"), group, {topic: FilterExpression("*")}, 2,
+                              tls_enable=True)
+    consumer.startup()
+    try:
+        out["got"] = [m.body.decode() for m in consumer.receive(16, 10)]
+    finally:
+        consumer.shutdown()
+    for name, ak, sk in (("bad_secret", "rocketmq2", "wrong-secret"), ("read_only", "readonly1", "87654321")):
+        p = Producer(cfg(ak, sk), (topic,), tls_enable=True)
+        try:
+            p.startup()
+            p.send(message(topic, b"refused"))
+            out[name] = None
+        except Exception as e:
+            out[name] = f"{type(e).__name__}: {e}"
+        finally:
+            try:
+                p.shutdown()
+            except Exception:
+                pass
+    return out
+
+
+SCENARIOS = {"secure": secure, "lite": lite, "cluster_failover": cluster_failover, "push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]
