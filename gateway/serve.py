@@ -220,7 +220,7 @@ def proxy_security(cfg: ServeConfig):
     bytes or None, `PlainAcl` or None); a ConfigError naming the key otherwise."""
     import ssl
 
-    from core.processors.acl import PlainAcl
+    from core.processors import PlainAcl
 
     cert, key, acl_file = (cfg.proxy.get(k) or "" for k in ("certFile", "keyFile", "aclFile"))
     tls = acl = None
