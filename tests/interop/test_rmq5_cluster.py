@@ -62,10 +62,13 @@ async def _line(proc: subprocess.Popen, seconds: float) -> dict:
 
 async def test_a_5x_client_uses_every_broker_group_and_follows_a_failover(group):
     # pop state saved (popState.json and its snapshot record) every 0.5 s
-    m1 = group.broker("m1", 0, "ASYNC_MASTER", grpc_port=free_port(), flushConsumerOffsetInterval=500).start()
+    m1 = group.broker("m1", 0, "ASYNC_MASTER", grpc_port=free_port(), flushConsumerOffsetInterval=500)
+    m2 = group.broker("m2", 0, "ASYNC_MASTER", brokerName="g2", grpc_port=free_port())
+    async with trio.open_nursery() as starting:  # the masters side by side (each start waits for "ready")
+        for proc in (m1, m2):
+            starting.start_soon(trio.to_thread.run_sync, proc.start)
     # serves gRPC once promoted; ASYNC: a SYNC_MASTER without its slave refuses sends
     group.broker("s1", 1, "SLAVE", grpc_port=free_port(), haPromoteRole="ASYNC_MASTER").start()
-    m2 = group.broker("m2", 0, "ASYNC_MASTER", brokerName="g2", grpc_port=free_port()).start()
     suffix = uuid.uuid4().hex[:8]
     topic, consumer_group = f"rmq5_cluster_{suffix}", f"rmq5_cluster_group_{suffix}"
     async with open_client_api() as api:
