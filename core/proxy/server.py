@@ -26,7 +26,7 @@ Rules kept here:
   the 5.x producers of the half's topic (their Telemetry streams).
 - A handler that fails answers INTERNAL_SERVER_ERROR with one line and is
   logged; the server keeps serving.
-- With ``tls`` the port speaks TLS only; with ``acl`` each call passes the
+- With ``tls`` the port speaks TLS only; with an ACL each call passes the
   access check (`core.proxy.auth`) on its worker thread before it reaches
   the trio loop, and a refused call is answered there.
 - Stopping: the service is closed first (waiting receives answer at once),
@@ -47,8 +47,6 @@ import trio
 
 from core.client.api import ClientApi
 from core.remoting.client import open_remoting_client
-
-from core.processors.acl import PlainAcl
 
 from . import pb
 from .auth import AccessCheck
@@ -195,7 +193,7 @@ class _Bridge:
 
 
 async def run_grpc(broker, host: str, port: int, *, transactions=None, namesrv_addrs: Sequence[str] = (),
-                   tls: tuple[bytes, bytes] | None = None, acl: PlainAcl | None = None,
+                   tls: tuple[bytes, bytes] | None = None, access: AccessCheck | None = None,
                    max_workers: int = MAX_WORKERS, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve RocketMQ 5's MessagingService for ``broker`` on ``host:port`` (0 = any free
     port) until cancelled; ``started`` gets the bound port.
@@ -204,12 +202,14 @@ async def run_grpc(broker, host: str, port: int, *, transactions=None, namesrv_a
     reach 5.x producers, through their Telemetry streams. ``namesrv_addrs``:
     the name servers whose routes name the other broker groups (none: routes
     name this broker alone). ``tls``: (private key, certificate chain) PEM
-    bytes, the port then speaks TLS only. ``acl``: every call must then carry
-    an access-key signature the file's accounts accept (`core.proxy.auth`)."""
+    bytes, the port then speaks TLS only. ``access``: with an ACL in it, every
+    call must carry an access-key signature its accounts accept
+    (`core.proxy.auth`); its ``acl`` may be replaced while serving."""
     _probe(host, port)
     async with open_remoting_client() as remoting:
         routes = ClusterRoutes(ClientApi(remoting, CALL_TIMEOUT_S), list(namesrv_addrs), broker.config.broker_name)
-        await _serve(broker, host, port, transactions, routes, tls, AccessCheck(acl), max_workers, task_status)
+        await _serve(broker, host, port, transactions, routes, tls, access or AccessCheck(None), max_workers,
+                     task_status)
 
 
 async def _serve(broker, host: str, port: int, transactions, routes: ClusterRoutes, tls, access: AccessCheck,

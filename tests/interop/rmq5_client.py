@@ -436,7 +436,17 @@ def secure(endpoint: str, topic: str, group: str) -> dict:
     return out
 
 
-SCENARIOS = {"secure": secure, "lite": lite, "cluster_failover": cluster_failover, "push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+def secure_send(endpoint: str, topic: str, ak: str, sk: str) -> dict:
+    producer = Producer(ClientConfiguration(endpoint, Credentials(ak, sk), request_timeout=10), (topic,),
+                        tls_enable=True)
+    producer.startup()
+    try:
+        return {"id": producer.send(message(topic, b"after SIGHUP")).message_id}
+    finally:
+        producer.shutdown()
+
+
+SCENARIOS = {"secure_send": secure_send, "secure": secure, "lite": lite, "cluster_failover": cluster_failover, "push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -192,13 +194,24 @@ def test_tls_and_access_keys_on_the_grpc_port(tmp_path):
     config.write_text('[proxy]\ncertFile = "server.crt"\nkeyFile = "server.key"\naclFile = "acl.toml"\n')
     grpc_port = free_port()
     topic, group = names("rmq5_secure", "rmq5_secure_group")
+    env = {**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(tmp_path / "ca.crt")}
     with ServeProcess(tmp_path / "data", "--config", str(config), "--namesrv-port", "0", "--broker-port", "0",
                       "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
         r = subprocess.run([sys.executable, str(DRIVER), f"127.0.0.1:{grpc_port}", "secure", topic, group],
-                           capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(tmp_path / "ca.crt")})
+                           capture_output=True, text=True, timeout=120, env=env)
         assert r.returncode == 0, f"{r.stderr[-3000:]}\nserver log:\n{s.output()[-3000:]}"
         assert "(TLS, access keys required)" in s.output()
+        # SIGHUP reads the ACL file again: the read-only account may now publish
+        acl = tmp_path / "acl.toml"
+        acl.write_text(acl.read_text().replace('defaultTopicPerm = "SUB"', 'defaultTopicPerm = "PUB|SUB"'))
+        s.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while "reloaded" not in s.output() or "gRPC ACL file" not in s.output().split("SIGHUP: reloaded")[-1]:
+            assert time.monotonic() < deadline, s.output()[-2000:]
+            time.sleep(0.05)
+        after = subprocess.run([sys.executable, str(DRIVER), f"127.0.0.1:{grpc_port}", "secure_send", topic,
+                                "readonly1", "87654321"], capture_output=True, text=True, timeout=120, env=env)
+        assert after.returncode == 0, after.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["sent"] and out["got"] == ["over tls"]
     # the client reports its refused route query (UNAUTHORIZED, tests/core/proxy/test_auth.py) this way
