@@ -48,6 +48,9 @@ MIN_INVISIBLE_S = 1.0
 MAX_INVISIBLE_S = 12 * 3600.0  # RocketMQ's upper bound
 MAX_BATCH = 32
 POP_STATE_FILE = "popState.json"
+# Snapshot records (core.proxy.pop_log) add at most this to the commit log on average: ~8 bytes a
+# message in flight, so 1000 in flight are a snapshot each save, 100 000 one every ~48 s.
+SNAPSHOT_BYTES_PER_S = 16 * 1024
 
 
 def max_attempts(broker: Broker, group: str) -> int:
@@ -69,6 +72,7 @@ class PopConsumption:
         self._locks: dict[tuple[str, str], trio.Lock] = {}
         self._rr = 0
         self._saved = PopTable().fingerprint()  # of the last snapshot record: none yet, nothing to say
+        self._next_snapshot_at = -math.inf
         broker.add_dispatch_listener(self._on_dispatch)
 
     async def load(self) -> None:
@@ -96,13 +100,17 @@ class PopConsumption:
 
     async def save(self) -> None:
         """The table to ``config/popState.json``, and, when it changed since the last
-        time, to a snapshot record first (so a slave has it too)."""
-        obj = self.pop.to_json(trio.current_time(), int(time.time() * 1000))
+        time, to a snapshot record first (so a slave has it too); snapshots of a large
+        table are spaced so that they add at most ``SNAPSHOT_BYTES_PER_S`` to the log."""
+        now = trio.current_time()
+        obj = self.pop.to_json(now, int(time.time() * 1000))
         fingerprint = self.pop.fingerprint()
-        if fingerprint != self._saved:
+        if fingerprint != self._saved and now >= self._next_snapshot_at:
             try:
-                if await pop_log.write(self.broker, obj):
+                written = await pop_log.write(self.broker, obj)
+                if written:
                     self._saved = fingerprint
+                    self._next_snapshot_at = now + written / SNAPSHOT_BYTES_PER_S
             except Exception as e:  # noqa: BLE001 - e.g. the store closing under a role change: the file still holds it
                 log.warning("pop state snapshot not stored: %s: %s", type(e).__name__, e)
         await trio.to_thread.run_sync(write_json_atomic, self.broker.config_dir / POP_STATE_FILE, obj)

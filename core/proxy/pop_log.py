@@ -48,14 +48,17 @@ def snapshot_messages(obj: dict) -> list[tuple[Message, int]]:
             for i, chunk in enumerate(chunks)]
 
 
-async def write(broker: Broker, obj: dict) -> bool:
-    """Append one snapshot of ``obj``; False (logged) when the store refused a part."""
+async def write(broker: Broker, obj: dict) -> int:
+    """Append one snapshot of ``obj``: the bytes of its bodies, 0 (logged) when the store
+    refused a part."""
     await broker.ensure_topic(POP_TOPIC, 1, PERM_READ | PERM_WRITE)
-    results = await broker.send_many(snapshot_messages(obj), internal=True)
+    messages = snapshot_messages(obj)
+    results = await broker.send_many(messages, internal=True)
     bad = [r for r in results if not r.ok]
     if bad:
         log.warning("pop state snapshot not stored: %s", bad[0].remark or bad[0].status.name)
-    return not bad
+        return 0
+    return sum(len(m.body) for m, _ in messages)
 
 
 async def latest(broker: Broker) -> dict | None:
