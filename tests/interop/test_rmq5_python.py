@@ -173,6 +173,11 @@ def test_lite_topics_reach_the_lite_consumer_that_subscribed_them_and_a_plain_co
     assert {b: lt for b, lt, _ in out["plain"]}["plain"] is None
 
 
+def test_a_lite_push_consumer_consumes_the_lite_topic_it_subscribed_once(server):
+    topic, group = names("rmq5_lite_push", "rmq5_lite_push_group")
+    assert drive(server, "lite_push", topic, group)["seen"] == [["a1", "a", 1]]
+
+
 def test_tls_and_access_keys_on_the_grpc_port(tmp_path):
     """[proxy] certFile/keyFile (TLS, as the 5.x clients use by default) and aclFile (the
     clients' MQv2-HMAC-SHA1 signature, checked against plain-ACL accounts): a known account
