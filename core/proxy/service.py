@@ -17,6 +17,10 @@ Rules kept here:
 - The Telemetry settings exchange answers the client's settings completed
   with the broker's: the body limit (``maxMessageSize``), the producer's
   retry policy, the consumer's maximum deliveries and retry backoff.
+- A lite consumer (its settings say LITE_*, or it has lite subscriptions)
+  receives from its group's lite topics of the requested topic
+  (`core.proxy.lite`), any other consumer from the topic's queues; 5.x
+  producers cannot send to the broker's system topics (``rmq_sys_``...).
 - Bad input is a status with a one-line message; the service keeps serving.
 """
 
