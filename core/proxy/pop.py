@@ -18,8 +18,9 @@ Rules kept here:
   handed out with attempt + 1.
 - The table is saved as JSON (`to_json` / `load_json`; `core.proxy.consuming`
   writes ``config/popState.json`` every ``flushConsumerOffsetInterval`` and
-  at shutdown, and a snapshot record that replicates, `core.proxy.pop_log`): invisible times are kept as wall-clock instants, so after a
-  restart a message stays invisible for what was left of its time, keeps
+  at shutdown, and a snapshot record that replicates, `core.proxy.pop_log`):
+  invisible times are kept as wall-clock instants, so after a restart or a
+  failover a message stays invisible for what was left of its time, keeps
   its attempt count, and receipt handles issued before stay valid. What
   changed after the last save (a crash) is lost on the safe side: the
   group's committed offset and the saved ``next_offset`` are never past an

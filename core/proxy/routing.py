@@ -89,7 +89,8 @@ class ClusterRoutes:
         if route is None:
             return [own] if own is not None else []
         masters = {b.broker_name: b.master_addr for b in route.broker_datas}
-        others = sorted((qd for qd in route.queue_datas if qd.broker_name != self.own_name and masters.get(qd.broker_name)),
+        others = sorted((qd for qd in route.queue_datas
+                         if qd.broker_name != self.own_name and masters.get(qd.broker_name)),
                         key=lambda q: q.broker_name)
         ports: dict[str, int] = {}
 

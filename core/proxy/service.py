@@ -36,10 +36,10 @@ from core.broker import Broker, is_system_topic, validate_topic
 from core.store.message import PROPERTY_UNIQ_KEY, offset_msg_id
 
 from . import pb, wire
+from .consuming import DEFAULT_POLL_S, MAX_BATCH, PopConsumption, max_attempts
 from .lite import QUOTA as LITE_QUOTA
 from .lite import LiteSubscriptions
 from .routing import ClusterRoutes, RoutedGroup
-from .consuming import DEFAULT_POLL_S, MAX_BATCH, PopConsumption, max_attempts
 from .transacting import TelemetryChannel, end_transaction
 from .wire import OK, WireError, status
 

@@ -27,8 +27,8 @@ import struct
 import zlib
 
 from core.broker import validate_topic
-from core.store.message import (COMPRESSED_FLAG, PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message,
-                                StoredMessage, unpack_host)
+from core.store.message import (COMPRESSED_FLAG, PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_KEYS, PROPERTY_TAGS,
+                                PROPERTY_UNIQ_KEY, Message, StoredMessage, unpack_host)
 
 from . import pb
 

@@ -477,7 +477,23 @@ def lite_push(endpoint: str, topic: str, group: str) -> dict:
     return {"seen": listener.seen}
 
 
-SCENARIOS = {"lite_push": lite_push, "secure_send": secure_send, "secure": secure, "lite": lite, "cluster_failover": cluster_failover, "push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+SCENARIOS = {
+    "lite_push": lite_push,
+    "secure_send": secure_send,
+    "secure": secure,
+    "lite": lite,
+    "cluster_failover": cluster_failover,
+    "push_fifo": push_fifo,
+    "body_limit": body_limit,
+    "restart_before": restart_before,
+    "restart_after": restart_after,
+    "push": push,
+    "transactions": transactions,
+    "send_and_receive": send_and_receive,
+    "redelivery": redelivery,
+    "send": send,
+    "receive": receive,
+}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]
