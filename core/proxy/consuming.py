@@ -32,12 +32,13 @@ import time
 
 import trio
 
-from core.broker import Broker, PullStatus, dlq_topic
+from core.broker import LMQ_TOPIC_PREFIX, Broker, PullStatus, dlq_topic
 from core.broker.jsonfile import read_json, write_json_atomic
 from core.store.message import PROPERTY_UNIQ_KEY, StoredMessage
 
 from . import pb, pop_log, wire
 from .pop import PopQueue, PopTable, ReceiptError
+from .remote import RemoteQueues, remote_queue_id
 from .wire import OK, WireError, status
 
 log = logging.getLogger("mqgate.proxy")
@@ -47,6 +48,8 @@ POLL_MARGIN_S = 0.5  # answer this long before the client's own deadline
 MIN_INVISIBLE_S = 1.0
 MAX_INVISIBLE_S = 12 * 3600.0  # RocketMQ's upper bound
 MAX_BATCH = 32
+UNAVAILABLE = object()  # _read_one: another group's light queue did not answer
+REMOTE_POLL_S = 1.0  # a lite receive that also reads other groups' light queues looks again this often
 POP_STATE_FILE = "popState.json"
 # Snapshot records (core.proxy.pop_log) add at most this to the commit log on average: ~8 bytes a
 # message in flight, so 1000 in flight are a snapshot each save, 100 000 one every ~48 s.
@@ -63,9 +66,12 @@ class PopConsumption:
     """The pop side of the MessagingService; ``topic(name, create=...)`` is the
     service's checked topic lookup (a `WireError` when there is none)."""
 
-    def __init__(self, broker: Broker, topic) -> None:
+    def __init__(self, broker: Broker, topic, remote: RemoteQueues | None = None) -> None:
+        """``remote``: reads other groups' light queues (lite consumers of a cluster)."""
         self.broker = broker
         self._topic = topic
+        self.remote = remote or RemoteQueues(None)
+        self._remote_addr: dict[tuple[str, int], tuple[str, str]] = {}  # (light queue, qid) -> (addr, broker)
         self.pop = PopTable()
         self.closing = trio.Event()
         self._arrived: dict[str, trio.Event] = {}
@@ -151,16 +157,18 @@ class PopConsumption:
         return max_attempts(self.broker, group)
 
     async def receive_message(self, req: pb.ReceiveMessageRequest, time_left: float | None,
-                              lite_queues: list[str] | None = None) -> list[pb.ReceiveMessageResponse]:
+                              lite_queues: list[str] | None = None,
+                              remote_groups: list[tuple[str, str]] = ()) -> list[pb.ReceiveMessageResponse]:
         """``lite_queues``: a lite consumer's subscribed light queues of the request's topic
-        (pop those instead of the topic's own queues; empty: nothing to give yet)."""
+        (pop those instead of the topic's own queues; empty: nothing to give yet), here and
+        on each of ``remote_groups`` ((broker name, master address): `core.proxy.remote`)."""
         try:
-            return await self._receive(req, time_left, lite_queues)
+            return await self._receive(req, time_left, lite_queues, list(remote_groups))
         except WireError as e:
             return [pb.ReceiveMessageResponse(status=status(e.code, str(e)))]
 
     async def _receive(self, req: pb.ReceiveMessageRequest, time_left: float | None,
-                       lite_queues: list[str] | None) -> list[pb.ReceiveMessageResponse]:
+                       lite_queues: list[str] | None, remote_groups: list[tuple[str, str]]) -> list[pb.ReceiveMessageResponse]:
         group, topic = req.group.name, req.message_queue.topic.name
         if not group:
             raise WireError(pb.ILLEGAL_CONSUMER_GROUP, "the request names no consumer group")
@@ -184,6 +192,11 @@ class PopConsumption:
             wake = self._arrived.setdefault(topic, trio.Event())
             sources = ([(q, 0) for q in lite_queues] if lite_queues is not None
                        else [(topic, qid) for qid in range(cfg.read_queue_nums)])
+            for name, addr in remote_groups if lite_queues else ():
+                for q in lite_queues:
+                    key = (q, remote_queue_id(name))
+                    self._remote_addr[key] = (addr, name)
+                    sources.append(key)
             # one take at a time per group and topic: two consumers must not be handed one offset
             async with self._locks.setdefault((group, topic), trio.Lock()):
                 out = await self._take(group, sources, batch, invisible_s, expression, expression_type)
@@ -191,6 +204,8 @@ class PopConsumption:
             if out or now >= deadline or self.closing.is_set():
                 break
             due = min((t for s in sources if (t := self._pop_queue(group, *s).next_due()) is not None), default=None)
+            if remote_groups and lite_queues:  # no wake-up comes from another broker: look again soon
+                due = min(due if due is not None else math.inf, now + REMOTE_POLL_S)
             with trio.move_on_at(min(deadline, due if due is not None else math.inf)):
                 async with trio.open_nursery() as waits:
                     waits.start_soon(_set_then_cancel, wake, waits.cancel_scope)
@@ -221,9 +236,9 @@ class PopConsumption:
                     break
                 if fifo and f.offset != min(q.inflight):
                     break  # FIFO: never a later message of a queue before an earlier one still out
-                sm = await self._read_one(topic, q.queue_id, f.offset)
-                if q.inflight.get(f.offset) is not f or f.visible_at > now:
-                    continue  # acked, or its invisible time changed, while the store was read
+                sm = await self._read_one(group, topic, q.queue_id, f.offset)
+                if q.inflight.get(f.offset) is not f or f.visible_at > now or sm is UNAVAILABLE:
+                    continue  # acked, or its invisible time changed, while the store was read; or unreadable now
                 if sm is None or f.attempt >= self._max_attempts(group):
                     del q.inflight[f.offset]
                     if sm is not None:
@@ -238,8 +253,12 @@ class PopConsumption:
             topic, q = states[(self._rr + i) % len(states)]
             if fifo and q.inflight:
                 continue  # FIFO: a queue gives its next messages once those out are acked
-            res = await self.broker.pull(group, topic, q.queue_id, q.next_offset, batch - len(out), expression,
-                                         expression_type=expression_type)
+            remote = self._remote_of(topic, q.queue_id)
+            if remote is not None:
+                res = await self.remote.pull(*remote, group, topic, q.next_offset, batch - len(out))
+            else:
+                res = await self.broker.pull(group, topic, q.queue_id, q.next_offset, batch - len(out), expression,
+                                             expression_type=expression_type)
             if res.status is PullStatus.SUBSCRIPTION_PARSE_FAILED or (
                     res.status is PullStatus.SYSTEM_ERROR and expression_type == "SQL92"):
                 raise WireError(pb.ILLEGAL_FILTER_EXPRESSION, res.remark or "bad filter expression")
@@ -255,13 +274,31 @@ class PopConsumption:
             self._commit(group, topic, q)
         return out
 
+    def _remote_of(self, topic: str, queue_id: int) -> tuple[str, str] | None:
+        """(address, broker name) of another group's light queue; None: a queue of this broker."""
+        if queue_id == 0 or not topic.startswith(LMQ_TOPIC_PREFIX):
+            return None
+        return self._remote_addr.get((topic, queue_id))
+
     def _commit(self, group: str, topic: str, q: PopQueue) -> None:
+        if queue_id_is_remote(topic, q.queue_id):
+            return  # another group's light queue: its progress is the pop state's alone
         committed = q.committed()
         if committed != self.broker.query_offset(group, topic, q.queue_id):
             self.broker.commit_offset(group, topic, q.queue_id, committed)
 
-    async def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
-        res = await self.broker.read_queue(topic, queue_id, offset, 1)
+    async def _read_one(self, group: str, topic: str, queue_id: int, offset: int):
+        """The message at ``offset``; None when it is gone, `UNAVAILABLE` when another
+        group's light queue cannot be read now (the message stays in flight)."""
+        remote = self._remote_of(topic, queue_id)
+        if remote is not None:
+            res = await self.remote.pull(*remote, group, topic, offset, 1)
+            if res.status is PullStatus.SERVICE_NOT_AVAILABLE:
+                return UNAVAILABLE
+        elif queue_id_is_remote(topic, queue_id):
+            return UNAVAILABLE  # not seen since a restart: a receive of its consumer names it again
+        else:
+            res = await self.broker.read_queue(topic, queue_id, offset, 1)
         msgs = res.messages() if res.status is PullStatus.FOUND else []
         return msgs[0] if msgs and res.queue_offsets[0] == offset else None
 
@@ -324,8 +361,8 @@ class PopConsumption:
             await trio.lowlevel.checkpoint()
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.INVALID_RECEIPT_HANDLE, str(err)))
         offset = int(req.receipt_handle.split("_")[2])
-        sm = await self._read_one(topic, q.queue_id, offset)
-        if sm is not None:
+        sm = await self._read_one(group, topic, q.queue_id, offset)
+        if sm is not None and sm is not UNAVAILABLE:
             await self._to_dlq(group, sm, max(1, req.delivery_attempt))
         self._commit(group, topic, q)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
@@ -334,6 +371,11 @@ class PopConsumption:
 def _popped(topic: str, req) -> str:
     """The store topic a receipt handle is of: a lite message's light queue, else ``topic``."""
     return wire.lite_queue(topic, req.lite_topic) if req.HasField("lite_topic") and req.lite_topic else topic
+
+
+def queue_id_is_remote(topic: str, queue_id: int) -> bool:
+    """A pop key of another group's light queue (`core.proxy.remote`): a light queue has queue 0 only."""
+    return queue_id != 0 and topic.startswith(LMQ_TOPIC_PREFIX)
 
 
 async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

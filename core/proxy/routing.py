@@ -45,13 +45,15 @@ _PEER_ERRORS = (MQClientError, RemotingConnectionError, RemotingTimeoutError, OS
 
 @dataclass(frozen=True, slots=True)
 class RoutedGroup:
-    """One broker group's share of a topic; ``endpoint`` None: this broker."""
+    """One broker group's share of a topic; ``endpoint`` None: this broker; ``addr``:
+    another group's master's remoting address."""
 
     broker_name: str
     queues: int
     readable: bool
     writable: bool
     endpoint: tuple[str, int] | None
+    addr: str | None = None
 
 
 def _perm(perm: int) -> tuple[bool, bool]:
@@ -68,6 +70,7 @@ class ClusterRoutes:
         self.own_name = own_name
         self._ports: dict[str, tuple[float, int]] = {}  # remoting address -> (until, gRPC port or 0)
         self._unreachable: set[str] = set()
+        self._groups: dict[str, tuple[float, list[RoutedGroup]]] = {}  # topic -> (until, other groups)
 
     async def name_server_route(self, topic: str) -> TopicRoute | None:
         """The first answering name server's route of ``topic`` (None: no route, or no
@@ -107,8 +110,17 @@ class ClusterRoutes:
                 continue
             readable, writable = _perm(qd.perm)
             out.append(RoutedGroup(qd.broker_name, max(qd.read_queue_nums, qd.write_queue_nums), readable,
-                                   writable, (addr.rsplit(":", 1)[0], ports[addr])))
+                                   writable, (addr.rsplit(":", 1)[0], ports[addr]), addr))
         return out
+
+    async def other_groups(self, topic: str) -> list[RoutedGroup]:
+        """The other groups of ``topic``, as `groups` found them at most ``CACHE_S`` ago
+        (for lite receives, which come far more often than route queries)."""
+        now = trio.current_time()
+        cached = self._groups.get(topic)
+        if cached is None or cached[0] <= now:
+            cached = self._groups[topic] = (now + CACHE_S, await self.groups(topic, None))
+        return cached[1]
 
     async def _grpc_port(self, addr: str) -> int:
         now = trio.current_time()

@@ -19,7 +19,8 @@ Rules kept here:
   retry policy, the consumer's maximum deliveries and retry backoff.
 - A lite consumer (its settings say LITE_*, or it has lite subscriptions)
   receives from its group's lite topics of the requested topic
-  (`core.proxy.lite`), any other consumer from the topic's queues; 5.x
+  (`core.proxy.lite`), here and in the topic's other broker groups
+  (`core.proxy.remote`), any other consumer from the topic's queues; 5.x
   producers cannot send to the broker's system topics (``rmq_sys_``...).
 - Bad input is a status with a one-line message; the service keeps serving.
 """
@@ -39,6 +40,7 @@ from . import pb, wire
 from .consuming import DEFAULT_POLL_S, MAX_BATCH, PopConsumption, max_attempts
 from .lite import QUOTA as LITE_QUOTA
 from .lite import LiteSubscriptions
+from .remote import RemoteQueues
 from .routing import ClusterRoutes, RoutedGroup
 from .transacting import TelemetryChannel, end_transaction
 from .wire import OK, WireError, status
@@ -81,7 +83,7 @@ class MessagingService:
         self.transactions = transactions
         self.streams: dict[str, TelemetryChannel] = {}
         self.clients: dict[str, ClientInfo] = {}
-        self.consumption = PopConsumption(broker, self._topic)
+        self.consumption = PopConsumption(broker, self._topic, RemoteQueues(self.routes.api))
         self.lite = LiteSubscriptions()
         # the pop methods, served as they are
         self.ack_message = self.consumption.ack_message
@@ -273,7 +275,12 @@ class MessagingService:
         group, topic = req.group.name, req.message_queue.topic.name
         c = self.clients.get(client_id)
         lite = (c is not None and c.client_type in LITE_CONSUMERS) or self.lite.has(client_id, group, topic)
-        return await self.consumption.receive_message(req, time_left, self.lite.queues(group, topic) if lite else None)
+        if not lite:
+            return await self.consumption.receive_message(req, time_left)
+        queues = self.lite.queues(group, topic)
+        # the producers spread lite messages over every group of the topic: theirs are read too
+        others = [(g.broker_name, g.addr) for g in await self.routes.other_groups(topic) if g.readable and g.addr]
+        return await self.consumption.receive_message(req, time_left, queues, others if queues else [])
 
     # ------------------------------------------------------------------ send
 

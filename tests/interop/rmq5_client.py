@@ -300,10 +300,10 @@ def push_fifo(endpoint: str, topic: str, group: str) -> dict:
     return {"seen": listener.seen}
 
 
-def _send_logged(producer, topic: str, body: str) -> str | None:
+def _send_logged(producer, topic: str, body: str, **kw) -> str | None:
     """The broker group the send landed in (None: it failed; a dead master's queue)."""
     try:
-        return str(producer.send(message(topic, body.encode())).message_queue).split(".")[0]
+        return str(producer.send(message(topic, body.encode(), **kw)).message_queue).split(".")[0]
     except Exception:
         return None
 
@@ -329,7 +329,8 @@ def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -
     """Phase 1: sends spread over every broker group, all received and acked but one
     message of ``wanted_group`` (``keep``: left in flight, 10 s invisible). Then a line
     on stdout, and a line on stdin once the test has failed ``wanted_group``'s master
-    over. Phase 2, the same clients: sends until one lands in ``wanted_group`` again
+    over (before it, lite messages sent to both groups reach a LiteSimpleConsumer of
+    this endpoint). Phase 2, the same clients: sends until one lands in ``wanted_group`` again
     (its new master, from the refreshed route), and what was sent, and ``keep``
     again, is received."""
     producer = Producer(config(endpoint), (topic,))
@@ -340,7 +341,17 @@ def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -
         sent1 = {f"one-{i}": _send_logged(producer, topic, f"one-{i}") for i in range(8)}
         keep = next(b for b, g in sent1.items() if g == wanted_group)
         got1 = _receive_until(consumer, set(sent1), 30, keep)
-        print(json.dumps({"sent": sent1, "got": got1, "keep": keep}), flush=True)
+        # lite messages land in every group too; a lite consumer of this endpoint gets them all
+        lite_consumer = LiteSimpleConsumer(topic, config(endpoint), group + "_lite", 1)
+        lite_consumer.startup()
+        try:
+            lite_consumer.subscribe_lite("x")
+            lite_sent = {f"lite-{i}": _send_logged(producer, topic, f"lite-{i}", lite_topic="x") for i in range(6)}
+            lite_got = _receive_until(lite_consumer, set(lite_sent), 20)
+        finally:
+            lite_consumer.shutdown()
+        print(json.dumps({"sent": sent1, "got": got1, "keep": keep, "lite_sent": lite_sent, "lite_got": lite_got}),
+              flush=True)
         sys.stdin.readline()
         sent2, t0 = {}, time.time()
         while wanted_group not in sent2.values() and time.time() - t0 < 60:

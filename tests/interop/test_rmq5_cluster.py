@@ -7,7 +7,8 @@ group's master (`core.proxy.routing`), so it sends to and receives from both;
 after g1's master is killed and its slave promoted (`mqgate admin ha
 promote`), the same client, still pointed at g2, reaches g1's new master on
 its own gRPC port at its next route refresh (the Python client refreshes
-10 s after start, then every 30 s). The pop state follows too (snapshot
+10 s after start, then every 30 s). A LiteSimpleConsumer of g2's endpoint
+gets the lite messages the producer spread over both groups. The pop state follows too (snapshot
 records, `core.proxy.pop_log`): a message in flight at the failover comes
 back from the new master as its second delivery, acked ones never again.
 """
@@ -87,6 +88,10 @@ async def test_a_5x_client_uses_every_broker_group_and_follows_a_failover(group)
         # each group got some of the sends, and the consumer got them all from both
         assert set(one["sent"].values()) == {"g1", "g2"}, one
         assert sorted(one["got"]) == sorted([b, 1] for b in one["sent"])
+        # lite messages in both groups, all received by a lite consumer of g2's endpoint (g1's light
+        # queue read over remoting, core.proxy.remote), each once
+        assert set(one["lite_sent"].values()) == {"g1", "g2"}, one
+        assert sorted(one["lite_got"]) == sorted([b, 1] for b in one["lite_sent"])
 
         # the pop state with only "keep" in flight is saved, its record replicated to s1
         await wait_until(lambda: _in_flight(m1.data_dir, consumer_group, 1), 20, "m1 saves its pop state")

@@ -21,9 +21,10 @@ async def test_another_group_is_routed_with_its_reported_grpc_port_and_left_out_
                 c.broker.grpc_port = 18081
                 routes = ClusterRoutes(api, [c.namesrv], "here")
                 name = c.broker.config.broker_name
-                assert await routes.groups("Routed", own) == [own, RoutedGroup(name, 3, True, True,
-                                                                               ("127.0.0.1", 18081))]
-                assert await routes.groups("Routed", None) == [RoutedGroup(name, 3, True, True, ("127.0.0.1", 18081))]
+                theirs = RoutedGroup(name, 3, True, True, ("127.0.0.1", 18081), c.broker_addr)
+                assert await routes.groups("Routed", own) == [own, theirs]
+                assert await routes.groups("Routed", None) == [theirs]
+                assert await routes.other_groups("Routed") == [theirs]
                 # the broker's own group is answered from its own table, never twice
                 assert await ClusterRoutes(api, [c.namesrv], name).groups("Routed", own) == [own]
                 # an unknown topic, and a name server that is not there: this broker alone, at once
