@@ -20,6 +20,7 @@ import time
 from rocketmq.v5.client import ClientConfiguration, Credentials
 from rocketmq.v5.consumer import (ConsumeResult, LitePushConsumer, LiteSimpleConsumer, MessageListener, PushConsumer,
                                   SimpleConsumer)
+from rocketmq.v5.exception import LiteSubscriptionQuotaExceededException
 from rocketmq.v5.model import FilterExpression, Message
 from rocketmq.grpc_protocol import TransactionResolution
 from rocketmq.v5.producer import Producer, TransactionChecker
@@ -329,10 +330,10 @@ def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -
     """Phase 1: sends spread over every broker group, all received and acked but one
     message of ``wanted_group`` (``keep``: left in flight, 10 s invisible). Then a line
     on stdout, and a line on stdin once the test has failed ``wanted_group``'s master
-    over (before it, lite messages sent to both groups reach a LiteSimpleConsumer of
-    this endpoint). Phase 2, the same clients: sends until one lands in ``wanted_group`` again
+    over. Phase 2, the same clients: sends until one lands in ``wanted_group`` again
     (its new master, from the refreshed route), and what was sent, and ``keep``
-    again, is received."""
+    again, is received; then lite messages sent to both groups reach a
+    LiteSimpleConsumer of this endpoint."""
     producer = Producer(config(endpoint), (topic,))
     producer.startup()
     consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 2)
@@ -341,17 +342,7 @@ def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -
         sent1 = {f"one-{i}": _send_logged(producer, topic, f"one-{i}") for i in range(8)}
         keep = next(b for b, g in sent1.items() if g == wanted_group)
         got1 = _receive_until(consumer, set(sent1), 30, keep)
-        # lite messages land in every group too; a lite consumer of this endpoint gets them all
-        lite_consumer = LiteSimpleConsumer(topic, config(endpoint), group + "_lite", 1)
-        lite_consumer.startup()
-        try:
-            lite_consumer.subscribe_lite("x")
-            lite_sent = {f"lite-{i}": _send_logged(producer, topic, f"lite-{i}", lite_topic="x") for i in range(6)}
-            lite_got = _receive_until(lite_consumer, set(lite_sent), 20)
-        finally:
-            lite_consumer.shutdown()
-        print(json.dumps({"sent": sent1, "got": got1, "keep": keep, "lite_sent": lite_sent, "lite_got": lite_got}),
-              flush=True)
+        print(json.dumps({"sent": sent1, "got": got1, "keep": keep}), flush=True)
         sys.stdin.readline()
         sent2, t0 = {}, time.time()
         while wanted_group not in sent2.values() and time.time() - t0 < 60:
@@ -359,10 +350,33 @@ def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -
             sent2[body] = _send_logged(producer, topic, body)
             time.sleep(0.1)
         got2 = _receive_until(consumer, {b for b, g in sent2.items() if g} | {keep}, 30)
+        # lite messages land in every group too; a lite consumer of this endpoint gets them all
+        lite_consumer = LiteSimpleConsumer(topic, config(endpoint), group + "_lite", 1)
+        lite_consumer.startup()
+        try:
+            subscribe_lite(lite_consumer, "x")
+            lite_sent = {f"lite-{i}": _send_logged(producer, topic, f"lite-{i}", lite_topic="x") for i in range(6)}
+            lite_got = _receive_until(lite_consumer, {b for b, g in lite_sent.items() if g}, 20)
+        finally:
+            lite_consumer.shutdown()
     finally:
         consumer.shutdown()
         producer.shutdown()
-    return {"sent": sent2, "got": got2}
+    return {"sent": sent2, "got": got2, "lite_sent": lite_sent, "lite_got": lite_got}
+
+
+def subscribe_lite(consumer, name: str) -> None:
+    """``subscribe_lite`` once the client has the broker's settings: until their answer
+    arrives (on the Telemetry stream, just after startup returns) the client's quota is 0
+    and it refuses every subscription itself (LiteSubscriptionQuotaExceededException)."""
+    deadline = time.time() + 10
+    while True:
+        try:
+            return consumer.subscribe_lite(name)
+        except LiteSubscriptionQuotaExceededException:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _lite_receive(consumer, want: int, seconds: float) -> list[list]:
@@ -386,10 +400,10 @@ def lite(endpoint: str, topic: str, group: str, plain_group: str) -> dict:
         for body, lt in (("a1", "a"), ("b1", "b")):
             producer.send(message(topic, body.encode(), lite_topic=lt))
         producer.send(message(topic, b"plain"))
-        consumer.subscribe_lite("a")
+        subscribe_lite(consumer, "a")
         out["a_only"] = _lite_receive(consumer, 1, 20)
         out["a_only_more"] = _lite_receive(consumer, 1, 2)  # b1 and plain must not come
-        consumer.subscribe_lite("b")
+        subscribe_lite(consumer, "b")
         out["then_b"] = _lite_receive(consumer, 1, 20)
         consumer.unsubscribe_lite("a")
         for body, lt in (("a2", "a"), ("b2", "b")):
@@ -475,7 +489,7 @@ def lite_push(endpoint: str, topic: str, group: str) -> dict:
     consumer = LitePushConsumer(config(endpoint), group, topic, listener)
     consumer.startup()
     try:
-        consumer.subscribe_lite("a")
+        subscribe_lite(consumer, "a")
         for body, lt in (("a1", "a"), ("b1", "b")):
             producer.send(message(topic, body.encode(), lite_topic=lt))
         t0 = time.time()
