@@ -168,7 +168,8 @@ class PopConsumption:
             return [pb.ReceiveMessageResponse(status=status(e.code, str(e)))]
 
     async def _receive(self, req: pb.ReceiveMessageRequest, time_left: float | None,
-                       lite_queues: list[str] | None, remote_groups: list[tuple[str, str]]) -> list[pb.ReceiveMessageResponse]:
+                       lite_queues: list[str] | None,
+                       remote_groups: list[tuple[str, str]]) -> list[pb.ReceiveMessageResponse]:
         group, topic = req.group.name, req.message_queue.topic.name
         if not group:
             raise WireError(pb.ILLEGAL_CONSUMER_GROUP, "the request names no consumer group")
