@@ -77,15 +77,22 @@ async def run_broker_node(cfg, role: str, namesrv_addrs: list[str], ports: dict[
             node.apply(change)
 
 
-async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int], transactions=None) -> None:
+async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int], transactions=None,
+                      namesrv_addrs: list[str] = (), reloader=None) -> None:
     """RocketMQ 5's gRPC MessagingService (``core.proxy``) on a master: the default
     port (8081) may be taken by another server (then a warning, no gRPC); a
-    port given in the file or a flag must be free."""
-    from core.proxy import DEFAULT_GRPC_PORT, run_grpc
+    port given in the file or a flag must be free. SIGHUP reads ``[proxy] aclFile``
+    again (the TLS files are read at start only)."""
+    from core.proxy import DEFAULT_GRPC_PORT, AccessCheck, run_grpc
+
+    from .serve import proxy_security
 
     port = DEFAULT_GRPC_PORT if cfg.grpc_port is None else cfg.grpc_port
+    tls, acl = proxy_security(cfg)
+    access = AccessCheck(acl)
     try:
-        bound = await nursery.start(partial(run_grpc, broker, cfg.host, port, transactions=transactions))
+        bound = await nursery.start(partial(run_grpc, broker, cfg.host, port, transactions=transactions,
+                                            namesrv_addrs=namesrv_addrs, tls=tls, access=access))
     except OSError as e:
         if cfg.grpc_port is not None or e.errno != errno.EADDRINUSE:
             raise
@@ -93,10 +100,15 @@ async def _start_grpc(nursery: trio.Nursery, broker, cfg, ports: dict[str, int],
                     "process; set [proxy] grpcPort (0 = off) to choose", port, cfg.host)
         return
     ports["grpc"] = bound
-    log.info("RocketMQ 5 gRPC listening on %s:%d", cfg.host, bound)
-    if cfg.host not in ("127.0.0.1", "::1", "localhost"):
-        log.warning("RocketMQ 5 gRPC on %s:%d takes requests from anyone who reaches it (no TLS, no access keys "
-                    "yet): keep it on a trusted network, or set [proxy] grpcPort = 0", cfg.host, bound)
+    if reloader is not None and acl is not None:
+        def reload_acl() -> None:
+            access.acl = proxy_security(cfg)[1]  # a ConfigError keeps the ACL in force
+        reloader.add("gRPC ACL file", reload_acl)
+    log.info("RocketMQ 5 gRPC listening on %s:%d (%s, %s)", cfg.host, bound, "TLS" if tls else "no TLS",
+             "access keys required" if acl else "no access keys")
+    if cfg.host not in ("127.0.0.1", "::1", "localhost") and acl is None:
+        log.warning("RocketMQ 5 gRPC on %s:%d takes requests from anyone who reaches it (no [proxy] aclFile): "
+                    "keep it on a trusted network, or set [proxy] grpcPort = 0", cfg.host, bound)
 
 
 def _broker_view(broker, node: HANode, remoting):
@@ -172,7 +184,8 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
         log.info("broker remoting listening on %s:%d (name servers %s)", cfg.host, broker_port,
                  ";".join(namesrv_addrs) or "none")
     if node.is_master and cfg.grpc_port != 0:
-        await _start_grpc(nursery, broker, cfg, ports, remoting.transactions if broker_port else None)
+        await _start_grpc(nursery, broker, cfg, ports, remoting.transactions if broker_port else None, namesrv_addrs,
+                          reloader)
     view = _broker_view(broker, node, remoting if broker_port else None)
     if role == "broker" and cfg.http_port:  # a broker alone: /metrics only, when a port is set
         await _start_http(nursery, cfg, None, view, ports, reloader)

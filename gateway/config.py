@@ -24,6 +24,8 @@ Layout of the file; every key is optional and documented in README.md::
 
     [proxy]                     # RocketMQ 5 gRPC MessagingService (core.proxy)
     grpcPort = 8081             # 0 disables it
+    certFile = ""               # with keyFile: TLS on the gRPC port
+    aclFile = ""                # access-key signatures required (plain-ACL file)
 
     [log]                       # levels per logger, format, file (gateway.logs)
     level = "INFO"
@@ -75,6 +77,7 @@ class ServeConfig:
     grpc_port: int | None = None  # None: the default (8081), which may be taken (then a warning, no gRPC)
     events_port: int = 0  # the event API (gateway.http.events_api); 0 = off
     events: dict[str, Any] = field(default_factory=dict)
+    proxy: dict[str, Any] = field(default_factory=dict)  # [proxy] but grpcPort: TLS and ACL files
     log: dict[str, Any] = field(default_factory=dict)
     config_file: Path | None = None  # read again on SIGHUP (the [log] levels)
     log_level_flag: str | None = None  # --log-level, which wins over [log] level, also on SIGHUP
@@ -86,7 +89,10 @@ class ServeConfig:
 
 
 TABLES = ("broker", "namesrv", "mqtt", "http", "events", "proxy", "log")
-PROXY_KEYS = {"grpcPort": "RocketMQ 5 gRPC port (default 8081; 0 = off)"}
+PROXY_KEYS = {"grpcPort": "RocketMQ 5 gRPC port (default 8081; 0 = off)",
+              "certFile": "PEM certificate chain: TLS on the gRPC port (with keyFile)",
+              "keyFile": "PEM private key of certFile",
+              "aclFile": "plain-ACL file (RocketMQ plain_acl keys): access-key signatures required"}
 _TOP_KEYS = {"dataDir", "host", "namesrvAddr", *TABLES}
 
 
@@ -113,7 +119,8 @@ def load_file(path: str | Path) -> dict[str, Any]:
 # the file means the same whatever the working directory of the process.
 PATH_KEYS = {None: ("dataDir",), "broker": ("storePathRootDir",),
              "mqtt": ("certFile", "keyFile", "caFile", "passwordFile", "aclFile"),
-             "http": ("usersFile", "certFile", "keyFile"), "log": ("file",)}
+             "http": ("usersFile", "certFile", "keyFile"), "proxy": ("certFile", "keyFile", "aclFile"),
+             "log": ("file",)}
 
 
 def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -178,9 +185,10 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
     proxy = dict(data.get("proxy", {}))
     if "grpcPort" in proxy:
         cfg.grpc_port = _port(proxy.pop("grpcPort"), "[proxy] grpcPort")
-    if proxy:
-        key = sorted(proxy)[0]
-        raise ConfigError(f"[proxy] unknown key {key!r}; the only key of [proxy] is 'grpcPort'")
+    unknown = sorted(set(proxy) - set(PROXY_KEYS))
+    if unknown:
+        raise ConfigError(f"[proxy] unknown key {unknown[0]!r}; the keys of [proxy] are {sorted(PROXY_KEYS)}")
+    cfg.proxy = proxy
     fdt = cfg.broker.pop("flushDiskType", None)
     if fdt is not None:
         if fdt not in ("ASYNC_FLUSH", "SYNC_FLUSH"):

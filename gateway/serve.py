@@ -215,9 +215,35 @@ def check_http_config(cfg: ServeConfig) -> None:
         raise ConfigError(f"[http] usersFile: {e}") from None
 
 
+def proxy_security(cfg: ServeConfig):
+    """``[proxy]`` certFile/keyFile and aclFile read and checked: (TLS (key, chain) PEM
+    bytes or None, `PlainAcl` or None); a ConfigError naming the key otherwise."""
+    import ssl
+
+    from core.processors import PlainAcl
+
+    cert, key, acl_file = (cfg.proxy.get(k) or "" for k in ("certFile", "keyFile", "aclFile"))
+    tls = acl = None
+    if bool(cert) != bool(key):
+        raise ConfigError("[proxy] certFile and keyFile go together: set both for TLS on the gRPC port, or neither")
+    if cert:
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+            tls = (open(key, "rb").read(), open(cert, "rb").read())
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"[proxy] certFile {cert} / keyFile {key}: {e}") from None
+    if acl_file:
+        try:
+            acl = PlainAcl.from_file(acl_file)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"[proxy] aclFile {acl_file}: {type(e).__name__}: {e}") from None
+    return tls, acl
+
+
 def run_server(cfg: ServeConfig, role: str = "serve") -> int:
     if role in ("serve", "broker"):
         broker_configs(cfg)  # a bad key is a ConfigError here, before anything starts
+        proxy_security(cfg)
     if role == "serve":
         check_mqtt_config(cfg)
         check_http_config(cfg)

@@ -97,6 +97,9 @@ class Broker(SendPath, PullPath):
         self._stored_hooks: list[StoredHook] = []
         # The timer-wheel service (core.timers) when one runs; runtime info shows it.
         self.timers = None
+        # This process's RocketMQ 5 gRPC port (core.proxy sets it; 0: none). Runtime info tells
+        # it to other brokers' gRPC services, whose routes name it for this broker's queues.
+        self.grpc_port = 0
         self._round_robin: dict[str, int] = {}
         self._persist_lock = trio.Lock()
         self._written = 0

@@ -209,7 +209,12 @@ class PlainAcl:
             raise AclError(f"Check signature failed for accessKey={ak}")
         if req.code in ADMIN_CODES and not acc.admin:
             raise AclError(f"Need admin permission for request code={req.code}, but accessKey={ak} is not")
-        needed = self.resources(req)
+        self.authorize(acc, self.resources(req))
+
+    @staticmethod
+    def authorize(acc: Account, needed: dict[str, int]) -> None:
+        """Raise `AclError` unless ``acc`` holds every permission of ``needed`` (resource ->
+        PUB/SUB/ANY; groups as ``%RETRY%<group>``). Also what RocketMQ 5 clients get (core.proxy)."""
         if acc.admin and not acc.perms:
             return
         for resource, need in needed.items():

@@ -189,6 +189,7 @@ def runtime_table(ctx: BrokerContext, earliest_message_ms: int = -1) -> dict:
         "producerGroupCount": len(ctx.clients.producers),
         "flushCount": b.flush_count,
         "earliestMessageTimeStamp": earliest_message_ms,
+        "grpcPort": b.grpc_port,  # ours: where this broker's 5.x clients go (core.proxy.routing)
     }
     timers = b.timers
     if timers is not None:

@@ -9,6 +9,9 @@ Rules kept here:
   give it waits (long polling) until a message arrives, an invisible time
   ends, the poll time ends, or the service closes. It always answers with a
   status: OK with messages, or MESSAGE_NOT_FOUND.
+- A lite consumer pops the light queues of its lite topics (`wire.lite_queue`,
+  queue 0 each) instead of the topic's queues; its acks and invisible-time
+  changes name the lite topic, so they find the same pop state.
 - A group new to a queue starts at the queue's first offset; otherwise at
   its committed consumer offset, which pop keeps at the oldest message in
   flight (`core.proxy.pop`).
@@ -29,12 +32,13 @@ import time
 
 import trio
 
-from core.broker import Broker, PullStatus, dlq_topic
+from core.broker import LMQ_TOPIC_PREFIX, Broker, PullStatus, dlq_topic
 from core.broker.jsonfile import read_json, write_json_atomic
 from core.store.message import PROPERTY_UNIQ_KEY, StoredMessage
 
-from . import pb, wire
+from . import pb, pop_log, wire
 from .pop import PopQueue, PopTable, ReceiptError
+from .remote import RemoteQueues, remote_queue_id
 from .wire import OK, WireError, status
 
 log = logging.getLogger("mqgate.proxy")
@@ -44,7 +48,12 @@ POLL_MARGIN_S = 0.5  # answer this long before the client's own deadline
 MIN_INVISIBLE_S = 1.0
 MAX_INVISIBLE_S = 12 * 3600.0  # RocketMQ's upper bound
 MAX_BATCH = 32
+UNAVAILABLE = object()  # _read_one: another group's light queue did not answer
+REMOTE_POLL_S = 1.0  # a lite receive that also reads other groups' light queues looks again this often
 POP_STATE_FILE = "popState.json"
+# Snapshot records (core.proxy.pop_log) add at most this to the commit log on average: ~8 bytes a
+# message in flight, so 1000 in flight are a snapshot each save, 100 000 one every ~48 s.
+SNAPSHOT_BYTES_PER_S = 16 * 1024
 
 
 def max_attempts(broker: Broker, group: str) -> int:
@@ -57,33 +66,59 @@ class PopConsumption:
     """The pop side of the MessagingService; ``topic(name, create=...)`` is the
     service's checked topic lookup (a `WireError` when there is none)."""
 
-    def __init__(self, broker: Broker, topic) -> None:
+    def __init__(self, broker: Broker, topic, remote: RemoteQueues | None = None) -> None:
+        """``remote``: reads other groups' light queues (lite consumers of a cluster)."""
         self.broker = broker
         self._topic = topic
+        self.remote = remote or RemoteQueues(None)
+        self._remote_addr: dict[tuple[str, int], tuple[str, str]] = {}  # (light queue, qid) -> (addr, broker)
         self.pop = PopTable()
         self.closing = trio.Event()
         self._arrived: dict[str, trio.Event] = {}
         self._locks: dict[tuple[str, str], trio.Lock] = {}
         self._rr = 0
+        self._saved = PopTable().fingerprint()  # of the last snapshot record: none yet, nothing to say
+        self._next_snapshot_at = -math.inf
         broker.add_dispatch_listener(self._on_dispatch)
 
     async def load(self) -> None:
-        """Read ``config/popState.json`` (or its ``.bak``): what was in flight at the last save."""
+        """Start from the newest saved table: ``config/popState.json`` (or its ``.bak``),
+        or the newest snapshot record (`core.proxy.pop_log`: what a master had when this
+        broker was its slave), whichever was saved last."""
         path = self.broker.config_dir / POP_STATE_FILE
         try:
-            obj = await trio.to_thread.run_sync(read_json, path)
+            from_file = await trio.to_thread.run_sync(read_json, path)
         except ValueError as e:
-            log.warning("%s is unreadable (%s): pop starts from the committed offsets", path, e)
+            log.warning("%s is unreadable (%s): pop starts from the replicated snapshot or committed offsets", path, e)
+            from_file = None
+        from_log = await pop_log.latest(self.broker)
+        candidates = [(o.get("savedAt", 0), where, o) for where, o in ((path, from_file), (pop_log.POP_TOPIC, from_log))
+                      if isinstance(o, dict)]
+        for _, where, obj in sorted(candidates, key=lambda c: c[0], reverse=True):
+            try:
+                self.pop.load_json(obj, trio.current_time(), int(time.time() * 1000))
+            except ValueError as e:
+                log.warning("%s: %s", where, e)
+                continue
+            self._saved = self.pop.fingerprint()
+            log.info("pop state read from %s", where)
             return
-        if obj is None:
-            return
-        try:
-            self.pop.load_json(obj, trio.current_time(), int(time.time() * 1000))
-        except ValueError as e:
-            log.warning("%s: %s; pop starts from the committed offsets", path, e)
 
     async def save(self) -> None:
-        obj = self.pop.to_json(trio.current_time(), int(time.time() * 1000))
+        """The table to ``config/popState.json``, and, when it changed since the last
+        time, to a snapshot record first (so a slave has it too); snapshots of a large
+        table are spaced so that they add at most ``SNAPSHOT_BYTES_PER_S`` to the log."""
+        now = trio.current_time()
+        obj = self.pop.to_json(now, int(time.time() * 1000))
+        fingerprint = self.pop.fingerprint()
+        if fingerprint != self._saved and now >= self._next_snapshot_at:
+            try:
+                written = await pop_log.write(self.broker, obj)
+                if written:
+                    self._saved = fingerprint
+                    self._next_snapshot_at = now + written / SNAPSHOT_BYTES_PER_S
+            except Exception as e:  # noqa: BLE001 - e.g. the store closing under a role change: the file still holds it
+                log.warning("pop state snapshot not stored: %s: %s", type(e).__name__, e)
         await trio.to_thread.run_sync(write_json_atomic, self.broker.config_dir / POP_STATE_FILE, obj)
 
     async def save_every(self, seconds: float, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -103,6 +138,10 @@ class PopConsumption:
     def _on_dispatch(self, topic: str, queue_id: int, next_offset: int) -> None:
         self._wake(topic)
 
+    def wake(self, topic: str) -> None:
+        """Waiting receives of ``topic`` look again (their sources may have changed)."""
+        self._wake(topic)
+
     def _wake(self, topic: str) -> None:
         ev = self._arrived.pop(topic, None)
         if ev is not None:
@@ -117,13 +156,20 @@ class PopConsumption:
     def _max_attempts(self, group: str) -> int:
         return max_attempts(self.broker, group)
 
-    async def receive_message(self, req: pb.ReceiveMessageRequest, time_left: float | None) -> list[pb.ReceiveMessageResponse]:
+    async def receive_message(self, req: pb.ReceiveMessageRequest, time_left: float | None,
+                              lite_queues: list[str] | None = None,
+                              remote_groups: list[tuple[str, str]] = ()) -> list[pb.ReceiveMessageResponse]:
+        """``lite_queues``: a lite consumer's subscribed light queues of the request's topic
+        (pop those instead of the topic's own queues; empty: nothing to give yet), here and
+        on each of ``remote_groups`` ((broker name, master address): `core.proxy.remote`)."""
         try:
-            return await self._receive(req, time_left)
+            return await self._receive(req, time_left, lite_queues, list(remote_groups))
         except WireError as e:
             return [pb.ReceiveMessageResponse(status=status(e.code, str(e)))]
 
-    async def _receive(self, req: pb.ReceiveMessageRequest, time_left: float | None) -> list[pb.ReceiveMessageResponse]:
+    async def _receive(self, req: pb.ReceiveMessageRequest, time_left: float | None,
+                       lite_queues: list[str] | None,
+                       remote_groups: list[tuple[str, str]]) -> list[pb.ReceiveMessageResponse]:
         group, topic = req.group.name, req.message_queue.topic.name
         if not group:
             raise WireError(pb.ILLEGAL_CONSUMER_GROUP, "the request names no consumer group")
@@ -143,15 +189,24 @@ class PopConsumption:
         expression_type = "SQL92" if expr.type == pb.SQL else "TAG"
         deadline = trio.current_time() + max(0.0, poll_s)
         while True:
+            # a lite message is stored in its parent topic too: the topic's wake-up serves both
             wake = self._arrived.setdefault(topic, trio.Event())
+            sources = ([(q, 0) for q in lite_queues] if lite_queues is not None
+                       else [(topic, qid) for qid in range(cfg.read_queue_nums)])
+            for name, addr in remote_groups if lite_queues else ():
+                for q in lite_queues:
+                    key = (q, remote_queue_id(name))
+                    self._remote_addr[key] = (addr, name)
+                    sources.append(key)
             # one take at a time per group and topic: two consumers must not be handed one offset
             async with self._locks.setdefault((group, topic), trio.Lock()):
-                out = await self._take(group, topic, cfg.read_queue_nums, batch, invisible_s, expression,
-                                       expression_type)
+                out = await self._take(group, sources, batch, invisible_s, expression, expression_type)
             now = trio.current_time()
             if out or now >= deadline or self.closing.is_set():
                 break
-            due = self.pop.next_due(group, topic)
+            due = min((t for s in sources if (t := self._pop_queue(group, *s).next_due()) is not None), default=None)
+            if remote_groups and lite_queues:  # no wake-up comes from another broker: look again soon
+                due = min(due if due is not None else math.inf, now + REMOTE_POLL_S)
             with trio.move_on_at(min(deadline, due if due is not None else math.inf)):
                 async with trio.open_nursery() as waits:
                     waits.start_soon(_set_then_cancel, wake, waits.cancel_scope)
@@ -168,22 +223,23 @@ class PopConsumption:
             start = self.broker.min_offset(topic, queue_id)
         return self.pop.queue(group, topic, queue_id, start)
 
-    async def _take(self, group: str, topic: str, queues: int, batch: int, invisible_s: float,
+    async def _take(self, group: str, sources: list[tuple[str, int]], batch: int, invisible_s: float,
                     expression: str, expression_type: str) -> list[pb.Message]:
+        """Up to ``batch`` messages of the (store topic, queue) ``sources``: due ones first."""
         now = trio.current_time()
         invisible_ms = int(invisible_s * 1000)
         out: list[pb.Message] = []
-        states = [self._pop_queue(group, topic, qid) for qid in range(queues)]
+        states = [(t, self._pop_queue(group, t, qid)) for t, qid in sources]
         fifo = self.orderly(group)
-        for q in states:  # redeliveries first: they waited longest
+        for topic, q in states:  # redeliveries first: they waited longest
             for f in q.due(now):
                 if len(out) >= batch:
                     break
                 if fifo and f.offset != min(q.inflight):
                     break  # FIFO: never a later message of a queue before an earlier one still out
-                sm = await self._read_one(topic, q.queue_id, f.offset)
-                if q.inflight.get(f.offset) is not f or f.visible_at > now:
-                    continue  # acked, or its invisible time changed, while the store was read
+                sm = await self._read_one(group, topic, q.queue_id, f.offset)
+                if q.inflight.get(f.offset) is not f or f.visible_at > now or sm is UNAVAILABLE:
+                    continue  # acked, or its invisible time changed, while the store was read; or unreadable now
                 if sm is None or f.attempt >= self._max_attempts(group):
                     del q.inflight[f.offset]
                     if sm is not None:
@@ -192,20 +248,25 @@ class PopConsumption:
                 f2, handle = self.pop.hand_out(q, f.offset, now, invisible_s)
                 out.append(wire.from_store(sm, receipt_handle=handle, attempt=f2.attempt, invisible_ms=invisible_ms))
         self._rr += 1
-        for i in range(queues):
+        for i in range(len(states)):
             if len(out) >= batch:
                 break
-            q = states[(self._rr + i) % queues]
+            topic, q = states[(self._rr + i) % len(states)]
             if fifo and q.inflight:
                 continue  # FIFO: a queue gives its next messages once those out are acked
-            res = await self.broker.pull(group, topic, q.queue_id, q.next_offset, batch - len(out), expression,
-                                         expression_type=expression_type)
+            remote = self._remote_of(topic, q.queue_id)
+            if remote is not None:
+                res = await self.remote.pull(*remote, group, topic, q.next_offset, batch - len(out))
+            else:
+                res = await self.broker.pull(group, topic, q.queue_id, q.next_offset, batch - len(out), expression,
+                                             expression_type=expression_type)
             if res.status is PullStatus.SUBSCRIPTION_PARSE_FAILED or (
                     res.status is PullStatus.SYSTEM_ERROR and expression_type == "SQL92"):
                 raise WireError(pb.ILLEGAL_FILTER_EXPRESSION, res.remark or "bad filter expression")
             if res.status is PullStatus.FOUND:
-                for sm in res.messages():
-                    _, handle = self.pop.hand_out(q, sm.queue_offset, now, invisible_s)
+                # the offset in the queue read: a light queue's differs from the stored message's own
+                for sm, offset in zip(res.messages(), res.queue_offsets):
+                    _, handle = self.pop.hand_out(q, offset, now, invisible_s)
                     out.append(wire.from_store(sm, receipt_handle=handle, attempt=1, invisible_ms=invisible_ms))
                 q.next_offset = max(q.next_offset, res.next_begin_offset)
             elif res.status in (PullStatus.PULL_RETRY_IMMEDIATELY, PullStatus.PULL_OFFSET_MOVED):
@@ -214,15 +275,33 @@ class PopConsumption:
             self._commit(group, topic, q)
         return out
 
+    def _remote_of(self, topic: str, queue_id: int) -> tuple[str, str] | None:
+        """(address, broker name) of another group's light queue; None: a queue of this broker."""
+        if queue_id == 0 or not topic.startswith(LMQ_TOPIC_PREFIX):
+            return None
+        return self._remote_addr.get((topic, queue_id))
+
     def _commit(self, group: str, topic: str, q: PopQueue) -> None:
+        if queue_id_is_remote(topic, q.queue_id):
+            return  # another group's light queue: its progress is the pop state's alone
         committed = q.committed()
         if committed != self.broker.query_offset(group, topic, q.queue_id):
             self.broker.commit_offset(group, topic, q.queue_id, committed)
 
-    async def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
-        res = await self.broker.read_queue(topic, queue_id, offset, 1)
+    async def _read_one(self, group: str, topic: str, queue_id: int, offset: int):
+        """The message at ``offset``; None when it is gone, `UNAVAILABLE` when another
+        group's light queue cannot be read now (the message stays in flight)."""
+        remote = self._remote_of(topic, queue_id)
+        if remote is not None:
+            res = await self.remote.pull(*remote, group, topic, offset, 1)
+            if res.status is PullStatus.SERVICE_NOT_AVAILABLE:
+                return UNAVAILABLE
+        elif queue_id_is_remote(topic, queue_id):
+            return UNAVAILABLE  # not seen since a restart: a receive of its consumer names it again
+        else:
+            res = await self.broker.read_queue(topic, queue_id, offset, 1)
         msgs = res.messages() if res.status is PullStatus.FOUND else []
-        return msgs[0] if msgs and msgs[0].queue_offset == offset else None
+        return msgs[0] if msgs and res.queue_offsets[0] == offset else None
 
     async def _to_dlq(self, group: str, sm: StoredMessage, attempts: int) -> None:
         """A message delivered ``attempts`` times and never acked: a copy to ``%DLQ%group``."""
@@ -242,9 +321,10 @@ class PopConsumption:
 
     async def ack_message(self, req: pb.AckMessageRequest) -> pb.AckMessageResponse:
         await trio.lowlevel.checkpoint()
-        group, topic = req.group.name, req.topic.name
+        group = req.group.name
         entries = []
         for e in req.entries:
+            topic = _popped(req.topic.name, e)
             try:
                 q = self.pop.ack(group, topic, e.receipt_handle)
             except ReceiptError as err:
@@ -266,7 +346,7 @@ class PopConsumption:
             return pb.ChangeInvisibleDurationResponse(status=status(
                 pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {seconds:g} s is outside 0..{MAX_INVISIBLE_S:g} s"))
         try:
-            handle = self.pop.change_invisible(req.group.name, req.topic.name, req.receipt_handle,
+            handle = self.pop.change_invisible(req.group.name, _popped(req.topic.name, req), req.receipt_handle,
                                                trio.current_time(), seconds)
         except ReceiptError as err:
             return pb.ChangeInvisibleDurationResponse(status=status(pb.INVALID_RECEIPT_HANDLE, str(err)))
@@ -275,18 +355,28 @@ class PopConsumption:
 
     async def forward_to_dlq(self, req: pb.ForwardMessageToDeadLetterQueueRequest) -> pb.ForwardMessageToDeadLetterQueueResponse:
         """The client gave up on a message (a FIFO push consumer after its own retries): to the DLQ now."""
-        group, topic = req.group.name, req.topic.name
+        group, topic = req.group.name, _popped(req.topic.name, req)
         try:
             q = self.pop.ack(group, topic, req.receipt_handle)
         except ReceiptError as err:
             await trio.lowlevel.checkpoint()
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.INVALID_RECEIPT_HANDLE, str(err)))
         offset = int(req.receipt_handle.split("_")[2])
-        sm = await self._read_one(topic, q.queue_id, offset)
-        if sm is not None:
+        sm = await self._read_one(group, topic, q.queue_id, offset)
+        if sm is not None and sm is not UNAVAILABLE:
             await self._to_dlq(group, sm, max(1, req.delivery_attempt))
         self._commit(group, topic, q)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+
+def _popped(topic: str, req) -> str:
+    """The store topic a receipt handle is of: a lite message's light queue, else ``topic``."""
+    return wire.lite_queue(topic, req.lite_topic) if req.HasField("lite_topic") and req.lite_topic else topic
+
+
+def queue_id_is_remote(topic: str, queue_id: int) -> bool:
+    """A pop key of another group's light queue (`core.proxy.remote`): a light queue has queue 0 only."""
+    return queue_id != 0 and topic.startswith(LMQ_TOPIC_PREFIX)
 
 
 async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

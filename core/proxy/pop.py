@@ -18,8 +18,9 @@ Rules kept here:
   handed out with attempt + 1.
 - The table is saved as JSON (`to_json` / `load_json`; `core.proxy.consuming`
   writes ``config/popState.json`` every ``flushConsumerOffsetInterval`` and
-  at shutdown): invisible times are kept as wall-clock instants, so after a
-  restart a message stays invisible for what was left of its time, keeps
+  at shutdown, and a snapshot record that replicates, `core.proxy.pop_log`):
+  invisible times are kept as wall-clock instants, so after a restart or a
+  failover a message stays invisible for what was left of its time, keeps
   its attempt count, and receipt handles issued before stay valid. What
   changed after the last save (a crash) is lost on the safe side: the
   group's committed offset and the saved ``next_offset`` are never past an
@@ -100,10 +101,16 @@ class PopTable:
         ``wall_now_ms`` are the same instant on both clocks)."""
         def wall(t: float) -> int:
             return wall_now_ms + int((t - trio_now) * 1000)
-        return {"seq": next(self._seq), "queues": [
+        return {"seq": next(self._seq), "savedAt": wall_now_ms, "queues": [
             {"group": g, "topic": t, "queueId": qid, "nextOffset": q.next_offset,
              "inflight": [[f.offset, wall(f.visible_at), f.attempt, f.seq] for f in q.inflight.values()]}
             for (g, t, qid), q in self._queues.items()]}
+
+    def fingerprint(self) -> int:
+        """Changes whenever what a snapshot would hold changes (not with the clock)."""
+        return hash(tuple(sorted(
+            (g, t, qid, q.next_offset, tuple(sorted((f.offset, f.attempt, f.seq) for f in q.inflight.values())))
+            for (g, t, qid), q in self._queues.items())))
 
     def load_json(self, obj: dict, trio_now: float, wall_now_ms: int) -> None:
         """Replace the table with a saved one; a malformed save raises ValueError."""

@@ -26,6 +26,9 @@ Rules kept here:
   the 5.x producers of the half's topic (their Telemetry streams).
 - A handler that fails answers INTERNAL_SERVER_ERROR with one line and is
   logged; the server keeps serving.
+- With ``tls`` the port speaks TLS only; with an ACL each call passes the
+  access check (`core.proxy.auth`) on its worker thread before it reaches
+  the trio loop, and a refused call is answered there.
 - Stopping: the service is closed first (waiting receives answer at once),
   then the gRPC server stops with a short grace.
 """
@@ -37,11 +40,17 @@ import queue
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Sequence
 
 import grpc
 import trio
 
+from core.client.api import ClientApi
+from core.remoting.client import open_remoting_client
+
 from . import pb
+from .auth import AccessCheck
+from .routing import CALL_TIMEOUT_S, ClusterRoutes
 from .service import MessagingService, TelemetryChannel
 from .wire import status
 
@@ -77,10 +86,16 @@ def _client_id(context: grpc.ServicerContext) -> str:
 class _Bridge:
     """The sync grpcio handlers, each one call into the trio loop."""
 
-    def __init__(self, service: MessagingService, token: trio.lowlevel.TrioToken, readers: ThreadPoolExecutor) -> None:
+    def __init__(self, service: MessagingService, token: trio.lowlevel.TrioToken, readers: ThreadPoolExecutor,
+                 access: AccessCheck) -> None:
         self.service = service
         self.token = token
         self.readers = readers
+        self.access = access
+
+    def _refusal(self, method: str, request, context) -> pb.Status | None:
+        """The access check (`core.proxy.auth`), on this worker thread: it reads no broker state."""
+        return self.access.refusal(method, request, context.invocation_metadata(), context.peer())
 
     def _run(self, fn, *args, failed):
         try:
@@ -91,23 +106,34 @@ class _Bridge:
             log.exception("gRPC %s failed", getattr(fn, "__name__", fn))
             return failed(status(pb.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}".splitlines()[0]))
 
-    def unary(self, name: str, response_cls, with_client: bool = False):
+    def unary(self, method: str, name: str, response_cls, with_client: bool = False):
         fn = getattr(self.service, name)
 
         def handler(request, context):
+            refused = self._refusal(method, request, context)
+            if refused is not None:
+                return response_cls(status=refused)
             args = (request, _client_id(context)) if with_client else (request,)
             return self._run(fn, *args, failed=lambda st: response_cls(status=st))
         return handler
 
     def receive(self, request, context):
+        refused = self._refusal("ReceiveMessage", request, context)
+        if refused is not None:
+            yield pb.ReceiveMessageResponse(status=refused)
+            return
         left = context.time_remaining()
-        answers = self._run(self.service.receive_message, request, left,
+        answers = self._run(self.service.receive_message, request, left, _client_id(context),
                             failed=lambda st: [pb.ReceiveMessageResponse(status=st)])
         yield from answers
 
     def telemetry(self, requests, context):
         """Answers to the client's commands and the broker's own (transaction checks)
         share one queue; a reader on the readers' pool feeds it the answers."""
+        refused = self._refusal("Telemetry", None, context)
+        if refused is not None:
+            yield pb.TelemetryCommand(status=refused)
+            return
         client_id = _client_id(context)
         out: queue.SimpleQueue = queue.SimpleQueue()
         channel = TelemetryChannel(out.put)
@@ -138,24 +164,25 @@ class _Bridge:
             pass
 
     def handlers(self) -> grpc.GenericRpcHandler:
-        def unary(name, req_cls, resp_cls, with_client=False):
+        def unary(method, name, req_cls, resp_cls, with_client=False):
             return grpc.unary_unary_rpc_method_handler(
-                self.unary(name, resp_cls, with_client), request_deserializer=req_cls.FromString,
+                self.unary(method, name, resp_cls, with_client), request_deserializer=req_cls.FromString,
                 response_serializer=resp_cls.SerializeToString)
 
+        def plain(method, name, with_client=False):  # the request and response types are named after the method
+            return unary(method, name, getattr(pb, method + "Request"), getattr(pb, method + "Response"), with_client)
+
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {
-            "QueryRoute": unary("query_route", pb.QueryRouteRequest, pb.QueryRouteResponse),
-            "Heartbeat": unary("heartbeat", pb.HeartbeatRequest, pb.HeartbeatResponse, True),
-            "SendMessage": unary("send_message", pb.SendMessageRequest, pb.SendMessageResponse),
-            "QueryAssignment": unary("query_assignment", pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
-            "AckMessage": unary("ack_message", pb.AckMessageRequest, pb.AckMessageResponse),
-            "ForwardMessageToDeadLetterQueue": unary("forward_to_dlq", pb.ForwardMessageToDeadLetterQueueRequest,
-                                                     pb.ForwardMessageToDeadLetterQueueResponse),
-            "EndTransaction": unary("end_transaction", pb.EndTransactionRequest, pb.EndTransactionResponse),
-            "ChangeInvisibleDuration": unary("change_invisible_duration", pb.ChangeInvisibleDurationRequest,
-                                             pb.ChangeInvisibleDurationResponse),
-            "NotifyClientTermination": unary("notify_client_termination", pb.NotifyClientTerminationRequest,
-                                             pb.NotifyClientTerminationResponse, True),
+            "QueryRoute": plain("QueryRoute", "query_route"),
+            "Heartbeat": plain("Heartbeat", "heartbeat", True),
+            "SendMessage": plain("SendMessage", "send_message"),
+            "QueryAssignment": plain("QueryAssignment", "query_assignment"),
+            "AckMessage": plain("AckMessage", "ack_message"),
+            "ForwardMessageToDeadLetterQueue": plain("ForwardMessageToDeadLetterQueue", "forward_to_dlq"),
+            "EndTransaction": plain("EndTransaction", "end_transaction"),
+            "ChangeInvisibleDuration": plain("ChangeInvisibleDuration", "change_invisible_duration"),
+            "NotifyClientTermination": plain("NotifyClientTermination", "notify_client_termination", True),
+            "SyncLiteSubscription": plain("SyncLiteSubscription", "sync_lite_subscription", True),
             "ReceiveMessage": grpc.unary_stream_rpc_method_handler(
                 self.receive, request_deserializer=pb.ReceiveMessageRequest.FromString,
                 response_serializer=pb.ReceiveMessageResponse.SerializeToString),
@@ -165,25 +192,41 @@ class _Bridge:
         })
 
 
-async def run_grpc(broker, host: str, port: int, *, transactions=None, max_workers: int = MAX_WORKERS,
-                   task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def run_grpc(broker, host: str, port: int, *, transactions=None, namesrv_addrs: Sequence[str] = (),
+                   tls: tuple[bytes, bytes] | None = None, access: AccessCheck | None = None,
+                   max_workers: int = MAX_WORKERS, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve RocketMQ 5's MessagingService for ``broker`` on ``host:port`` (0 = any free
     port) until cancelled; ``started`` gets the bound port.
 
     ``transactions``: the broker's `TransactionService`; its checks then also
-    reach 5.x producers, through their Telemetry streams."""
+    reach 5.x producers, through their Telemetry streams. ``namesrv_addrs``:
+    the name servers whose routes name the other broker groups (none: routes
+    name this broker alone). ``tls``: (private key, certificate chain) PEM
+    bytes, the port then speaks TLS only. ``access``: with an ACL in it, every
+    call must carry an access-key signature its accounts accept
+    (`core.proxy.auth`); its ``acl`` may be replaced while serving."""
     _probe(host, port)
+    async with open_remoting_client() as remoting:
+        routes = ClusterRoutes(ClientApi(remoting, CALL_TIMEOUT_S), list(namesrv_addrs), broker.config.broker_name)
+        await _serve(broker, host, port, transactions, routes, tls, access or AccessCheck(None), max_workers,
+                     task_status)
+
+
+async def _serve(broker, host: str, port: int, transactions, routes: ClusterRoutes, tls, access: AccessCheck,
+                 max_workers: int, task_status) -> None:
     token = trio.lowlevel.current_trio_token()
     executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
     readers = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc-telemetry")
     server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
-    service = MessagingService(broker, host, port, transactions)
+    service = MessagingService(broker, host, port, transactions, routes)
     if transactions is not None:
         remoting_producers = transactions.producer_channels
         transactions.producer_channels = lambda group: [*remoting_producers(group), *service.producer_channels(group)]
-    server.add_generic_rpc_handlers((_Bridge(service, token, readers).handlers(),))
+    server.add_generic_rpc_handlers((_Bridge(service, token, readers, access).handlers(),))
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        bound = (server.add_secure_port(address, grpc.ssl_server_credentials([tls])) if tls is not None
+                 else server.add_insecure_port(address))
     except RuntimeError:
         bound = 0
     if not bound:
@@ -191,7 +234,7 @@ async def run_grpc(broker, host: str, port: int, *, transactions=None, max_worke
         readers.shutdown(wait=False)
         raise OSError(f"[proxy] grpcPort {port}: cannot listen on {host}:{port} (in use, or not an address of "
                       f"this machine); choose another port or 0 to turn gRPC off")
-    service.port = bound
+    service.port = broker.grpc_port = bound
     await service.consumption.load()
     server.start()
     try:
@@ -200,6 +243,7 @@ async def run_grpc(broker, host: str, port: int, *, transactions=None, max_worke
             task_status.started(bound)
             await trio.sleep_forever()
     finally:
+        broker.grpc_port = 0
         service.close()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(partial(_stop, server, executor, readers))

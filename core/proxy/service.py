@@ -6,14 +6,22 @@ Pop consumption is `core.proxy.consuming`, transactions
 `core.proxy.transacting`; this module keeps routes, clients and sends.
 
 Rules kept here:
-- Routes name this endpoint (the address the client reached it by) for every
-  queue of the topic on this broker: a 5.x client sends and receives here.
+- Routes name every broker group's master that serves the topic
+  (`core.proxy.routing`, from the name servers), this broker with the
+  endpoint the client reached it by, the others with their own gRPC
+  endpoints: a 5.x client sends to and receives from each, and follows the
+  name server to a new master after a failover.
 - A send picks its queue on the broker: by a stable hash of the message group
   for FIFO messages (one group, one queue, so one order), round-robin
   otherwise (the 5.x clients leave the queue to the proxy).
 - The Telemetry settings exchange answers the client's settings completed
   with the broker's: the body limit (``maxMessageSize``), the producer's
   retry policy, the consumer's maximum deliveries and retry backoff.
+- A lite consumer (its settings say LITE_*, or it has lite subscriptions)
+  receives from its group's lite topics of the requested topic
+  (`core.proxy.lite`), here and in the topic's other broker groups
+  (`core.proxy.remote`), any other consumer from the topic's queues; 5.x
+  producers cannot send to the broker's system topics (``rmq_sys_``...).
 - Bad input is a status with a one-line message; the service keeps serving.
 """
 
@@ -25,17 +33,22 @@ from dataclasses import dataclass, field
 
 import trio
 
-from core.broker import Broker, validate_topic
+from core.broker import Broker, is_system_topic, validate_topic
 from core.store.message import PROPERTY_UNIQ_KEY, offset_msg_id
 
 from . import pb, wire
 from .consuming import DEFAULT_POLL_S, MAX_BATCH, PopConsumption, max_attempts
+from .lite import QUOTA as LITE_QUOTA
+from .lite import LiteSubscriptions
+from .remote import RemoteQueues
+from .routing import ClusterRoutes, RoutedGroup
 from .transacting import TelemetryChannel, end_transaction
 from .wire import OK, WireError, status
 
 log = logging.getLogger("mqgate.proxy")
 
-MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION, pb.LITE)
+LITE_CONSUMERS = (pb.LITE_PUSH_CONSUMER, pb.LITE_SIMPLE_CONSUMER)
 
 
 @dataclass
@@ -49,21 +62,30 @@ class ClientInfo:
     last_seen: float = 0.0
 
 
+def _scheme(host: str) -> int:
+    if ":" in host:
+        return pb.IPv6
+    return pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME
+
+
 class MessagingService:
     """RocketMQ 5's MessagingService over ``broker``; ``host``/``port`` name the
     endpoint when a request does not say how the client reached us."""
 
-    def __init__(self, broker: Broker, host: str, port: int, transactions=None) -> None:
+    def __init__(self, broker: Broker, host: str, port: int, transactions=None,
+                 routes: ClusterRoutes | None = None) -> None:
         """``transactions``: the broker's `core.transactions.TransactionService` (None:
-        transactional sends are answered UNSUPPORTED)."""
+        transactional sends are answered UNSUPPORTED); ``routes``: the other broker
+        groups, from the name servers (None: this broker alone)."""
         self.broker = broker
+        self.routes = routes or ClusterRoutes(None, [], broker.config.broker_name)
         self.host, self.port = host, port
         self.transactions = transactions
         self.streams: dict[str, TelemetryChannel] = {}
         self.clients: dict[str, ClientInfo] = {}
-        self.consumption = PopConsumption(broker, self._topic)
+        self.consumption = PopConsumption(broker, self._topic, RemoteQueues(self.routes.api))
+        self.lite = LiteSubscriptions()
         # the pop methods, served as they are
-        self.receive_message = self.consumption.receive_message
         self.ack_message = self.consumption.ack_message
         self.change_invisible_duration = self.consumption.change_invisible_duration
         self.forward_to_dlq = self.consumption.forward_to_dlq
@@ -120,29 +142,58 @@ class MessagingService:
                                                 f"{self.broker.config.broker_name}{why}")
         return cfg
 
+    async def _groups(self, name: str, *, create: bool) -> list[RoutedGroup]:
+        """The broker groups serving topic ``name`` (`core.proxy.routing`); a topic no
+        broker has is created here when ``create`` and auto-creation allow."""
+        problem = validate_topic(name)
+        if problem:
+            raise WireError(pb.ILLEGAL_TOPIC, problem)
+        groups = await self.routes.groups(name, self._own_group(self.broker.get_topic(name)))
+        if not groups and create:
+            groups = [self._own_group(await self._topic(name, create=True))]
+        if not groups:
+            raise WireError(pb.TOPIC_NOT_FOUND, f"topic {name} does not exist on any broker")
+        return groups
+
+    def _own_group(self, cfg) -> RoutedGroup | None:
+        if cfg is None:
+            return None
+        return RoutedGroup(self.broker.config.broker_name, max(cfg.read_queue_nums, cfg.write_queue_nums),
+                           cfg.readable, cfg.writable, None)
+
+    def _broker(self, g: RoutedGroup, asked: pb.Endpoints) -> pb.Broker:
+        if g.endpoint is None:
+            endpoints = self._endpoints(asked)
+        else:
+            host, port = g.endpoint
+            endpoints = pb.Endpoints(scheme=_scheme(host), addresses=[pb.Address(host=host, port=port)])
+        return pb.Broker(name=g.broker_name, id=0, endpoints=endpoints)
+
     async def query_route(self, req: pb.QueryRouteRequest) -> pb.QueryRouteResponse:
+        """Every queue of the topic on every broker group's master (`core.proxy.routing`)."""
         try:
-            cfg = await self._topic(req.topic.name, create=True)
+            groups = await self._groups(req.topic.name, create=True)
         except WireError as e:
             return pb.QueryRouteResponse(status=status(e.code, str(e)))
-        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(req.endpoints))
-        perm = {(True, True): pb.READ_WRITE, (True, False): pb.READ, (False, True): pb.WRITE}.get(
-            (cfg.readable, cfg.writable), pb.NONE)
-        queues = [pb.MessageQueue(topic=req.topic, id=i, permission=perm, broker=broker,
-                                  accept_message_types=MESSAGE_TYPES)
-                  for i in range(max(cfg.read_queue_nums, cfg.write_queue_nums))]
+        queues = []
+        for g in groups:
+            broker = self._broker(g, req.endpoints)
+            perm = {(True, True): pb.READ_WRITE, (True, False): pb.READ, (False, True): pb.WRITE}.get(
+                (g.readable, g.writable), pb.NONE)
+            queues += [pb.MessageQueue(topic=req.topic, id=i, permission=perm, broker=broker,
+                                       accept_message_types=MESSAGE_TYPES) for i in range(g.queues)]
         return pb.QueryRouteResponse(status=OK, message_queues=queues)
 
     async def query_assignment(self, req: pb.QueryAssignmentRequest) -> pb.QueryAssignmentResponse:
-        """One assignment for this broker: a receive pops every queue of the topic."""
+        """One assignment per readable broker group: a receive there pops every queue of the topic."""
         try:
-            await self._topic(req.topic.name, create=False)
+            groups = await self._groups(req.topic.name, create=False)
         except WireError as e:
             return pb.QueryAssignmentResponse(status=status(e.code, str(e)))
-        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(req.endpoints))
-        mq = pb.MessageQueue(topic=req.topic, id=0, permission=pb.READ_WRITE, broker=broker,
-                             accept_message_types=MESSAGE_TYPES)
-        return pb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
+        assignments = [pb.Assignment(message_queue=pb.MessageQueue(
+            topic=req.topic, id=0, permission=pb.READ_WRITE, broker=self._broker(g, req.endpoints),
+            accept_message_types=MESSAGE_TYPES)) for g in groups if g.readable]
+        return pb.QueryAssignmentResponse(status=OK, assignments=assignments)
 
     # ------------------------------------------------------------------ client lifecycle
 
@@ -160,6 +211,7 @@ class MessagingService:
     async def notify_client_termination(self, req: pb.NotifyClientTerminationRequest,
                                         client_id: str) -> pb.NotifyClientTerminationResponse:
         self.clients.pop(client_id, None)
+        self.lite.forget(client_id)
         await trio.lowlevel.checkpoint()
         return pb.NotifyClientTerminationResponse(status=OK)
 
@@ -196,7 +248,39 @@ class MessagingService:
                 out.subscription.long_polling_timeout.FromSeconds(int(DEFAULT_POLL_S))
             out.backoff_policy.max_attempts = max_attempts(self.broker, c.group)
             out.backoff_policy.customized_backoff.next.add().FromSeconds(1)
+            if s.client_type in LITE_CONSUMERS:
+                out.subscription.lite_subscription_quota = LITE_QUOTA
+                out.subscription.max_lite_topic_size = wire.MAX_LITE_TOPIC
         return pb.TelemetryCommand(status=OK, settings=out)
+
+    # ------------------------------------------------------------------ lite topics and receive
+
+    async def sync_lite_subscription(self, req: pb.SyncLiteSubscriptionRequest,
+                                     client_id: str) -> pb.SyncLiteSubscriptionResponse:
+        """A lite consumer's lite topics under its parent topic (`core.proxy.lite`)."""
+        try:
+            if not req.group.name:
+                raise WireError(pb.ILLEGAL_CONSUMER_GROUP, "the request names no consumer group")
+            await self._topic(req.topic.name, create=False)
+            self.lite.sync(client_id, req.group.name, req.topic.name, req.action, req.lite_topic_set)
+        except WireError as e:
+            return pb.SyncLiteSubscriptionResponse(status=status(e.code, str(e)))
+        self.consumption.wake(req.topic.name)  # a waiting receive looks at its new queues
+        return pb.SyncLiteSubscriptionResponse(status=OK)
+
+    async def receive_message(self, req: pb.ReceiveMessageRequest, time_left: float | None,
+                              client_id: str = "") -> list[pb.ReceiveMessageResponse]:
+        """A lite consumer (by its settings, or by its lite subscriptions) pops its group's
+        lite topics of the request's topic; any other consumer the topic's queues."""
+        group, topic = req.group.name, req.message_queue.topic.name
+        c = self.clients.get(client_id)
+        lite = (c is not None and c.client_type in LITE_CONSUMERS) or self.lite.has(client_id, group, topic)
+        if not lite:
+            return await self.consumption.receive_message(req, time_left)
+        queues = self.lite.queues(group, topic)
+        # the producers spread lite messages over every group of the topic: theirs are read too
+        others = [(g.broker_name, g.addr) for g in await self.routes.other_groups(topic) if g.readable and g.addr]
+        return await self.consumption.receive_message(req, time_left, queues, others if queues else [])
 
     # ------------------------------------------------------------------ send
 
@@ -213,9 +297,9 @@ class MessagingService:
             if m.system_properties.message_type == pb.TRANSACTION and self.transactions is None:
                 raise WireError(pb.UNSUPPORTED, "transactional messages need the broker's remoting listener "
                                                 "(--broker-port not 0), whose transaction service checks them")
-            if m.system_properties.HasField("lite_topic"):
-                raise WireError(pb.UNSUPPORTED, "lite topics are not supported yet (docs/CLIENTS.md)")
-            msg, _ = wire.to_store(m)
+            msg, _ = wire.to_store(m, self.broker.config.max_message_size)
+            if is_system_topic(msg.topic):
+                raise WireError(pb.ILLEGAL_TOPIC, f"topic {msg.topic} is a system topic of the broker")
             if not msg.body:
                 raise WireError(pb.MESSAGE_BODY_EMPTY, "the message body is empty")
             if len(msg.body) > self.broker.config.max_message_size:

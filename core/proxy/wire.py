@@ -6,13 +6,29 @@ Rules kept here:
   (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``__SHARDINGKEY`` for the message group,
   ``TIMER_DELIVER_MS`` for a delivery time), so a message sent over gRPC is
   the same stored message as one sent over remoting, and the reverse.
+- A lite message (``lite_topic`` L of parent topic T) is stored once, in T,
+  with ``LITE_TOPIC`` = L and multi-dispatched (``INNER_MULTI_DISPATCH``)
+  to the light queue `lite_queue` (T, L): its consumers pop that queue, a
+  consumer of T sees it too, and an MQTT session's queue works the same way.
+  A lite topic name follows the topic-name rules (so it can never split the
+  comma-separated dispatch list) and is at most `MAX_LITE_TOPIC` characters.
+- Bodies: a GZIP body from a producer is stored uncompressed (so MQTT
+  subscribers, 4.x consumers and Spark read it as sent), after a bounded
+  decompression (at most the broker's body limit; more is
+  MESSAGE_BODY_TOO_LARGE, a broken stream MESSAGE_CORRUPTED). A stored
+  body that a 4.x producer compressed (sysflag COMPRESSED, zlib) goes to a
+  5.x consumer as GZIP: the same deflate data in a gzip frame, nothing is
+  compressed again. The body digest is always of the bytes on the wire.
 """
 
 from __future__ import annotations
 
+import struct
 import zlib
 
-from core.store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, StoredMessage, unpack_host
+from core.broker import validate_topic
+from core.store.message import (COMPRESSED_FLAG, PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_KEYS, PROPERTY_TAGS,
+                                PROPERTY_UNIQ_KEY, Message, StoredMessage, unpack_host)
 
 from . import pb
 
@@ -27,11 +43,27 @@ _SYSTEM = frozenset({
     "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME", "DELAY",
     "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INNER_MULTI_DISPATCH",
     "INNER_MULTI_QUEUE_OFFSET", "TRAN_MSG", "PGROUP", "TRANSACTION_ID", "CHECK_IMMUNITY_TIME_IN_SECONDS",
-    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET",
+    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", "LITE_TOPIC",
 })
 _HELD_PREFIX = "TRAN_HELD_"  # core.transactions keeps a half's delay properties under this prefix
 TRAN_MSG, PGROUP, CHECK_IMMUNITY = "TRAN_MSG", "PGROUP", "CHECK_IMMUNITY_TIME_IN_SECONDS"
 REAL_TOPIC = "REAL_TOPIC"
+LITE_TOPIC = "LITE_TOPIC"
+MAX_LITE_TOPIC = 64  # the 5.x clients' default maxLiteTopicSize
+
+
+def lite_queue(topic: str, lite_topic: str) -> str:
+    """The light queue (queue 0 of an ``%LMQ%`` topic) of ``lite_topic`` under ``topic``."""
+    return f"%LMQ%${topic}${lite_topic}"
+
+
+def check_lite_topic(name: str) -> None:
+    """A `WireError` (ILLEGAL_LITE_TOPIC) unless ``name`` can be a lite topic."""
+    if not name or len(name) > MAX_LITE_TOPIC:
+        raise WireError(pb.ILLEGAL_LITE_TOPIC, f"lite topic {name[:80]!r} must have 1..{MAX_LITE_TOPIC} characters")
+    problem = validate_topic(name)
+    if problem:
+        raise WireError(pb.ILLEGAL_LITE_TOPIC, f"lite topic: {problem}")
 
 
 def transaction_group(topic: str) -> str:
@@ -59,16 +91,40 @@ class WireError(ValueError):
         self.code = code
 
 
-def to_store(m: pb.Message) -> tuple[Message, int]:
-    """A sent message as the store keeps it, and the queue the client chose."""
+def gunzip(data: bytes, limit: int) -> bytes:
+    """A GZIP body, uncompressed, refused (`WireError`) past ``limit`` bytes or when broken."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(data, limit + 1)
+    except zlib.error as e:
+        raise WireError(pb.MESSAGE_CORRUPTED, f"the GZIP body does not decompress: {e}") from None
+    if len(out) > limit:
+        raise WireError(pb.MESSAGE_BODY_TOO_LARGE, f"the GZIP body decompresses to more than {limit} bytes "
+                                                   f"(maxMessageSize)")
+    if not d.eof:
+        raise WireError(pb.MESSAGE_CORRUPTED, "the GZIP body ends before its stream does")
+    return out
+
+
+def zlib_to_gzip(data: bytes) -> bytes:
+    """A zlib stream (a 4.x compressed body) as a gzip stream of the same deflate data."""
+    raw = zlib.decompress(data)
+    return (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + data[2:-4]
+            + struct.pack("<II", zlib.crc32(raw) & 0xFFFFFFFF, len(raw) & 0xFFFFFFFF))
+
+
+def to_store(m: pb.Message, max_body: int = 4 * 1024 * 1024) -> tuple[Message, int]:
+    """A sent message as the store keeps it, and the queue the client chose; ``max_body``
+    bounds a GZIP body's decompression."""
     sp = m.system_properties
     topic = m.topic.name
     if not topic:
         raise WireError(pb.ILLEGAL_TOPIC, "the message has no topic")
     if not sp.message_id:
         raise WireError(pb.ILLEGAL_MESSAGE_ID, "the message has no message_id")
-    if sp.body_encoding == pb.GZIP:
-        raise WireError(pb.BAD_REQUEST, "GZIP-encoded bodies are not supported yet; send IDENTITY")
+    if sp.body_encoding not in (pb.IDENTITY, pb.GZIP, pb.ENCODING_UNSPECIFIED):
+        raise WireError(pb.BAD_REQUEST, f"body encoding {sp.body_encoding} is not IDENTITY or GZIP")
+    body = gunzip(m.body, max_body) if sp.body_encoding == pb.GZIP else bytes(m.body)
     props: dict[str, str] = {}
     for key, value in m.user_properties.items():
         if key in _SYSTEM:
@@ -83,6 +139,10 @@ def to_store(m: pb.Message) -> tuple[Message, int]:
         if not sp.message_group:
             raise WireError(pb.ILLEGAL_MESSAGE_GROUP, "the message group is empty")
         props[SHARDING_KEY] = sp.message_group
+    if sp.HasField("lite_topic"):
+        check_lite_topic(sp.lite_topic)
+        props[LITE_TOPIC] = sp.lite_topic
+        props[PROPERTY_INNER_MULTI_DISPATCH] = lite_queue(topic, sp.lite_topic)
     if sp.HasField("delivery_timestamp"):
         props[DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
     if sp.HasField("trace_context") and sp.trace_context:
@@ -93,13 +153,19 @@ def to_store(m: pb.Message) -> tuple[Message, int]:
         if sp.HasField("orphaned_transaction_recovery_duration"):
             props[CHECK_IMMUNITY] = str(max(1, sp.orphaned_transaction_recovery_duration.seconds))
     born = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
-    return Message(topic=topic, body=bytes(m.body), properties=props, born_timestamp=born), sp.queue_id
+    return Message(topic=topic, body=body, properties=props, born_timestamp=born), sp.queue_id
 
 
 def from_store(sm: StoredMessage, *, receipt_handle: str, attempt: int, invisible_ms: int) -> pb.Message:
     """A stored message as a 5.x consumer receives it (``attempt`` counts deliveries from 1)."""
     props = sm.properties
-    out = pb.Message(body=sm.body)
+    body, encoding = sm.body, pb.IDENTITY
+    if sm.sysflag & COMPRESSED_FLAG:
+        try:
+            body, encoding = zlib_to_gzip(sm.body), pb.GZIP
+        except zlib.error:
+            pass  # not zlib after all: the bytes as stored (the digest still says what they are)
+    out = pb.Message(body=body)
     out.topic.name = sm.topic
     for key, value in props.items():
         if key not in _SYSTEM and not key.startswith(_HELD_PREFIX):
@@ -110,9 +176,12 @@ def from_store(sm: StoredMessage, *, receipt_handle: str, attempt: int, invisibl
     sp.keys.extend(props.get(PROPERTY_KEYS, "").split())
     sp.message_id = props.get(PROPERTY_UNIQ_KEY) or sm.msg_id
     sp.body_digest.type = pb.CRC32
-    sp.body_digest.checksum = format(zlib.crc32(sm.body) & 0xFFFFFFFF, "08X")
-    sp.body_encoding = pb.IDENTITY
-    if SHARDING_KEY in props:
+    sp.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+    sp.body_encoding = encoding
+    if LITE_TOPIC in props:
+        sp.message_type = pb.LITE
+        sp.lite_topic = props[LITE_TOPIC]
+    elif SHARDING_KEY in props:
         sp.message_type = pb.FIFO
         sp.message_group = props[SHARDING_KEY]
     elif DELIVER_MS in props:

@@ -86,3 +86,19 @@ def test_the_ready_line_names_the_grpc_port(tmp_path):
                       "--broker-port", "0", "--grpc-port", str(port)) as s:
         assert s.ports == {"grpc": port}
         assert f"RocketMQ 5 gRPC listening on 127.0.0.1:{port}" in s.output()
+
+
+@pytest.mark.parametrize("text, words", [
+    ('[proxy]\ncertFile = "a.crt"', "[proxy] certFile and keyFile go together"),
+    ('[proxy]\ncertFile = "missing.crt"\nkeyFile = "missing.key"', "[proxy] certFile"),
+    ('[proxy]\naclFile = "missing.toml"', "[proxy] aclFile"),
+    ('[proxy]\naclFile = "bad.toml"', "accessKey and secretKey need at least 6 characters"),
+])
+def test_tls_and_acl_files_are_checked_at_start(tmp_path, text, words):
+    from gateway.serve import proxy_security
+
+    (tmp_path / "bad.toml").write_text('[[accounts]]\naccessKey = "ab"\nsecretKey = "cd"\n')
+    cfg = build_serve_config(load_file(write(tmp_path, text)), {})
+    with pytest.raises(ConfigError) as e:
+        proxy_security(cfg)
+    assert words in str(e.value) and "\n" not in str(e.value)

@@ -18,7 +18,9 @@ import sys
 import time
 
 from rocketmq.v5.client import ClientConfiguration, Credentials
-from rocketmq.v5.consumer import ConsumeResult, MessageListener, PushConsumer, SimpleConsumer
+from rocketmq.v5.consumer import (ConsumeResult, LitePushConsumer, LiteSimpleConsumer, MessageListener, PushConsumer,
+                                  SimpleConsumer)
+from rocketmq.v5.exception import LiteSubscriptionQuotaExceededException
 from rocketmq.v5.model import FilterExpression, Message
 from rocketmq.grpc_protocol import TransactionResolution
 from rocketmq.v5.producer import Producer, TransactionChecker
@@ -299,7 +301,224 @@ def push_fifo(endpoint: str, topic: str, group: str) -> dict:
     return {"seen": listener.seen}
 
 
-SCENARIOS = {"push_fifo": push_fifo, "body_limit": body_limit, "restart_before": restart_before, "restart_after": restart_after, "push": push, "transactions": transactions, "send_and_receive": send_and_receive, "redelivery": redelivery, "send": send, "receive": receive}
+def _send_logged(producer, topic: str, body: str, **kw) -> str | None:
+    """The broker group the send landed in (None: it failed; a dead master's queue)."""
+    try:
+        return str(producer.send(message(topic, body.encode(), **kw)).message_queue).split(".")[0]
+    except Exception:
+        return None
+
+
+def _receive_until(consumer, want: set[str], seconds: float, keep: str | None = None) -> list[list]:
+    """[body, attempt] of what comes until ``want`` has all come; every message is acked
+    but the first delivery of ``keep``."""
+    got, t0 = [], time.time()
+    while not want <= {b for b, _ in got} and time.time() - t0 < seconds:
+        try:
+            msgs = consumer.receive(16, 10)
+        except Exception:  # a queue of a dead master, until the route is refreshed
+            time.sleep(0.2)
+            continue
+        for m in msgs:
+            got.append([m.body.decode(), m.delivery_attempt])
+            if not (m.body.decode() == keep and m.delivery_attempt == 1):
+                consumer.ack(m)
+    return got
+
+
+def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -> dict:
+    """Phase 1: sends spread over every broker group, all received and acked but one
+    message of ``wanted_group`` (``keep``: left in flight, 10 s invisible). Then a line
+    on stdout, and a line on stdin once the test has failed ``wanted_group``'s master
+    over. Phase 2, the same clients: sends until one lands in ``wanted_group`` again
+    (its new master, from the refreshed route), and what was sent, and ``keep``
+    again, is received; then lite messages sent to both groups reach a
+    LiteSimpleConsumer of this endpoint."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 2)
+    consumer.startup()
+    try:
+        sent1 = {f"one-{i}": _send_logged(producer, topic, f"one-{i}") for i in range(8)}
+        keep = next(b for b, g in sent1.items() if g == wanted_group)
+        got1 = _receive_until(consumer, set(sent1), 30, keep)
+        print(json.dumps({"sent": sent1, "got": got1, "keep": keep}), flush=True)
+        sys.stdin.readline()
+        sent2, t0 = {}, time.time()
+        while wanted_group not in sent2.values() and time.time() - t0 < 60:
+            body = f"two-{len(sent2)}"
+            sent2[body] = _send_logged(producer, topic, body)
+            time.sleep(0.1)
+        got2 = _receive_until(consumer, {b for b, g in sent2.items() if g} | {keep}, 30)
+        # lite messages land in every group too; a lite consumer of this endpoint gets them all
+        lite_consumer = LiteSimpleConsumer(topic, config(endpoint), group + "_lite", 1)
+        lite_consumer.startup()
+        try:
+            subscribe_lite(lite_consumer, "x")
+            lite_sent = {f"lite-{i}": _send_logged(producer, topic, f"lite-{i}", lite_topic="x") for i in range(6)}
+            lite_got = _receive_until(lite_consumer, {b for b, g in lite_sent.items() if g}, 20)
+        finally:
+            lite_consumer.shutdown()
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return {"sent": sent2, "got": got2, "lite_sent": lite_sent, "lite_got": lite_got}
+
+
+def subscribe_lite(consumer, name: str) -> None:
+    """``subscribe_lite`` once the client has the broker's settings: until their answer
+    arrives (on the Telemetry stream, just after startup returns) the client's quota is 0
+    and it refuses every subscription itself (LiteSubscriptionQuotaExceededException)."""
+    deadline = time.time() + 10
+    while True:
+        try:
+            return consumer.subscribe_lite(name)
+        except LiteSubscriptionQuotaExceededException:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _lite_receive(consumer, want: int, seconds: float) -> list[list]:
+    got, t0 = [], time.time()
+    while len(got) < want and time.time() - t0 < seconds:
+        for m in consumer.receive(16, 10):
+            got.append([m.body.decode(), m.lite_topic, m.topic])
+            consumer.ack(m)
+    return got
+
+
+def lite(endpoint: str, topic: str, group: str, plain_group: str) -> dict:
+    """Lite topics ``a`` and ``b`` under ``topic``: a LiteSimpleConsumer gets the ones it
+    subscribed to, as it subscribes and unsubscribes; a plain consumer of the topic gets all."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    consumer = LiteSimpleConsumer(topic, config(endpoint), group, 2)
+    consumer.startup()
+    out = {}
+    try:
+        for body, lt in (("a1", "a"), ("b1", "b")):
+            producer.send(message(topic, body.encode(), lite_topic=lt))
+        producer.send(message(topic, b"plain"))
+        subscribe_lite(consumer, "a")
+        out["a_only"] = _lite_receive(consumer, 1, 20)
+        out["a_only_more"] = _lite_receive(consumer, 1, 2)  # b1 and plain must not come
+        subscribe_lite(consumer, "b")
+        out["then_b"] = _lite_receive(consumer, 1, 20)
+        consumer.unsubscribe_lite("a")
+        for body, lt in (("a2", "a"), ("b2", "b")):
+            producer.send(message(topic, body.encode(), lite_topic=lt))
+        out["b_only"] = _lite_receive(consumer, 2, 2)  # wants 2 to wait the whole time: only b2 may come
+        try:
+            consumer.subscribe_lite("no,comma")
+            out["bad_name"] = None
+        except Exception as e:
+            out["bad_name"] = f"{type(e).__name__}: {e}"
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    plain = SimpleConsumer(config(endpoint), plain_group, {topic: FilterExpression("*")}, 2)
+    plain.startup()
+    try:
+        out["plain"] = _lite_receive(plain, 5, 20)
+    finally:
+        plain.shutdown()
+    return out
+
+
+def secure(endpoint: str, topic: str, group: str) -> dict:
+    """Over TLS (the CA in GRPC_DEFAULT_SSL_ROOTS_FILE_PATH), with access keys: a good
+    account sends and receives; a wrong secret and a read-only account are refused."""
+    def cfg(ak: str, sk: str) -> ClientConfiguration:
+        return ClientConfiguration(endpoint, Credentials(ak, sk), request_timeout=10)
+
+    out = {}
+    producer = Producer(cfg("rocketmq2", "12345678"), (topic,), tls_enable=True)
+    producer.startup()
+    try:
+        out["sent"] = producer.send(message(topic, b"over tls")).message_id
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(cfg("rocketmq2", "12345678"), group, {topic: FilterExpression("*")}, 2,
+                              tls_enable=True)
+    consumer.startup()
+    try:
+        out["got"] = [m.body.decode() for m in consumer.receive(16, 10)]
+    finally:
+        consumer.shutdown()
+    for name, ak, sk in (("bad_secret", "rocketmq2", "wrong-secret"), ("read_only", "readonly1", "87654321")):
+        p = Producer(cfg(ak, sk), (topic,), tls_enable=True)
+        try:
+            p.startup()
+            p.send(message(topic, b"refused"))
+            out[name] = None
+        except Exception as e:
+            out[name] = f"{type(e).__name__}: {e}"
+        finally:
+            try:
+                p.shutdown()
+            except Exception:
+                pass
+    return out
+
+
+def secure_send(endpoint: str, topic: str, ak: str, sk: str) -> dict:
+    producer = Producer(ClientConfiguration(endpoint, Credentials(ak, sk), request_timeout=10), (topic,),
+                        tls_enable=True)
+    producer.startup()
+    try:
+        return {"id": producer.send(message(topic, b"after SIGHUP")).message_id}
+    finally:
+        producer.shutdown()
+
+
+class Record(MessageListener):
+    def __init__(self) -> None:
+        self.seen: list[list] = []
+
+    def consume(self, message) -> ConsumeResult:
+        self.seen.append([message.body.decode(), message.lite_topic, message.delivery_attempt])
+        return ConsumeResult.SUCCESS
+
+
+def lite_push(endpoint: str, topic: str, group: str) -> dict:
+    """A LitePushConsumer subscribed to lite topic ``a`` consumes a1 (not b1), once."""
+    producer = Producer(config(endpoint), (topic,))
+    producer.startup()
+    listener = Record()
+    consumer = LitePushConsumer(config(endpoint), group, topic, listener)
+    consumer.startup()
+    try:
+        subscribe_lite(consumer, "a")
+        for body, lt in (("a1", "a"), ("b1", "b")):
+            producer.send(message(topic, body.encode(), lite_topic=lt))
+        t0 = time.time()
+        while not listener.seen and time.time() - t0 < 20:
+            time.sleep(0.1)
+        time.sleep(1)  # b1, or a1 again, would show up here
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return {"seen": listener.seen}
+
+
+SCENARIOS = {
+    "lite_push": lite_push,
+    "secure_send": secure_send,
+    "secure": secure,
+    "lite": lite,
+    "cluster_failover": cluster_failover,
+    "push_fifo": push_fifo,
+    "body_limit": body_limit,
+    "restart_before": restart_before,
+    "restart_after": restart_after,
+    "push": push,
+    "transactions": transactions,
+    "send_and_receive": send_and_receive,
+    "redelivery": redelivery,
+    "send": send,
+    "receive": receive,
+}
 
 if __name__ == "__main__":
     endpoint, scenario, *args = sys.argv[1:]

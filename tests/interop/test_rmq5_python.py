@@ -8,8 +8,11 @@ group names.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -153,3 +156,69 @@ def test_a_fifo_push_consumer_sees_each_message_group_in_order(tmp_path):
         bodies = [b for b, mg in seen if mg == g]
         assert [b for i, b in enumerate(bodies) if i == 0 or b != bodies[i - 1]] == [f"{g}-{i}" for i in range(3)], seen
     assert [b for b, _ in seen].count("g1-0") == 2  # failed once, consumed again before g1-1
+
+
+def test_lite_topics_reach_the_lite_consumer_that_subscribed_them_and_a_plain_consumer_sees_all(server):
+    """A LiteSimpleConsumer receives the lite topics it subscribes to (SyncLiteSubscription),
+    from when it subscribes until it unsubscribes; each lite message is stored once, in the
+    parent topic, whose plain consumers get it too."""
+    topic, group, plain_group = names("rmq5_lite", "rmq5_lite_group", "rmq5_plain_group")
+    out = drive(server, "lite", topic, group, plain_group)
+    assert out["a_only"] == [["a1", "a", topic]]
+    assert out["a_only_more"] == []
+    assert out["then_b"] == [["b1", "b", topic]]
+    assert out["b_only"] == [["b2", "b", topic]]
+    assert out["bad_name"] is not None and "40020" in out["bad_name"]
+    assert sorted(b for b, _, _ in out["plain"]) == ["a1", "a2", "b1", "b2", "plain"]
+    assert {b: lt for b, lt, _ in out["plain"]}["plain"] is None
+
+
+def test_a_lite_push_consumer_consumes_the_lite_topic_it_subscribed_once(server):
+    topic, group = names("rmq5_lite_push", "rmq5_lite_push_group")
+    assert drive(server, "lite_push", topic, group)["seen"] == [["a1", "a", 1]]
+
+
+def test_tls_and_access_keys_on_the_grpc_port(tmp_path):
+    """[proxy] certFile/keyFile (TLS, as the 5.x clients use by default) and aclFile (the
+    clients' MQv2-HMAC-SHA1 signature, checked against plain-ACL accounts): a known account
+    sends and receives; a wrong secret is refused, a read-only account's send FORBIDDEN."""
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=Test CA")
+    (tmp_path / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "server.crt", "-days", "2", "-extfile", "server.ext")
+    (tmp_path / "acl.toml").write_text(
+        '[[accounts]]\naccessKey = "rocketmq2"\nsecretKey = "12345678"\ndefaultTopicPerm = "PUB|SUB"\n'
+        'defaultGroupPerm = "SUB"\n\n[[accounts]]\naccessKey = "readonly1"\nsecretKey = "87654321"\n'
+        'defaultTopicPerm = "SUB"\ndefaultGroupPerm = "SUB"\n')
+    config = tmp_path / "mqgate.toml"
+    config.write_text('[proxy]\ncertFile = "server.crt"\nkeyFile = "server.key"\naclFile = "acl.toml"\n')
+    grpc_port = free_port()
+    topic, group = names("rmq5_secure", "rmq5_secure_group")
+    env = {**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(tmp_path / "ca.crt")}
+    with ServeProcess(tmp_path / "data", "--config", str(config), "--namesrv-port", "0", "--broker-port", "0",
+                      "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(grpc_port)) as s:
+        r = subprocess.run([sys.executable, str(DRIVER), f"127.0.0.1:{grpc_port}", "secure", topic, group],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, f"{r.stderr[-3000:]}\nserver log:\n{s.output()[-3000:]}"
+        assert "(TLS, access keys required)" in s.output()
+        # SIGHUP reads the ACL file again: the read-only account may now publish
+        acl = tmp_path / "acl.toml"
+        acl.write_text(acl.read_text().replace('defaultTopicPerm = "SUB"', 'defaultTopicPerm = "PUB|SUB"'))
+        s.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while "reloaded" not in s.output() or "gRPC ACL file" not in s.output().split("SIGHUP: reloaded")[-1]:
+            assert time.monotonic() < deadline, s.output()[-2000:]
+            time.sleep(0.05)
+        after = subprocess.run([sys.executable, str(DRIVER), f"127.0.0.1:{grpc_port}", "secure_send", topic,
+                                "readonly1", "87654321"], capture_output=True, text=True, timeout=120, env=env)
+        assert after.returncode == 0, after.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["sent"] and out["got"] == ["over tls"]
+    # the client reports its refused route query (UNAUTHORIZED, tests/core/proxy/test_auth.py) this way
+    assert out["bad_secret"] is not None and "failed to fetch topic" in out["bad_secret"]
+    assert out["read_only"] is not None and "40300" in out["read_only"]

@@ -37,8 +37,9 @@ class Group:
         self.ns.start()
 
     def broker(self, label: str, broker_id: int, role: str, *, serve: bool = False, mqtt_port: int = 0,
-               **keys) -> ServeProcess:
-        """A broker process (not started); ``keys`` go to its [broker] table."""
+               grpc_port: int = 0, **keys) -> ServeProcess:
+        """A broker process (not started); ``keys`` go to its [broker] table; ``grpc_port``
+        0: no RocketMQ 5 gRPC endpoint."""
         port = free_port()
         while free_port_pair(port) is False:
             port = free_port()
@@ -46,7 +47,8 @@ class Group:
                  "mappedFileSizeCommitLog": SEGMENT, **keys}
         toml = self.root / f"{label}.toml"
         toml.write_text("[broker]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items()))
-        args = ["--config", str(toml), "--broker-port", str(port), "--namesrv", self.namesrv]
+        args = ["--config", str(toml), "--broker-port", str(port), "--namesrv", self.namesrv,
+                "--grpc-port", str(grpc_port)]
         if serve:
             args += ["--namesrv-port", "0", "--mqtt-port", str(mqtt_port), "--ws-port", "0"]
         proc = ServeProcess(self.root / label, *args, role="serve" if serve else "broker")

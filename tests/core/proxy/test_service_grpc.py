@@ -111,6 +111,13 @@ async def test_bad_requests_get_their_status_in_one_line_and_the_server_keeps_se
     assert (await in_thread(stub.unary, "EndTransaction", end, pb.EndTransactionResponse)).status.code == pb.UNSUPPORTED
     (answer,) = await in_thread(stub.receive, receive_req("T", "G", invisible_s=0.2))
     assert answer.status.code == pb.ILLEGAL_INVISIBLE_TIME and "0.2 s" in answer.status.message
+    entry = (await in_thread(stub.unary, "SendMessage", send_req("rmq_sys_pop_state", b"forged"),
+                             pb.SendMessageResponse)).entries[0]
+    assert entry.status.code == pb.ILLEGAL_TOPIC and "system topic" in entry.status.message
+    sync = pb.SyncLiteSubscriptionRequest(topic=pb.Resource(name="NoSuchTopic"), group=pb.Resource(name="G"),
+                                          lite_topic_set=["a"])
+    assert (await in_thread(stub.unary, "SyncLiteSubscription", sync,
+                            pb.SyncLiteSubscriptionResponse)).status.code == pb.TOPIC_NOT_FOUND
 
     resp = await in_thread(stub.unary, "SendMessage", send_req("T", b"still serving"), pb.SendMessageResponse)
     assert resp.status.code == pb.OK and resp.entries[0].message_id == "01TEST"
@@ -269,3 +276,16 @@ async def test_a_fifo_group_gets_each_queue_in_order_one_batch_at_a_time(stub):
     s.subscription.group.name = "Ordered"
     assert (await service.telemetry(pb.TelemetryCommand(settings=s), "c")).settings.subscription.fifo
     service.close()
+
+
+async def test_a_gzip_body_is_received_as_it_was_before_compression(stub):
+    import gzip
+
+    body = b"sensor reading " * 500
+    req = send_req("Zipped", gzip.compress(body))
+    req.messages[0].system_properties.body_encoding = pb.GZIP
+    resp = await in_thread(stub.unary, "SendMessage", req, pb.SendMessageResponse)
+    assert resp.status.code == pb.OK, resp
+    answers = await in_thread(stub.receive, receive_req("Zipped", "G", poll_s=1))
+    (got,) = [a.message for a in answers if a.HasField("message")]
+    assert got.body == body and got.system_properties.body_encoding == pb.IDENTITY

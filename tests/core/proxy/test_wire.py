@@ -84,7 +84,9 @@ def test_a_half_is_shown_to_a_checker_in_its_real_topic_as_a_transaction():
     (lambda m: m.system_properties.ClearField("message_id"), pb.ILLEGAL_MESSAGE_ID),
     (lambda m: m.user_properties.__setitem__("UNIQ_KEY", "x"), pb.ILLEGAL_MESSAGE_PROPERTY_KEY),
     (lambda m: setattr(m.system_properties, "message_group", ""), pb.ILLEGAL_MESSAGE_GROUP),
-    (lambda m: setattr(m.system_properties, "body_encoding", pb.GZIP), pb.BAD_REQUEST),
+    (lambda m: setattr(m.system_properties, "body_encoding", pb.GZIP), pb.MESSAGE_CORRUPTED),  # b"payload"
+    (lambda m: setattr(m.system_properties, "body_encoding", 7), pb.BAD_REQUEST),
+    (lambda m: setattr(m.system_properties, "lite_topic", "a,b"), pb.ILLEGAL_LITE_TOPIC),
 ])
 def test_a_bad_message_is_a_wire_error_with_the_right_code_and_one_line(change, code):
     m = sent()
@@ -138,3 +140,35 @@ def test_our_types_live_beside_the_5x_client_s_in_one_process():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={"PYTHONPATH": str(PROXY.parents[1]), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
+
+
+def test_a_gzip_body_is_stored_uncompressed_within_the_body_limit():
+    import gzip
+
+    body = b"telemetry " * 2000
+    m = sent(body_encoding=pb.GZIP)
+    m.body = gzip.compress(body)
+    msg, _ = wire.to_store(m, max_body=len(body))
+    assert msg.body == body
+    with pytest.raises(wire.WireError) as e:  # a small stream that inflates past the limit
+        wire.to_store(m, max_body=len(body) - 1)
+    assert e.value.code == pb.MESSAGE_BODY_TOO_LARGE
+    for broken in (b"not gzip at all", gzip.compress(body)[:-12]):
+        m.body = broken
+        with pytest.raises(wire.WireError) as e:
+            wire.to_store(m)
+        assert e.value.code == pb.MESSAGE_CORRUPTED
+
+
+def test_a_body_a_4x_producer_compressed_reaches_a_5x_consumer_as_gzip():
+    import dataclasses
+    import gzip
+
+    body = b"x" * 5000 + b"end"
+    sm = dataclasses.replace(stored({"UNIQ_KEY": "01ABC"}, zlib.compress(body, 5)), sysflag=0x1)
+    m = wire.from_store(sm, receipt_handle="h", attempt=1, invisible_ms=1000)
+    assert m.system_properties.body_encoding == pb.GZIP
+    assert gzip.decompress(m.body) == body
+    assert m.system_properties.body_digest.checksum == format(zlib.crc32(m.body), "08X")
+    plain = wire.from_store(stored({"UNIQ_KEY": "01ABC"}, body), receipt_handle="h", attempt=1, invisible_ms=1000)
+    assert (plain.system_properties.body_encoding, plain.body) == (pb.IDENTITY, body)
