@@ -51,6 +51,7 @@ from typing import Any
 import trio
 
 from core.broker import Broker, SendStatus
+from gateway.backend import BrokerBackend, backend_for
 from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
@@ -88,16 +89,16 @@ def _will_from_record(rec: dict) -> Will:
 
 
 class MQTTGateway:
-    def __init__(self, broker: Broker, settings: GatewaySettings | Mapping[str, Any]) -> None:
+    def __init__(self, broker: Broker | BrokerBackend, settings: GatewaySettings | Mapping[str, Any]) -> None:
         if not isinstance(settings, GatewaySettings):
             settings = GatewaySettings.from_dict(settings)
-        self.broker = broker
+        self.backend = backend_for(broker)
         self.settings = settings
         self.stats = GatewayStats()
         self.listener_stats = ListenerStats()
         self.router = Router(self)
         # None unless [mqtt] traceMqttTopics names a filter: then the trace code runs, else none of it
-        self.tracer = MqttTracer(settings.trace, broker) if settings.trace.mqtt_topics else None
+        self.tracer = MqttTracer(settings.trace, self.backend) if settings.trace.mqtt_topics else None
         self.retained = RetainedIndex()
         self.started_at = 0.0
         self.shutting_down = False
@@ -122,12 +123,12 @@ class MQTTGateway:
         await self._restore()
         await nursery.start(self.readiness.run)
         nursery.start_soon(self._retained_records)
-        self.broker.add_put_hook(self.router.put_hook)
-        self.broker.add_stored_hook(self.router.stored_hook)
+        self.backend.add_put_hook(self.router.put_hook)
+        self.backend.add_stored_hook(self.router.stored_hook)
         if self.tracer is not None:
             await nursery.start(self.tracer.run)
-            self.broker.add_stored_hook(self.tracer.stored_hook)
-        self.broker.add_dispatch_listener(self.router.on_dispatch)
+            self.backend.add_stored_hook(self.tracer.stored_hook)
+        self.backend.add_dispatch_listener(self.router.on_dispatch)
         if self.settings.session.sys_interval:
             nursery.start_soon(self._sys_loop)
         if not any(s.enabled for s in listeners):
@@ -146,18 +147,13 @@ class MQTTGateway:
         return Connection(self, stream, info, self._nursery).run()
 
     def timers_supported(self) -> bool:
-        """Whether a timer service is attached to the broker (``broker.timers``,
-        set by ``gateway.serve``); without one TIMER_DELAY_SEC would be ignored
-        and the message delivered at once. Whether it takes a given delay is
-        the broker's answer to the send (a refusal comes back as 0x83)."""
-        timers = getattr(self.broker, "timers", None)
-        return timers is not None and getattr(getattr(timers, "config", None), "enabled", True)
+        """Whether the broker parks timer messages (``$delayed``). Whether it
+        takes a given delay is the broker's answer to the send (a refusal
+        comes back as 0x83)."""
+        return self.backend.timers_supported()
 
     async def topic_config(self, name: str):
-        cfg = self.broker.get_topic(name)
-        if cfg is None and self.broker.config.auto_create_topic_enable:
-            cfg = await self.broker.ensure_topic(name, self.broker.config.default_topic_queue_nums)
-        return cfg
+        return await self.backend.topic_for_publish(name)
 
     # ---- records ------------------------------------------------------------------------
 
@@ -165,7 +161,7 @@ class MQTTGateway:
         items = [i for i in items if i is not None]
         if not items:
             return True
-        results = await self.broker.send_many(items)
+        results = await self.backend.send_many(items)
         bad = [r for r in results if r.status is not SendStatus.SEND_OK]
         if bad:
             log.error("gateway meta records not stored: %s %s", bad[0].status.name, bad[0].remark)
@@ -354,7 +350,7 @@ class MQTTGateway:
         await self.write_records(items)
         if sess.queue is not None:
             try:
-                await trio.to_thread.run_sync(self.broker.store.delete_queue, sess.queue, 0)
+                await self.backend.delete_queue(sess.queue, 0)
             except Exception:  # noqa: BLE001 - a leftover queue is harmless: a new session starts at its end
                 log.exception("session queue %s of %s not deleted", sess.queue, sess.client_id)
 
@@ -438,7 +434,7 @@ class MQTTGateway:
         if cid in self._will_keys:
             self._will_keys.discard(cid)
         items.append(record("will", cid, None))
-        results = await self.broker.send_many(items)
+        results = await self.backend.send_many(items)
         if len(results) < 2:
             return
         if results[0].status is not SendStatus.SEND_OK:
@@ -452,7 +448,7 @@ class MQTTGateway:
     # ---- restart ---------------------------------------------------------------------------
 
     async def _restore(self) -> None:
-        state = await replay(self.broker)
+        state = await replay(self.backend)
         now = now_ms()
         lim = self.settings.limits
         sessions = []

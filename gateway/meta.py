@@ -32,8 +32,9 @@ import logging
 
 import msgpack
 
-from core.broker import Broker, PERM_READ, PERM_WRITE, PullStatus
+from core.broker import PERM_READ, PERM_WRITE, PullStatus
 from core.store import Message, decode_message
+from gateway.backend import BrokerBackend
 
 log = logging.getLogger("mqgate.gateway")
 
@@ -48,7 +49,7 @@ def record(kind: str, key: str, value) -> tuple[Message, int]:
     return Message(topic=META_TOPIC, body=body, properties={"KEYS": f"{kind}:{key}"[:200].replace(" ", "_")}), 0
 
 
-async def replay(broker: Broker) -> dict[tuple[str, str], object]:
+async def replay(broker: BrokerBackend) -> dict[tuple[str, str], object]:
     """Every live (kind, key) -> value, as of the end of the meta topic."""
     await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
     state: dict[tuple[str, str], object] = {}

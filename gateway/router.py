@@ -270,7 +270,7 @@ class Router:
 
     async def load(self, ref, queue: str | None) -> Outbound | None:
         """The message a flow ref points at (for redelivery), or None if gone."""
-        broker = self.gw.broker
+        broker = self.gw.backend
         if type(ref) is int and queue is not None:
             result = await broker.read_queue(queue, 0, ref, 1)
             if result.entries and result.queue_offsets and result.queue_offsets[0] == ref:

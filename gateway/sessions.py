@@ -165,7 +165,7 @@ class Session:
         self.dropped = 0
         self.ended = False
         if self.queue is not None:
-            self.next_read = gw.broker.max_offset(self.queue, 0)
+            self.next_read = gw.backend.max_offset(self.queue, 0)
 
     # ---- state --------------------------------------------------------------
 
@@ -224,7 +224,7 @@ class Session:
 
     def commit(self) -> None:
         if self.queue is not None:
-            self.gw.broker.commit_offset(self.queue, self.queue, 0, self.committed())
+            self.gw.backend.commit_offset(self.queue, self.queue, 0, self.committed())
 
     def to_record(self, *, gone: int | None) -> dict:
         flows = self.flows.to_state()
@@ -240,7 +240,7 @@ class Session:
         re-added to the trie by the caller)."""
         for text, opts in rec.get("subs", {}).items():
             self.subscribe(text, SubOptions(*opts))
-        committed = self.gw.broker.query_offset(self.queue, self.queue, 0)
+        committed = self.gw.backend.query_offset(self.queue, self.queue, 0)
         off = rec.get("off", 0)
         self.next_read = max(rec.get("next", 0), off)
         state = rec["flows"]
@@ -257,7 +257,7 @@ class Session:
         # Flows past PUBREC no longer hold the committed offset back.
         self.refs = {pid: (None if q == 2 and st != OutboundStage.AWAIT_PUBREC and type(ref) is int else ref)
                      for pid, q, st, ref in state["flows"]} or _NONE
-        low = self.gw.broker.min_offset(self.queue, 0)
+        low = self.gw.backend.min_offset(self.queue, 0)
         self.next_read = max(self.next_read, low)
 
     # ---- queue limits ---------------------------------------------------------
@@ -270,7 +270,7 @@ class Session:
         limit = self.gw.settings.limits.max_queued_messages
         if not limit:
             return True
-        if self.gw.broker.max_offset(self.queue, 0) - self.next_read < limit:
+        if self.gw.backend.max_offset(self.queue, 0) - self.next_read < limit:
             return True
         if self.cut():
             return False
@@ -333,7 +333,7 @@ class Session:
             conn.deliver(self, d, ref=d.out.ref)
         if self.queue is None:
             return
-        broker = self.gw.broker
+        broker = self.gw.backend
         cache = self.gw.router.decoded
         qos2 = False  # a QoS 2 PUBLISH from the queue was started: write the record first
         while flows.available() and conn.can_send:
