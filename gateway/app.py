@@ -52,12 +52,15 @@ import trio
 
 from core.broker import Broker, SendStatus
 from gateway.backend import BrokerBackend, backend_for
+from gateway.cluster import ClusterSync
 from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
 from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingError, now_ms, publish_to_message,
                              queue_for, split_delayed)
-from gateway.meta import META_TOPIC, record, replay
+from gateway.mapping import session_queue_name
+from gateway.meta import META_TOPIC, record, replay_to_end
+from gateway.nodes import live_key
 from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
 from gateway.readiness import Readiness
 from gateway.retained import RetainedIndex
@@ -89,10 +92,15 @@ def _will_from_record(rec: dict) -> Will:
 
 
 class MQTTGateway:
-    def __init__(self, broker: Broker | BrokerBackend, settings: GatewaySettings | Mapping[str, Any]) -> None:
+    def __init__(self, broker: Broker | BrokerBackend, settings: GatewaySettings | Mapping[str, Any],
+                 cluster: ClusterSync | None = None) -> None:
         if not isinstance(settings, GatewaySettings):
             settings = GatewaySettings.from_dict(settings)
         self.backend = backend_for(broker)
+        self.cluster = cluster  # one node of several (mqgate gateway), else None
+        self.node_id = cluster.node_id if cluster is not None else None
+        if cluster is not None:
+            cluster.gw = self
         self.settings = settings
         self.stats = GatewayStats()
         self.listener_stats = ListenerStats()
@@ -120,7 +128,9 @@ class MQTTGateway:
             self.shutting_down = True
 
     async def _run(self, nursery, listeners, task_status) -> None:
-        await self._restore()
+        meta_end = await self._restore()
+        if self.cluster is not None:
+            await nursery.start(self.cluster.run, self, meta_end)
         await nursery.start(self.readiness.run)
         nursery.start_soon(self._retained_records)
         self.backend.add_put_hook(self.router.put_hook)
@@ -170,6 +180,42 @@ class MQTTGateway:
 
     async def save_session(self, sess: Session, gone: int | None = None) -> None:
         await self.write_records([record("sess", sess.client_id, sess.to_record(gone=gone))])
+
+    async def save_subscriptions(self, sess: Session) -> None:
+        """After (un)subscribe: a persistent session's record; on a node of a
+        cluster, a non-persistent one's ``"live"`` record (the other nodes route to it)."""
+        if sess.persistent:
+            await self.save_session(sess)
+        elif self.cluster is not None:
+            subs = {text: opts.to_list() for text, (_, opts) in sess.subs.items()}
+            await self.write_records([record("live", live_key(self.node_id, sess.client_id),
+                                             {"subs": subs, "v": sess.version} if subs else None)])
+
+    async def _adopt(self, stub: Session, clean_start: bool) -> Session | None:
+        """A client id whose session another node had (a stub here): the stub
+        goes; unless the connection starts clean, a persistent session goes on
+        here from the broker's committed offset of its queue, with its
+        subscriptions. A clean start ends the persistent session for the cluster."""
+        router = self.router
+        router.remove_session(stub)
+        if not stub.persistent:
+            return None
+        cid = stub.client_id
+        if clean_start:
+            await self.write_records([record("sess", cid, None), record("in2", cid, None)])
+            return None
+        queue = stub.queue
+        await self.backend.prepare_queue(queue)
+        rec = stub.record or {}
+        sess = Session(self, cid, expiry=stub.expiry, version=stub.version)
+        committed = self.backend.query_offset(queue, queue, 0)
+        sess.next_read = max(int(rec.get("off") or 0), committed or 0, self.backend.min_offset(queue, 0))
+        for text, (_flt, opts) in stub.subs.items():
+            sess.subscribe(text, opts)
+            router.trie.subscribe(cid, text, opts)
+        router.add_session(sess)
+        log.info("client %s: session taken from gateway node %s at queue offset %d", cid, stub.node, sess.next_read)
+        return sess
 
     async def set_retained(self, updates: list[tuple[str, bytes, int]]) -> None:
         items = []
@@ -244,6 +290,8 @@ class MQTTGateway:
             with trio.move_on_after(SAVE_TIMEOUT + 1):
                 await other.done.wait()
             old = router.sessions.get(cid)
+        if old is not None and old.node is not None:
+            old = await self._adopt(old, clean_start)
         if old is not None:
             self._cancel_timers(old)
             old.pending_will = None
@@ -252,6 +300,8 @@ class MQTTGateway:
                 old = None
         present = old is not None
         if old is None:
+            if expiry > 0:
+                await self.backend.prepare_queue(session_queue_name(cid))
             sess = Session(self, cid, expiry=expiry, version=version)
             router.add_session(sess)
         else:
@@ -262,6 +312,8 @@ class MQTTGateway:
             sess.inbound.receive_maximum = inbound_window(version, self.settings.limits.max_inflight_messages)
         sess.conn = conn
         conn.session = sess
+        if sess.queue is not None:
+            self.backend.watch_queue(sess.queue, True)
         sess.flows.receive_maximum = min(conn.mq.peer_receive_maximum, self.settings.limits.max_inflight_messages)
         items = []
         if sess.persistent:
@@ -281,6 +333,8 @@ class MQTTGateway:
             return
         shutdown = self.shutting_down or conn.server_stopping
         sess.conn = None
+        if sess.queue is not None:
+            self.backend.watch_queue(sess.queue, False)
         self.stats.connected -= 1
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
             await self._closed(conn, sess, shutdown)
@@ -344,6 +398,8 @@ class MQTTGateway:
         items = []
         if sess.persistent:
             items += [record("sess", sess.client_id, None), record("in2", sess.client_id, None)]
+        elif self.cluster is not None and sess.subs:
+            items.append(record("live", live_key(self.node_id, sess.client_id), None))
         if sess.client_id in self._will_keys and sess.conn is None:
             self._will_keys.discard(sess.client_id)
             items.append(record("will", sess.client_id, None))
@@ -447,8 +503,12 @@ class MQTTGateway:
 
     # ---- restart ---------------------------------------------------------------------------
 
-    async def _restore(self) -> None:
-        state = await replay(self.backend)
+    async def _restore(self) -> int:
+        """Rebuild from the meta records; the meta queue offset read to."""
+        state, meta_end = await replay_to_end(self.backend)
+        if self.cluster is not None:
+            self._restore_cluster(state)
+            return meta_end
         now = now_ms()
         lim = self.settings.limits
         sessions = []
@@ -491,6 +551,18 @@ class MQTTGateway:
         if sessions or self.retained.stored:
             log.info("gateway state restored: %d sessions, %d retained messages", len(sessions),
                      len(self.retained.stored))
+        return meta_end
+
+    def _restore_cluster(self, state: dict) -> None:
+        """On a node of a cluster every session in the records is another
+        node's (a node's id is new at each start): stubs, no timers."""
+        for (kind, key), value in state.items():
+            try:
+                self.cluster.apply(kind, key, value)
+            except Exception as e:  # noqa: BLE001 - as in _restore
+                _unusable(kind, key, e)
+        log.info("gateway node %s: %d sessions of the cluster, %d retained messages", self.node_id,
+                 len(self.router.sessions), len(self.retained.stored))
 
     # ---- $SYS ---------------------------------------------------------------------------------
 
@@ -532,14 +604,15 @@ def _log_anonymous_access(settings: Mapping[str, Any], hosts: Sequence[str], gs:
 
 def make_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host: str = "127.0.0.1",
                       mqtt_port: int = 1883, ws_port: int = 8083,
-                      listeners: Sequence[ListenerSpec] | None = None) -> tuple[MQTTGateway, list[ListenerSpec]]:
+                      listeners: Sequence[ListenerSpec] | None = None,
+                      cluster: ClusterSync | None = None) -> tuple[MQTTGateway, list[ListenerSpec]]:
     """The gateway and its listener specs, not running yet (``run_mqtt_gateway``
     runs them; ``gateway.broker_node`` also hands the gateway to the HTTP server)."""
     specs = list(listeners) if listeners is not None else _specs(settings, host, mqtt_port, ws_port)
     hosts = sorted({s.host for s in specs if s.enabled})
     gs = GatewaySettings.from_dict(settings, hosts=hosts)
     _log_anonymous_access(settings, hosts, gs)
-    return MQTTGateway(broker, gs), specs
+    return MQTTGateway(broker, gs, cluster), specs
 
 
 async def run_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host: str = "127.0.0.1",

@@ -10,7 +10,8 @@ Record body: ``msgpack([kind, key, value])``; ``value`` None deletes the
 key. Kinds: ``"sess"`` (client id -> session state), ``"in2"`` (client id
 -> inbound QoS 2 packet ids awaiting PUBREL), ``"will"`` (client id ->
 will), ``"ret"`` (MQTT topic -> [physical offset, size] of the retained
-PUBLISH). The key also goes into the ``KEYS`` property for ``mqgate admin``.
+PUBLISH), ``"live"`` (``<node>/<client id>`` -> the subscriptions of a
+non-persistent session on that gateway node: ``gateway.cluster``). The key also goes into the ``KEYS`` property for ``mqgate admin``.
 
 Rules kept here:
 
@@ -39,7 +40,7 @@ from gateway.backend import BrokerBackend
 log = logging.getLogger("mqgate.gateway")
 
 META_TOPIC = "rmq_sys_mqtt_meta"
-KINDS = ("sess", "in2", "will", "ret")
+KINDS = ("sess", "in2", "will", "ret", "live")
 
 
 def record(kind: str, key: str, value) -> tuple[Message, int]:
@@ -51,7 +52,13 @@ def record(kind: str, key: str, value) -> tuple[Message, int]:
 
 async def replay(broker: BrokerBackend) -> dict[tuple[str, str], object]:
     """Every live (kind, key) -> value, as of the end of the meta topic."""
+    return (await replay_to_end(broker))[0]
+
+
+async def replay_to_end(broker: BrokerBackend) -> tuple[dict[tuple[str, str], object], int]:
+    """``replay``, and the queue offset it read to (where a tail goes on)."""
     await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
+    await broker.prepare_queue(META_TOPIC)
     state: dict[tuple[str, str], object] = {}
     offset = broker.min_offset(META_TOPIC, 0)
     end = broker.max_offset(META_TOPIC, 0)
@@ -78,4 +85,4 @@ async def replay(broker: BrokerBackend) -> dict[tuple[str, str], object]:
         offset = result.next_begin_offset
     if bad:
         log.error("%d gateway meta record(s) in %s did not decode and were skipped", bad, META_TOPIC)
-    return state
+    return state, max(offset, end)

@@ -17,6 +17,9 @@ Rules kept here:
   subscriptions. Each ``$share`` group gets the message once: one member,
   round robin over the members, connected members first.
 * A dispatch to a session queue wakes that session's delivery task.
+* A session of another gateway node (a stub, ``gateway.cluster``) gets a
+  unit in its session queue if it is persistent, else its node's queue
+  gets one (once per node), for that node to deliver.
 * A fired timer (``$delayed``; the timer service stores it on its real
   topic with ``TIMER_OUT_MS`` kept) is routed like any message, and also:
   an MQTT 5 message whose expiry passed while it was parked goes to no
@@ -40,6 +43,7 @@ from core.store import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Mes
 from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, Outbound, is_deliverable,
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
 from gateway.mqtt import Publish
+from gateway.nodes import node_queue_name
 from gateway.sessions import Delivery, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
 
@@ -180,6 +184,10 @@ class Router:
                     self.gw.tracer.dropped_at_put(sess.client_id, props, t[1])
             elif sess.conn is not None:
                 memory.append(t)
+            elif sess.node is not None:  # a non-persistent session on another gateway node
+                nq = node_queue_name(sess.node)
+                if nq not in queues:
+                    queues.append(nq)
         if queues:
             old = props.get(PROPERTY_INNER_MULTI_DISPATCH)
             props[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(queues) if not old else old + "," + ",".join(queues)

@@ -142,7 +142,7 @@ class Pending:
 class Session:
     __slots__ = ("gw", "client_id", "version", "expiry", "queue", "subs", "flows", "inbound", "refs", "mem",
                  "pending", "next_read", "conn", "due", "expiry_scope", "will_scope", "pending_will", "dropped",
-                 "ended")
+                 "ended", "node", "record")
 
     def __init__(self, gw: MQTTGateway, client_id: str, *, expiry: int, version: int) -> None:
         self.gw = gw
@@ -164,6 +164,8 @@ class Session:
         self.pending_will = None  # a will waiting for its delay
         self.dropped = 0
         self.ended = False
+        self.node: str | None = None  # another gateway node's id: a stub (gateway.cluster)
+        self.record: dict | None = None  # a stub's last record
         if self.queue is not None:
             self.next_read = gw.backend.max_offset(self.queue, 0)
 
@@ -232,7 +234,7 @@ class Session:
         return {
             "v": self.version, "exp": self.expiry, "next": self.next_read, "off": self.committed(),
             "subs": {text: opts.to_list() for text, (_, opts) in self.subs.items()},
-            "flows": flows, "gone": gone,
+            "flows": flows, "gone": gone, "node": self.gw.node_id,
         }
 
     def restore(self, rec: dict) -> None:
@@ -268,7 +270,7 @@ class Session:
         False: drop the new message (dropNew); True: queue it (after cutting
         the oldest queued one if the queue is full, dropOldest)."""
         limit = self.gw.settings.limits.max_queued_messages
-        if not limit:
+        if not limit or self.node is not None:  # a stub: its own node applies the limit when reading
             return True
         if self.gw.backend.max_offset(self.queue, 0) - self.next_read < limit:
             return True

@@ -1,0 +1,176 @@
+"""One gateway node among several: the cluster-wide trie, retained index and session moves.
+
+Used by ``mqgate gateway`` (``MQTTGateway(..., cluster=ClusterSync(...))``);
+``mqgate serve`` has none. Every node tails the meta topic
+(``gateway.meta``) that all nodes write, and so knows every session of the
+cluster:
+
+* A session of another node is a *stub* in this node's router
+  (``Session.node`` = that node's id): its subscriptions are in the trie,
+  it has no connection. A publish on this node that matches a persistent
+  stub adds the stub's session queue to ``INNER_MULTI_DISPATCH``; one that
+  matches a non-persistent stub adds that node's *node queue*
+  (``node_queue_name``), once per node. So every publish is stored once,
+  and wildcards need no registration.
+* Each node long-polls its node queue and hands what it reads to its own
+  connected non-persistent sessions that match (the router's trie), and
+  long-polls the session queue of each connected persistent session
+  (``BrokerBackend.watch_queue``).
+* Non-persistent sessions announce their subscriptions with ``"live"``
+  records keyed ``<node>/<client id>``; persistent ones are the ``"sess"``
+  records (with ``"node"``). ``"ret"`` records keep one retained index
+  per cluster.
+* Session moves follow the order of the meta log (the broker's append
+  order decides which write is last): a ``"sess"`` or ``"live"`` record of
+  another node about a client id connected here closes the connection
+  here (0x8E, a takeover: its will follows the specification), and the
+  session becomes a stub; an offline session of this node that another
+  node takes loses its expiry and will timers here.
+* A node's own records come back through the tail and are skipped
+  (``mqgateNode`` property).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import msgpack
+import trio
+
+from core.broker import PullStatus
+from core.store import decode_message
+from gateway.meta import KINDS, META_TOPIC
+from gateway.nodes import P_NODE, node_queue_name
+from gateway.sessions import Delivery, Session, SubOptions
+
+if TYPE_CHECKING:
+    from gateway.app import MQTTGateway
+    from gateway.remote_backend import RemoteBackend
+
+log = logging.getLogger("mqgate.gateway")
+RETRY_PAUSE = 1.0
+
+
+class ClusterSync:
+    def __init__(self, backend: RemoteBackend, node_id: str) -> None:
+        self.backend = backend
+        self.node_id = node_id
+        self.node_queue = node_queue_name(node_id)
+        self.gw: MQTTGateway | None = None
+        self.meta_offset = 0
+        self.applied = 0  # records of other nodes applied (for tests and status)
+
+    # ---- running ---------------------------------------------------------------------------
+
+    async def run(self, gw: MQTTGateway, meta_end: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.gw = gw
+        self.meta_offset = meta_end
+        await self.backend.prepare_queue(self.node_queue)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._tail_meta)
+            nursery.start_soon(self._read_node_queue, self.backend.max_offset(self.node_queue, 0))
+            task_status.started()
+
+    async def _tail_meta(self) -> None:
+        backend = self.backend
+        while True:
+            result = await backend.long_poll(META_TOPIC, self.meta_offset, 256)
+            if result.status is PullStatus.SERVICE_NOT_AVAILABLE:
+                await trio.sleep(RETRY_PAUSE)
+                continue
+            for raw in result.entries:
+                self._apply_raw(raw)
+            if result.next_begin_offset > self.meta_offset or result.entries:
+                self.meta_offset = max(result.next_begin_offset, self.meta_offset + len(result.entries))
+
+    def _apply_raw(self, raw: bytes) -> None:
+        try:
+            msg = decode_message(raw)
+            if msg.properties.get(P_NODE) == self.node_id:
+                return
+            kind, key, value = msgpack.unpackb(msg.body, raw=False, strict_map_key=False)
+            if kind not in KINDS or not isinstance(key, str):
+                raise ValueError(f"not a record: kind {kind!r}")
+            self.apply(kind, key, value)
+        except Exception:  # noqa: BLE001 - one bad record must not stop the tail
+            log.exception("gateway meta record from another node not applied")
+
+    async def _read_node_queue(self, offset: int) -> None:
+        backend = self.backend
+        router = self.gw.router
+        while True:
+            result = await backend.long_poll(self.node_queue, offset, 64)
+            if result.status is PullStatus.SERVICE_NOT_AVAILABLE:
+                await trio.sleep(RETRY_PAUSE)
+                continue
+            for raw in result.entries:
+                out = router.decoded(raw)
+                if out is not None:
+                    self._deliver_here(out)
+            offset = max(result.next_begin_offset, offset + len(result.entries))
+
+    def _deliver_here(self, out) -> None:
+        for sess, qos, rap, ids, group in self.gw.router.targets(out.topic, out.client_id):
+            if sess.node is None and sess.queue is None and sess.conn is not None:
+                sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
+
+    # ---- records of other nodes ----------------------------------------------------------------
+
+    def apply(self, kind: str, key: str, value) -> None:
+        gw = self.gw
+        self.applied += 1
+        if kind == "ret":
+            if value is None:
+                gw.retained.clear(key)
+            else:
+                gw.retained.set(key, int(value[0]), int(value[1]))
+        elif kind == "sess":
+            self._session_record(key, value, persistent=True)
+        elif kind == "live":
+            node, _, cid = key.partition("/")
+            if value is None:
+                sess = gw.router.sessions.get(cid)
+                if sess is not None and sess.node == node:
+                    gw.router.remove_session(sess)
+            else:
+                self._session_record(cid, dict(value, node=node), persistent=False)
+
+    def _session_record(self, cid: str, value, *, persistent: bool) -> None:
+        gw = self.gw
+        router = gw.router
+        sess = router.sessions.get(cid)
+        if sess is not None and sess.node is None:
+            # ours: another node has the client id now
+            gw._cancel_timers(sess)
+            sess.pending_will = None
+            if sess.conn is not None:
+                log.info("client %s: taken over on gateway node %s", cid, (value or {}).get("node", "?"))
+                sess.conn.kick(0x8E, ends_session=False)
+                gw._nursery.start_soon(self._stub_after_close, sess, value, persistent)
+                return
+        self._replace_with_stub(cid, value, persistent)
+
+    async def _stub_after_close(self, sess: Session, value, persistent: bool) -> None:
+        conn = sess.conn
+        if conn is not None:
+            with trio.move_on_after(10):
+                await conn.done.wait()
+        if self.gw.router.sessions.get(sess.client_id) is sess:
+            self._replace_with_stub(sess.client_id, value, persistent)
+
+    def _replace_with_stub(self, cid: str, value, persistent: bool) -> None:
+        router = self.gw.router
+        old = router.sessions.get(cid)
+        if old is not None:
+            router.remove_session(old)
+        if value is None:
+            return
+        stub = Session(self.gw, cid, expiry=int(value.get("exp", 1)) if persistent else 0, version=int(value.get("v", 4)))
+        stub.node = str(value.get("node") or "?")
+        stub.record = value
+        for text, opts in (value.get("subs") or {}).items():
+            options = SubOptions(*opts)
+            stub.subscribe(text, options)
+            router.trie.subscribe(cid, text, options)
+        router.add_session(stub)
