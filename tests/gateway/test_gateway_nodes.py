@@ -1,0 +1,226 @@
+"""MQTT gateway nodes (``mqgate gateway --namesrv``) in front of one broker (issue 20).
+
+Real processes: one ``mqgate serve`` with its MQTT edge off (the name server
+and the broker), three gateway nodes, and paho-mqtt clients. One cluster
+for the module; the SIGKILL test starts and kills a fourth node of its own.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import time
+
+import paho.mqtt.client as paho
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.properties import Properties
+from paho.mqtt.packettypes import PacketTypes
+
+from tests.support.serve_process import ServeProcess, free_port
+
+WAIT = 15.0
+
+
+class Mqtt:
+    """A paho client on a thread of its own, with waits that have deadlines."""
+
+    def __init__(self, port: int, client_id: str, *, clean: bool = True, version: int = 5, expiry: int = 3600,
+                 will: tuple | None = None) -> None:
+        proto = paho.MQTTv5 if version == 5 else paho.MQTTv311
+        kw = {} if version == 5 else {"clean_session": clean}
+        self.c = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=proto, **kw)
+        self.messages: queue.Queue = queue.Queue()
+        self.disconnects: queue.Queue = queue.Queue()
+        self.acks: queue.Queue = queue.Queue()
+        self.c.on_message = lambda c, u, m: self.messages.put((m.topic, m.payload, m.qos, m.retain))
+        self.c.on_disconnect = lambda c, u, flags, rc, props: self.disconnects.put(rc)
+        self.c.on_subscribe = lambda c, u, mid, rcs, props: self.acks.put(("sub", mid))
+        if will is not None:
+            wp = None
+            if version == 5:
+                wp = Properties(PacketTypes.WILLMESSAGE)
+                wp.WillDelayInterval = will[2]
+            self.c.will_set(will[0], will[1], qos=1, properties=wp)
+        props = None
+        if version == 5:
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = 0 if clean else expiry
+        connected: queue.Queue = queue.Queue()
+        self.c.on_connect = lambda c, u, flags, rc, p: connected.put((rc, flags.session_present))
+        if version == 5:
+            self.c.connect("127.0.0.1", port, clean_start=clean, properties=props)
+        else:
+            self.c.connect("127.0.0.1", port)
+        self.c.loop_start()
+        rc, self.session_present = connected.get(timeout=WAIT)
+        assert rc == 0, rc
+
+    def subscribe(self, flt: str, qos: int = 1) -> None:
+        _rc, mid = self.c.subscribe(flt, qos)
+        assert self.acks.get(timeout=WAIT) == ("sub", mid)
+
+    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
+        info = self.c.publish(topic, payload, qos=qos, retain=retain)
+        info.wait_for_publish(WAIT)
+        assert info.is_published()
+
+    def receive(self, n: int, timeout: float = WAIT) -> list[tuple]:
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            try:
+                out.append(self.messages.get(timeout=max(0.01, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        return out
+
+    def receive_payloads_until(self, wanted: set[int], timeout: float = WAIT) -> set[int]:
+        """Integer payloads received until ``wanted`` are all in (or the deadline)."""
+        got: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while not got >= wanted:
+            try:
+                got.add(int(self.messages.get(timeout=max(0.01, deadline - time.monotonic()))[1]))
+            except queue.Empty:
+                break
+        return got
+
+    def close(self) -> None:
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gwnodes")
+    broker = ServeProcess(root / "broker", "--mqtt-port", "0", "--ws-port", "0", "--namesrv-port", str(free_port()),
+                          "--broker-port", str(free_port())).start()
+    namesrv = f"127.0.0.1:{broker.ports['namesrv']}"
+    nodes = []
+    try:
+        for i in range(3):
+            nodes.append(ServeProcess(root / f"node{i}", "--namesrv", namesrv, "--mqtt-port", str(free_port()), "--ws-port", "0",
+                                      role="gateway").start())
+        yield namesrv, [n.ports["mqtt-tcp"] for n in nodes], root
+    finally:
+        for n in nodes:
+            n.kill()
+        broker.kill()
+
+
+def test_publish_on_one_node_reaches_wildcard_subscribers_on_the_others(cluster):
+    _ns, (a, b, c), _ = cluster
+    sub_b = Mqtt(b, "wild-b")
+    sub_b.subscribe("wild/+/t", 1)
+    sub_c = Mqtt(c, "wild-c", version=4)
+    sub_c.subscribe("wild/#", 1)
+    pub = Mqtt(a, "wild-pub")
+    for i in range(50):
+        pub.publish(f"wild/{i}/t", b"%d" % i, qos=1)
+    pub.publish("wild/other", b"x", qos=1)
+    got_b = sub_b.receive(50)
+    got_c = sub_c.receive(51)
+    assert sorted(int(p) for _t, p, _q, _r in got_b) == list(range(50))
+    assert len(got_c) == 51 and {t for t, *_ in got_c} >= {"wild/other", "wild/0/t"}
+    assert sub_b.receive(1, timeout=0.3) == []  # wild/other matched nothing of b's
+    for m in (sub_b, sub_c, pub):
+        m.close()
+
+
+def test_persistent_session_resumes_on_another_node_with_its_offline_messages(cluster):
+    _ns, (a, b, c), _ = cluster
+    dev = Mqtt(a, "resume-dev", clean=False)
+    dev.subscribe("resume/#", 1)
+    dev.close()
+    pub = Mqtt(c, "resume-pub")
+    for i in range(20):
+        pub.publish(f"resume/{i}", b"%d" % i, qos=1)
+    dev = Mqtt(b, "resume-dev", clean=False)
+    assert dev.session_present
+    got = dev.receive(20)
+    assert [int(p) for _t, p, _q, _r in got] == list(range(20))
+    pub.publish("resume/live", b"live", qos=1)  # the subscription moved with the session
+    assert dev.receive(1)[0][:2] == ("resume/live", b"live")
+    dev.close()
+    pub.close()
+
+
+def test_retained_message_set_on_one_node_is_seen_from_another(cluster):
+    _ns, (a, b, c), _ = cluster
+    pub = Mqtt(a, "ret-pub")
+    pub.publish("ret/x", b"kept", qos=1, retain=True)
+    deadline = time.monotonic() + WAIT
+    got = []
+    while not got and time.monotonic() < deadline:  # the other node learns it from the meta tail
+        sub = Mqtt(c, "ret-sub")
+        sub.subscribe("ret/#", 1)
+        got = sub.receive(1, timeout=0.5)
+        sub.close()
+    assert got and got[0][:2] == ("ret/x", b"kept") and got[0][3]
+    pub.publish("ret/x", b"", qos=1, retain=True)  # cleared on b too
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        sub = Mqtt(b, "ret-sub2")
+        sub.subscribe("ret/#", 1)
+        got = sub.receive(1, timeout=0.5)
+        sub.close()
+        if not got:
+            break
+    assert got == []
+    pub.close()
+
+
+def test_client_id_connected_on_another_node_takes_the_session_over(cluster):
+    _ns, (a, b, c), _ = cluster
+    watcher = Mqtt(c, "take-watch")
+    watcher.subscribe("take/will", 1)
+    old = Mqtt(a, "take-dev", clean=False, will=("take/will", b"gone", 0))
+    old.subscribe("take/t", 1)
+    new = Mqtt(b, "take-dev", clean=False)
+    assert new.session_present
+    assert old.disconnects.get(timeout=WAIT) == 0x8E  # session taken over
+    # A takeover with a will of no delay publishes it (as on one node).
+    assert watcher.receive(1)[0][:2] == ("take/will", b"gone")
+    pub = Mqtt(c, "take-pub")
+    pub.publish("take/t", b"to-new", qos=1)
+    assert new.receive(1)[0][:2] == ("take/t", b"to-new")
+    assert old.receive(1, timeout=0.3) == []
+    for m in (watcher, new, pub):
+        m.close()
+    old.c.loop_stop()
+
+
+def test_sigkill_of_a_node_loses_nothing_acknowledged_and_sessions_resume_elsewhere(cluster):
+    namesrv, (a, b, c), root = cluster
+    doomed = ServeProcess(root / "doomed", "--namesrv", namesrv, "--mqtt-port", str(free_port()), "--ws-port", "0",
+                          role="gateway").start()
+    try:
+        d = doomed.ports["mqtt-tcp"]
+        sub = Mqtt(d, "kill-sub", clean=False)
+        sub.subscribe("kill/#", 1)
+        pub = Mqtt(d, "kill-pub", version=4)
+        acked = []
+        for i in range(30):
+            pub.publish(f"kill/{i}", b"%d" % i, qos=1)
+            acked.append(i)
+        first = sub.receive(5)
+        assert len(first) == 5
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait(10)
+        pub.c.loop_stop()
+        sub.c.loop_stop()
+        # what the old connection got (and acknowledged) before the kill
+        before = {int(p) for _t, p, _q, _r in first} | sub.receive_payloads_until(set(acked), timeout=0)
+        pub = Mqtt(a, "kill-pub", version=4)
+        for i in range(30, 40):
+            pub.publish(f"kill/{i}", b"%d" % i, qos=1)
+            acked.append(i)
+        sub = Mqtt(b, "kill-sub", clean=False)
+        assert sub.session_present
+        got = before | sub.receive_payloads_until(set(acked) - before)
+        assert got >= set(acked), sorted(set(acked) - got)
+        sub.close()
+        pub.close()
+    finally:
+        doomed.kill()
