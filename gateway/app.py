@@ -78,10 +78,11 @@ _WILL_FIELDS = ("topic", "payload", "qos", "retain", "payload_format_indicator",
                 "content_type", "response_topic", "correlation_data", "will_delay_interval")
 
 
-def _will_record(will: Will, gone: int | None) -> dict:
+def _will_record(will: Will, gone: int | None, node: str | None) -> dict:
     rec = {name: getattr(will, name) for name in _WILL_FIELDS}
     rec["user_properties"] = [list(p) for p in will.user_properties]
     rec["gone"] = gone
+    rec["node"] = node
     return rec
 
 
@@ -320,7 +321,7 @@ class MQTTGateway:
             items.append(record("sess", cid, sess.to_record(gone=None)))
         if conn.will is not None:
             self._will_keys.add(cid)
-            items.append(record("will", cid, _will_record(conn.will, None)))
+            items.append(record("will", cid, _will_record(conn.will, None, self.node_id)))
         elif cid in self._will_keys:
             self._will_keys.discard(cid)
             items.append(record("will", cid, None))
@@ -368,7 +369,7 @@ class MQTTGateway:
         items = [record("sess", cid, sess.to_record(gone=now))]
         delay = 0 if will is None else (will.will_delay_interval or 0)
         if will is not None and delay:
-            items.append(record("will", cid, _will_record(will, now)))
+            items.append(record("will", cid, _will_record(will, now, self.node_id)))
         elif will is None and cid in self._will_keys:
             self._will_keys.discard(cid)
             items.append(record("will", cid, None))
@@ -462,6 +463,10 @@ class MQTTGateway:
         # cancel the timer's scope mid-publish and lose the will).
         with trio.CancelScope(shield=True):
             await self.publish_will(cid, will)
+
+    @staticmethod
+    def will_from_record(rec: dict) -> Will:
+        return _will_from_record(rec)
 
     async def publish_will(self, cid: str, will: Will) -> None:
         pub = Publish(topic=will.topic, payload=will.payload, qos=will.qos, retain=will.retain,

@@ -28,6 +28,12 @@ cluster:
   node takes loses its expiry and will timers here.
 * A node's own records come back through the tail and are skipped
   (``mqgateNode`` property).
+* A node the brokers no longer list (``gateway.membership``) is dead: every
+  node forgets its non-persistent stubs, and the leader publishes the wills
+  of its clients once their Will Delay Interval has passed (counted from
+  the disconnect the record names, else from now), unless the client id
+  came back meanwhile (a newer ``"will"`` record replaces the old one).
+  Its persistent sessions stay, for their clients to resume on any node.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ import trio
 
 from core.broker import PullStatus
 from core.store import decode_message
+from gateway.mapping import now_ms
+from gateway.membership import Membership
 from gateway.meta import KINDS, META_TOPIC
 from gateway.nodes import P_NODE, node_queue_name
 from gateway.sessions import Delivery, Session, SubOptions
@@ -60,6 +68,9 @@ class ClusterSync:
         self.gw: MQTTGateway | None = None
         self.meta_offset = 0
         self.applied = 0  # records of other nodes applied (for tests and status)
+        self.members = Membership(backend.api, lambda: backend.home_addr, node_id)
+        self.wills: dict[str, dict] = {}  # client id -> "will" record of another node
+        self._wills_due: set[str] = set()  # client ids whose will this node (the leader) will publish
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -68,6 +79,9 @@ class ClusterSync:
         self.meta_offset = meta_end
         await self.backend.prepare_queue(self.node_queue)
         async with trio.open_nursery() as nursery:
+            await self.members.poll()
+            await nursery.start(self.members.run)
+            nursery.start_soon(self._act_for_dead_nodes)
             nursery.start_soon(self._tail_meta)
             nursery.start_soon(self._read_node_queue, self.backend.max_offset(self.node_queue, 0))
             task_status.started()
@@ -115,6 +129,46 @@ class ClusterSync:
             if sess.node is None and sess.queue is None and sess.conn is not None:
                 sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
 
+    # ---- dead nodes ------------------------------------------------------------------------------
+
+    async def _act_for_dead_nodes(self) -> None:
+        while True:
+            self._forget_dead()
+            changed = self.members.changed
+            await changed.wait()
+
+    def _forget_dead(self) -> None:
+        alive = self.members.alive
+        router = self.gw.router
+        for sess in [s for s in router.sessions.values() if s.node is not None and s.node not in alive]:
+            if not sess.persistent:
+                router.remove_session(sess)
+        if not self.members.leader:
+            return
+        now = now_ms()
+        for cid, value in list(self.wills.items()):
+            if value.get("node") in alive or cid in self._wills_due:
+                continue
+            gone = value.get("gone")
+            delay = (value.get("will_delay_interval") or 0) - ((now - gone) / 1000 if gone else 0)
+            self._wills_due.add(cid)
+            self.gw._nursery.start_soon(self._will_of_dead_node, cid, value, max(0.0, delay))
+
+    async def _will_of_dead_node(self, cid: str, value: dict, delay: float) -> None:
+        try:
+            await trio.sleep(delay)
+            if self.wills.get(cid) is not value:
+                return  # the client came back (a newer record), or another node published it
+            sess = self.gw.router.sessions.get(cid)
+            if sess is not None and (sess.conn is not None or (sess.node is not None and sess.node in self.members.alive)):
+                return
+            del self.wills[cid]
+            log.info("client %s: will published for dead gateway node %s", cid, value.get("node"))
+            with trio.CancelScope(shield=True):
+                await self.gw.publish_will(cid, self.gw.will_from_record(value))
+        finally:
+            self._wills_due.discard(cid)
+
     # ---- records of other nodes ----------------------------------------------------------------
 
     def apply(self, kind: str, key: str, value) -> None:
@@ -125,6 +179,11 @@ class ClusterSync:
                 gw.retained.clear(key)
             else:
                 gw.retained.set(key, int(value[0]), int(value[1]))
+        elif kind == "will":
+            if value is None:
+                self.wills.pop(key, None)
+            else:
+                self.wills[key] = value
         elif kind == "sess":
             self._session_record(key, value, persistent=True)
         elif kind == "live":

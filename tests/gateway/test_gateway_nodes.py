@@ -197,6 +197,9 @@ def test_sigkill_of_a_node_loses_nothing_acknowledged_and_sessions_resume_elsewh
                           role="gateway").start()
     try:
         d = doomed.ports["mqtt-tcp"]
+        watcher = Mqtt(c, "kill-watch")
+        watcher.subscribe("kill-will/#", 1)
+        dev = Mqtt(d, "kill-dev", clean=False, expiry=60, will=("kill-will/dev", b"dev lost", 1))
         sub = Mqtt(d, "kill-sub", clean=False)
         sub.subscribe("kill/#", 1)
         pub = Mqtt(d, "kill-pub", version=4)
@@ -206,10 +209,16 @@ def test_sigkill_of_a_node_loses_nothing_acknowledged_and_sessions_resume_elsewh
             acked.append(i)
         first = sub.receive(5)
         assert len(first) == 5
+        started = time.monotonic()
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(10)
         pub.c.loop_stop()
         sub.c.loop_stop()
+        dev.c.loop_stop()
+        # the cluster publishes the will of a client of the dead node, after its delay
+        will = watcher.receive(1)
+        assert will and will[0][:2] == ("kill-will/dev", b"dev lost")
+        assert time.monotonic() - started >= 0.9
         # what the old connection got (and acknowledged) before the kill
         before = {int(p) for _t, p, _q, _r in first} | sub.receive_payloads_until(set(acked), timeout=0)
         pub = Mqtt(a, "kill-pub", version=4)
@@ -220,7 +229,8 @@ def test_sigkill_of_a_node_loses_nothing_acknowledged_and_sessions_resume_elsewh
         assert sub.session_present
         got = before | sub.receive_payloads_until(set(acked) - before)
         assert got >= set(acked), sorted(set(acked) - got)
-        sub.close()
-        pub.close()
+        assert watcher.receive(1, timeout=0.5) == []  # once
+        for m in (sub, pub, watcher):
+            m.close()
     finally:
         doomed.kill()
