@@ -111,6 +111,7 @@ class MQTTGateway:
         self.retained = RetainedIndex()
         self.started_at = 0.0
         self.shutting_down = False
+        self.draining = False  # a gateway node stopping: no new CONNECT, connections told to go
         self._will_keys: set[str] = set()
         self._retained_dirty: set[str] = set()  # topics whose "ret" record is behind the index
         self._retained_wake = trio.Event()
@@ -150,6 +151,20 @@ class MQTTGateway:
             serve_listeners, listeners, self.handle,
             max_connections=self.settings.limits.max_connections, stats=self.listener_stats))
         task_status.started(ports)
+
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Stop taking CONNECTs and close every connection with 0x9C "Use
+        another server" (MQTT 5, with ``serverReference`` when set), as a
+        server-side disconnect: sessions and wills are saved for the other
+        nodes, then wait (bounded) until every connection is closed."""
+        self.draining = True
+        conns = [s.conn for s in list(self.router.sessions.values()) if s.node is None and s.conn is not None]
+        log.info("draining: closing %d connection(s)", len(conns))
+        for conn in conns:
+            conn.kick(ReasonCode.USE_ANOTHER_SERVER, server_reference=self.settings.session.server_reference)
+        with trio.move_on_after(timeout):
+            for conn in conns:
+                await conn.done.wait()
 
     def handle(self, stream: trio.abc.Stream, info):
         """The listeners' handler: one connection's whole life (a coroutine, so
@@ -283,6 +298,8 @@ class MQTTGateway:
     async def open_session(self, conn: Connection, cid: str, *, clean_start: bool, expiry: int,
                            version: int) -> tuple[Session, bool]:
         router = self.router
+        if self.cluster is not None:
+            await self.cluster.catch_up()
         old = router.sessions.get(cid)
         if old is not None and old.conn is not None:
             other = old.conn

@@ -87,16 +87,34 @@ class ClusterSync:
             task_status.started()
 
     async def _tail_meta(self) -> None:
-        backend = self.backend
         while True:
-            result = await backend.long_poll(META_TOPIC, self.meta_offset, 256)
+            start = self.meta_offset
+            result = await self.backend.long_poll(META_TOPIC, start, 256)
             if result.status is PullStatus.SERVICE_NOT_AVAILABLE:
                 await trio.sleep(RETRY_PAUSE)
                 continue
-            for raw in result.entries:
+            self._apply_read(start, result)
+
+    def _apply_read(self, start: int, result) -> None:
+        """Apply what a read from ``start`` found, skipping what a concurrent
+        read (``catch_up``) applied already: each record once, in log order."""
+        for i, raw in enumerate(result.entries):
+            if start + i >= self.meta_offset:
                 self._apply_raw(raw)
-            if result.next_begin_offset > self.meta_offset or result.entries:
-                self.meta_offset = max(result.next_begin_offset, self.meta_offset + len(result.entries))
+                self.meta_offset = start + i + 1
+        if not result.entries and result.next_begin_offset > self.meta_offset:
+            self.meta_offset = result.next_begin_offset
+
+    async def catch_up(self) -> None:
+        """Apply every record up to the end of the meta queue now (before a
+        CONNECT decides about its client id: a session that just left
+        another node is known here)."""
+        while True:
+            start = self.meta_offset
+            result = await self.backend.read_queue(META_TOPIC, 0, start, 256)
+            if not result.entries:
+                return
+            self._apply_read(start, result)
 
     def _apply_raw(self, raw: bytes) -> None:
         try:
@@ -157,8 +175,9 @@ class ClusterSync:
     async def _will_of_dead_node(self, cid: str, value: dict, delay: float) -> None:
         try:
             await trio.sleep(delay)
-            if self.wills.get(cid) is not value:
-                return  # the client came back (a newer record), or another node published it
+            await self.members.poll()  # a node this node had not seen yet is alive, not dead
+            if self.wills.get(cid) is not value or value.get("node") in self.members.alive or not self.members.leader:
+                return  # the client came back (a newer record), another node published it, or its node lives
             sess = self.gw.router.sessions.get(cid)
             if sess is not None and (sess.conn is not None or (sess.node is not None and sess.node in self.members.alive)):
                 return
@@ -184,6 +203,8 @@ class ClusterSync:
                 self.wills.pop(key, None)
             else:
                 self.wills[key] = value
+                if value.get("node") not in self.members.alive and self.gw._nursery is not None:
+                    self._forget_dead()  # its node may be gone already (the leader checks again when due)
         elif kind == "sess":
             self._session_record(key, value, persistent=True)
         elif kind == "live":

@@ -8,9 +8,11 @@ Rules kept here:
 
 * The "ready" line is logged once the home broker is found, the meta
   records are replayed and every listener is bound; it names the node id.
-* SIGINT or SIGTERM stops the listeners, closes the connections (their
-  persistent sessions are saved, for any node to resume) and sends the
-  queue offsets still to be committed; a second signal is ignored.
+* SIGINT or SIGTERM drains the node (``MQTTGateway.drain``: no new
+  CONNECT, MQTT 5 clients get DISCONNECT 0x9C "Use another server" with
+  ``[mqtt] serverReference`` when set, sessions are saved for any node to
+  resume), then stops and sends the queue offsets still to be committed; a
+  second signal is ignored.
 * No HTTP server runs on a gateway node yet (no /metrics, no admin API).
 """
 
@@ -51,6 +53,7 @@ async def serve_gateway_node(cfg: ServeConfig, namesrv: list[str], *, node_id: s
                 log.info("ready: %s", " ".join(f"{k}={v}" for k, v in ports.items()))
                 task_status.started(ports)
                 await (stop.wait() if stop is not None else trio.sleep_forever())
+                await gw.drain()
                 nursery.cancel_scope.cancel()
             outer.cancel_scope.cancel()
 

@@ -234,3 +234,29 @@ def test_sigkill_of_a_node_loses_nothing_acknowledged_and_sessions_resume_elsewh
             m.close()
     finally:
         doomed.kill()
+
+
+def test_sigterm_drains_a_node_clients_are_sent_elsewhere_and_resume_there(cluster):
+    namesrv, (a, b, c), root = cluster
+    conf = root / "drain.toml"
+    conf.write_text(f'[mqtt]\nserverReference = "127.0.0.1:{b}"\n')
+    node = ServeProcess(root / "drained", "--namesrv", namesrv, "--mqtt-port", str(free_port()), "--ws-port", "0",
+                        "--config", str(conf), role="gateway").start()
+    try:
+        port = node.ports["mqtt-tcp"]
+        refs: queue.Queue = queue.Queue()
+        dev = Mqtt(port, "drain-dev", clean=False)
+        dev.c.on_disconnect = lambda c, u, flags, rc, props: refs.put((rc, getattr(props, "ServerReference", None)))
+        dev.subscribe("drain/#", 1)
+        assert node.stop(signal.SIGTERM) == 0
+        assert refs.get(timeout=WAIT) == (0x9C, f"127.0.0.1:{b}")  # Use another server
+        dev.c.loop_stop()
+        pub = Mqtt(a, "drain-pub")
+        pub.publish("drain/x", b"after", qos=1)
+        dev = Mqtt(b, "drain-dev", clean=False)
+        assert dev.session_present
+        assert dev.receive(1)[0][:2] == ("drain/x", b"after")
+        dev.close()
+        pub.close()
+    finally:
+        node.kill()
