@@ -7,8 +7,11 @@ for the module; the SIGKILL test starts and kills a fourth node of its own.
 
 from __future__ import annotations
 
+import json
 import queue
 import signal
+import subprocess
+import sys
 import time
 
 import paho.mqtt.client as paho
@@ -260,3 +263,18 @@ def test_sigterm_drains_a_node_clients_are_sent_elsewhere_and_resume_there(clust
         pub.close()
     finally:
         node.kill()
+
+
+def test_admin_cluster_status_lists_the_nodes_and_their_clients(cluster):
+    namesrv, (a, b, c), _ = cluster
+    held = [Mqtt(a, "status-1", clean=False), Mqtt(a, "status-2")]
+    held[1].subscribe("status/#", 0)
+    out = subprocess.run([sys.executable, "-m", "gateway", "admin", "cluster", "status", "--namesrv", namesrv, "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["brokers"][0]["gatewayNodes"] >= 3
+    counts = sorted(n["clients"] for n in doc["nodes"])
+    assert len(counts) >= 3 and counts[-1] >= 2, doc
+    for m in held:
+        m.close()
