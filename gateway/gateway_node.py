@@ -67,9 +67,13 @@ async def _main(cfg: ServeConfig, namesrv: list[str]) -> None:
 
 
 def run_gateway_node(cfg: ServeConfig, namesrv: str | None) -> int:
-    addrs = parse_namesrv(namesrv or cfg.broker.get("namesrvAddr") or "")
-    if not addrs:
+    text = namesrv or cfg.broker.get("namesrvAddr") or ""
+    if not text.strip(" ;"):
         raise ConfigError("mqgate gateway needs name servers: --namesrv host:port[;host:port]")
+    try:
+        addrs = parse_namesrv(text)
+    except ValueError as e:
+        raise ConfigError(f"--namesrv {text!r}: {e}") from None
     check_mqtt_config(cfg)
     try:
         trio.run(partial(_main, cfg, addrs))
