@@ -12,8 +12,9 @@ spread round robin over the nodes, so most deliveries cross nodes. Each
 publisher sends ``--count`` messages whose payload is its send time; a
 message counts as delivered once per subscriber. Each client runs in a
 thread of this process (the GIL of this one process is a limit of the
-load generator: see ``cpu`` in the output, the CPU seconds of every
-process of the run).
+load generator: ``node_cpu_s`` and ``broker_cpu_s`` in the output are the
+CPU seconds the nodes and the broker used during the measurement, and
+``loadavg_1m`` tells how busy the machine was).
 
 Uses no project code: it starts ``python -m gateway`` processes and speaks
 MQTT with paho-mqtt.
@@ -78,7 +79,8 @@ def _client(port: int, cid: str) -> paho.Client:
     return c
 
 
-def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str, namesrv: str) -> dict:
+def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str, namesrv: str,
+             broker_pid: int) -> dict:
     procs = []
     try:
         ports = []
@@ -128,6 +130,7 @@ def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str
             c.disconnect()
             c.loop_stop()
         cpu0 = {p.pid: _cpu_seconds(p.pid) for p in procs}
+        broker0 = _cpu_seconds(broker_pid)
 
         def publish(i: int) -> None:
             c = _client(ports[i % nodes], f"bench-pub-{nodes}-{i}")
@@ -146,6 +149,7 @@ def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str
         done.wait(60)
         elapsed = time.monotonic() - t0
         cpu = sum(_cpu_seconds(p.pid) - cpu0[p.pid] for p in procs)
+        broker_cpu = _cpu_seconds(broker_pid) - broker0
         for c in subs:
             c.disconnect()
             c.loop_stop()
@@ -156,7 +160,8 @@ def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str
                 "delivered_per_s": round(n / elapsed, 1),
                 "p50_ms": round(lat[n // 2] * 1000, 2) if n else None,
                 "p99_ms": round(lat[min(n - 1, int(n * 0.99))] * 1000, 2) if n else None,
-                "node_cpu_s": round(cpu, 2)}
+                "node_cpu_s": round(cpu, 2), "broker_cpu_s": round(broker_cpu, 2),
+                "loadavg_1m": os.getloadavg()[0]}
     finally:
         for p in procs:
             p.terminate()
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             namesrv = f"127.0.0.1:{ports['namesrv']}"
             for n in (int(x) for x in a.nodes.split(",")):
-                print(json.dumps(run_once(n, a.publishers, a.subscribers, a.count, tmp, namesrv)), flush=True)
+                print(json.dumps(run_once(n, a.publishers, a.subscribers, a.count, tmp, namesrv, broker.pid)), flush=True)
         finally:
             broker.terminate()
             broker.wait(30)
