@@ -49,7 +49,7 @@ from core.store import decode_message
 from gateway.mapping import now_ms
 from gateway.membership import Membership
 from gateway.meta import KINDS, META_TOPIC
-from gateway.nodes import P_NODE, node_queue_name
+from gateway.nodes import P_NODE, P_SHARE_PICKS, node_queue_name
 from gateway.sessions import Delivery, Session, SubOptions
 
 if TYPE_CHECKING:
@@ -58,6 +58,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgate.gateway")
 RETRY_PAUSE = 1.0
+
+
+def _here(sess: Session) -> bool:
+    """A connected non-persistent session of this node (one the node queue serves)."""
+    return sess.node is None and sess.queue is None and sess.conn is not None
 
 
 class ClusterSync:
@@ -139,13 +144,27 @@ class ClusterSync:
             for raw in result.entries:
                 out = router.decoded(raw)
                 if out is not None:
-                    self._deliver_here(out)
+                    picks = decode_message(raw).properties.get(P_SHARE_PICKS, "")
+                    self._deliver_here(out, set(picks.split(",")) if picks else ())
             offset = max(result.next_begin_offset, offset + len(result.entries))
 
-    def _deliver_here(self, out) -> None:
-        for sess, qos, rap, ids, group in self.gw.router.targets(out.topic, out.client_id):
-            if sess.node is None and sess.queue is None and sess.conn is not None:
-                sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
+    def _deliver_here(self, out, share_picks) -> None:
+        """A message from this node's queue: to the matching connected
+        non-persistent sessions here; through a ``$share`` group only to the
+        member the publishing node picked (this node's own pick is not used)."""
+        router = self.gw.router
+        done = set()
+        for sess, qos, rap, ids, group in router.targets(out.topic, out.client_id):
+            if group is None and _here(sess):
+                sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, None))
+                done.add(sess.client_id)
+        for cid in share_picks:
+            sess = router.sessions.get(cid)
+            if sess is None or cid in done or not _here(sess):
+                continue
+            m = sess.match(out)
+            if m is not None:
+                sess.enqueue(Delivery(out, m[0], m[1], m[2], "$share"))
 
     # ---- dead nodes ------------------------------------------------------------------------------
 

@@ -7,6 +7,9 @@ import secrets
 from core.broker import LMQ_TOPIC_PREFIX
 
 P_NODE = "mqgateNode"  # the property naming the node that sent a message
+# The client ids a publishing node picked for $share groups, for the nodes
+# whose node queue gets the message: they deliver shared subscriptions to these only.
+P_SHARE_PICKS = "mqgateShare"
 
 
 def new_node_id() -> str:

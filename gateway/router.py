@@ -19,7 +19,8 @@ Rules kept here:
 * A dispatch to a session queue wakes that session's delivery task.
 * A session of another gateway node (a stub, ``gateway.cluster``) gets a
   unit in its session queue if it is persistent, else its node's queue
-  gets one (once per node), for that node to deliver.
+  gets one (once per node), for that node to deliver; the members picked
+  for ``$share`` groups there are named in ``mqgateShare``.
 * A fired timer (``$delayed``; the timer service stores it on its real
   topic with ``TIMER_OUT_MS`` kept) is routed like any message, and also:
   an MQTT 5 message whose expiry passed while it was parked goes to no
@@ -43,7 +44,7 @@ from core.store import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Mes
 from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, Outbound, is_deliverable,
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
 from gateway.mqtt import Publish
-from gateway.nodes import node_queue_name
+from gateway.nodes import P_SHARE_PICKS, node_queue_name
 from gateway.sessions import Delivery, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
 
@@ -148,7 +149,7 @@ class Router:
     def _pick(self, group) -> tuple | None:
         members = group.members
         sessions = self.sessions
-        live = [m for m in members if (s := sessions.get(m[0])) is not None and s.conn is not None]
+        live = [m for m in members if (s := sessions.get(m[0])) is not None and s.connected_somewhere]
         pool = live or [m for m in members if (s := sessions.get(m[0])) is not None and s.persistent]
         if not pool:
             return None
@@ -188,6 +189,9 @@ class Router:
                 nq = node_queue_name(sess.node)
                 if nq not in queues:
                     queues.append(nq)
+                if t[4] is not None:  # picked for its $share group: that node delivers to it alone
+                    picks = props.get(P_SHARE_PICKS)
+                    props[P_SHARE_PICKS] = sess.client_id if not picks else picks + "," + sess.client_id
         if queues:
             old = props.get(PROPERTY_INNER_MULTI_DISPATCH)
             props[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(queues) if not old else old + "," + ",".join(queues)

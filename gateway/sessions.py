@@ -175,6 +175,14 @@ class Session:
     def persistent(self) -> bool:
         return self.queue is not None
 
+    @property
+    def connected_somewhere(self) -> bool:
+        """Connected here, or (a stub) on its node: a non-persistent stub
+        exists only while connected, a persistent one says so in its record."""
+        if self.conn is not None:
+            return True
+        return self.node is not None and (self.queue is None or (self.record or {}).get("gone") is None)
+
     def notify(self) -> None:
         self.due = True
         conn = self.conn

@@ -278,3 +278,31 @@ def test_admin_cluster_status_lists_the_nodes_and_their_clients(cluster):
     assert len(counts) >= 3 and counts[-1] >= 2, doc
     for m in held:
         m.close()
+
+
+def test_share_group_members_on_different_nodes_get_each_message_once(cluster):
+    _ns, (a, b, c), _ = cluster
+    members = [Mqtt(b, "share-1"), Mqtt(c, "share-2")]
+    for m in members:
+        m.subscribe("$share/g/share/#", 1)
+    plain = Mqtt(b, "share-plain")
+    plain.subscribe("share/#", 1)
+    pub = Mqtt(a, "share-pub")
+    # until both members' subscriptions are routed to from node a (the meta tail)
+    deadline = time.monotonic() + WAIT
+    while not all(m.messages.qsize() for m in members) and time.monotonic() < deadline:
+        pub.publish("share/warmup", b"w", qos=1)
+    for m in (*members, plain):
+        m.receive(10_000, timeout=0.3)
+    for i in range(40):
+        pub.publish(f"share/{i}", b"%d" % i, qos=1)
+    assert sorted(int(p) for _t, p, _q, _r in plain.receive(40)) == list(range(40))
+    got: list[int] = []
+    deadline = time.monotonic() + WAIT
+    while len(got) < 40 and time.monotonic() < deadline:
+        for m in members:
+            got += [int(p) for _t, p, _q, _r in m.receive(40 - len(got), timeout=0.05)]
+    assert sorted(got) == list(range(40))  # each once, over both members
+    assert all(m.receive(1, timeout=0.2) == [] for m in members)
+    for m in (*members, plain, pub):
+        m.close()
