@@ -13,6 +13,10 @@ Rules kept here:
 
 * ``alive`` is the last list the broker answered (this node always in it);
   when the broker cannot be asked, the last answer stands.
+* A broker that is new to this node (a failover promoted another master)
+  has not heard every node's heartbeat yet: for ``GRACE`` after the
+  address changes, its list only adds nodes, never removes one, and this
+  node heartbeats to it at once.
 * The *leader* is the smallest alive node id: it alone acts for dead nodes
   (``gateway.cluster`` publishes their clients' wills), so a will is
   published once while the membership is stable.
@@ -26,12 +30,14 @@ from typing import Callable
 import trio
 
 from core.client import ClientApi
+from core.remoting import RequestCode, ResponseCode, decode_json
 
 log = logging.getLogger("mqgate.gateway")
 
 NODES_GROUP = "mqgate_gateway_nodes"
 POLL_INTERVAL = 1.0
 HEARTBEAT_INTERVAL = 10.0
+GRACE = HEARTBEAT_INTERVAL * 1.5
 
 
 class Membership:
@@ -41,6 +47,8 @@ class Membership:
         self.node_id = node_id
         self.alive: set[str] = {node_id}
         self.changed = trio.Event()
+        self._asked = ""  # the broker address the last poll went to
+        self._grace_until = 0.0
 
     @property
     def leader(self) -> bool:
@@ -69,12 +77,23 @@ class Membership:
             log.warning("gateway node %s: heartbeat to %s failed: %s", self.node_id, self.addr_of(), e)
 
     async def poll(self) -> None:
+        addr = self.addr_of()
+        if addr != self._asked:
+            if self._asked:
+                self._grace_until = trio.current_time() + GRACE
+                await self._heartbeat()
+            self._asked = addr
         try:
-            ids = await self.api.get_consumer_ids(self.addr_of(), NODES_GROUP)
+            resp = await self.api.call(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": NODES_GROUP})
+            if resp.code != ResponseCode.SUCCESS:  # not an empty list: an answer we cannot use
+                raise RuntimeError(f"response code {resp.code}: {resp.remark}")
+            ids = [str(c) for c in decode_json(resp.body).get("consumerIdList") or ()]
         except Exception as e:  # noqa: BLE001 - the last answer stands
             log.info("gateway node %s: members of %s not known now: %s", self.node_id, NODES_GROUP, e)
             return
         alive = set(ids) | {self.node_id}
+        if trio.current_time() < self._grace_until:
+            alive |= self.alive
         if alive != self.alive:
             gone = self.alive - alive
             if gone:

@@ -27,7 +27,9 @@ Rules kept here:
   at shutdown.
 * A send or read that fails at the connection level answers like a broker
   that is not available (SERVICE_NOT_AVAILABLE), never raises into the
-  gateway's paths.
+  gateway's paths, and makes the node ask the name servers for the home
+  broker's master at once (it also asks every ``HOME_CHECK_INTERVAL``):
+  after a failover (docs/HA.md) the promoted master is used from then on.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ log = logging.getLogger("mqgate.gateway")
 GROUP = "mqgate_gateway"  # the group of the node's own reads (nothing is committed for it)
 POLL_SUSPEND_MS = 15_000
 RETRY_PAUSE = 1.0  # after a failed long poll: the broker or route is away
+HOME_CHECK_INTERVAL = 5.0
 _STATUS_BY_CODE = {s.code: s for s in SendStatus}
 
 
@@ -98,6 +101,7 @@ class RemoteBackend:
         self._commit_wake = trio.Event()
         self._watches: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
+        self._home_wake = trio.Event()
 
     # ---- running ----------------------------------------------------------------------
 
@@ -108,6 +112,7 @@ class RemoteBackend:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._commit_loop)
+                nursery.start_soon(self._follow_home)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
@@ -135,6 +140,31 @@ class RemoteBackend:
                     last = "no broker with a master is registered"
                 await trio.sleep(0.2)
         raise MQClientError(f"no broker found through name servers {';'.join(self.namesrv)}: {last}")
+
+    async def _follow_home(self) -> None:
+        while True:
+            with trio.move_on_after(HOME_CHECK_INTERVAL):
+                await self._home_wake.wait()
+            self._home_wake = trio.Event()
+            master = await self._master_of(self.home_name)
+            if master and master != self.home_addr:
+                log.warning("gateway node %s: broker %s now at %s (was %s)", self.node_id, self.home_name, master,
+                            self.home_addr)
+                self.home_addr = master
+            await trio.sleep(0.2)  # at most 5 lookups a second while the broker is away
+
+    async def _master_of(self, name: str) -> str | None:
+        for ns in self.namesrv:
+            try:
+                info = await self.api.get_cluster_info(ns)
+            except Exception:  # noqa: BLE001 - the next name server
+                continue
+            addrs = ((info.get("brokerAddrTable") or {}).get(name) or {}).get("brokerAddrs") or {}
+            return addrs.get("0", addrs.get(0))
+        return None
+
+    def _unreachable(self) -> None:
+        self._home_wake.set()
 
     # ---- hooks -----------------------------------------------------------------------
 
@@ -182,6 +212,7 @@ class RemoteBackend:
         try:
             resp = await self.api.call(self.home_addr, RequestCode.SEND_MESSAGE_V2, header, msg.body)
         except Exception as e:  # noqa: BLE001 - connection level: the broker is not available to us
+            self._unreachable()
             return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=msg.topic, remark=f"{type(e).__name__}: {e}")
         status = _STATUS_BY_CODE.get(resp.code, SendStatus.SYSTEM_ERROR)
         if not status.stored:
@@ -208,6 +239,7 @@ class RemoteBackend:
                                        sub_version=0, commit_offset=None, suspend_ms=suspend_ms,
                                        timeout=suspend_ms / 1000 + 5)
         except Exception as e:  # noqa: BLE001 - as a broker that is not available
+            self._unreachable()
             return PullResult(PullStatus.SERVICE_NOT_AVAILABLE, next_begin_offset=offset,
                               remark=f"{type(e).__name__}: {e}")
         entries = split_entries(resp.body) if resp.code == 0 else []
