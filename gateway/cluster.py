@@ -75,6 +75,7 @@ class ClusterSync:
         self.applied = 0  # records of other nodes applied (for tests and status)
         self.members = Membership(backend.api, lambda: backend.home_addr, node_id)
         self.wills: dict[str, dict] = {}  # client id -> "will" record of another node
+        self.in2: dict[str, list] = {}  # client id -> inbound QoS 2 packet ids awaiting PUBREL, on another node
         self._wills_due: set[str] = set()  # client ids whose will this node (the leader) will publish
 
     # ---- running ---------------------------------------------------------------------------
@@ -217,6 +218,11 @@ class ClusterSync:
                 gw.retained.clear(key)
             else:
                 gw.retained.set(key, int(value[0]), int(value[1]))
+        elif kind == "in2":
+            if value:
+                self.in2[key] = value
+            else:
+                self.in2.pop(key, None)
         elif kind == "will":
             if value is None:
                 self.wills.pop(key, None)

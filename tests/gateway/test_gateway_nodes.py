@@ -12,6 +12,7 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import paho.mqtt.client as paho
@@ -36,7 +37,9 @@ class Mqtt:
         self.messages: queue.Queue = queue.Queue()
         self.disconnects: queue.Queue = queue.Queue()
         self.acks: queue.Queue = queue.Queue()
-        self.c.on_message = lambda c, u, m: self.messages.put((m.topic, m.payload, m.qos, m.retain))
+        self.flags: queue.Queue = queue.Queue()  # (topic, packet id, DUP) of each message, as they come
+        self.c.on_message = lambda c, u, m: (self.messages.put((m.topic, m.payload, m.qos, m.retain)),
+                                             self.flags.put((m.topic, m.mid, m.dup)))
         self.c.on_disconnect = lambda c, u, flags, rc, props: self.disconnects.put(rc)
         self.c.on_subscribe = lambda c, u, mid, rcs, props: self.acks.put(("sub", mid))
         if will is not None:
@@ -306,3 +309,29 @@ def test_share_group_members_on_different_nodes_get_each_message_once(cluster):
     assert all(m.receive(1, timeout=0.2) == [] for m in members)
     for m in (*members, plain, pub):
         m.close()
+
+
+def test_unacknowledged_qos1_messages_move_with_the_session_and_come_again_as_duplicates(cluster):
+    _ns, (a, b, c), _ = cluster
+    got: queue.Queue = queue.Queue()
+    dev = paho.Client(CallbackAPIVersion.VERSION2, client_id="inflight-dev", protocol=paho.MQTTv311,
+                      clean_session=False, manual_ack=True)
+    dev.on_message = lambda c, u, m: got.put((m.topic, m.mid, m.dup))  # never acknowledged
+    dev.connect("127.0.0.1", a)
+    dev.loop_start()
+    subscribed = threading.Event()
+    dev.on_subscribe = lambda *args: subscribed.set()
+    dev.subscribe("inflight/#", 1)
+    assert subscribed.wait(WAIT)
+    pub = Mqtt(c, "inflight-pub")
+    for i in range(3):
+        pub.publish(f"inflight/{i}", b"%d" % i, qos=1)
+    first = [got.get(timeout=WAIT) for _ in range(3)]
+    dev.disconnect()
+    dev.loop_stop()
+    again = Mqtt(b, "inflight-dev", clean=False, version=4)
+    second = [again.flags.get(timeout=WAIT) for _ in range(3)]
+    # the same three, with their packet ids, marked DUP
+    assert second == [(t, mid, True) for t, mid, _dup in first]
+    again.close()
+    pub.close()
