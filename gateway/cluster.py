@@ -50,6 +50,7 @@ from gateway.mapping import now_ms
 from gateway.membership import Membership
 from gateway.meta import KINDS, META_TOPIC
 from gateway.nodes import P_NODE, P_SHARE_PICKS, node_queue_name
+from gateway.remote_backend import returned_after_waiting
 from gateway.sessions import Delivery, Session, SubOptions
 
 if TYPE_CHECKING:
@@ -96,10 +97,11 @@ class ClusterSync:
         while True:
             start = self.meta_offset
             result = await self.backend.long_poll(META_TOPIC, start, 256)
-            if result.status is PullStatus.SERVICE_NOT_AVAILABLE:
-                await trio.sleep(RETRY_PAUSE)
-                continue
             self._apply_read(start, result)
+            if not returned_after_waiting(result) and self.meta_offset == start:
+                log.warning("gateway meta records: read at %d answered %s %s", start, result.status.name,
+                            result.remark)
+                await trio.sleep(RETRY_PAUSE)
 
     def _apply_read(self, start: int, result) -> None:
         """Apply what a read from ``start`` found, skipping what a concurrent
@@ -139,7 +141,9 @@ class ClusterSync:
         router = self.gw.router
         while True:
             result = await backend.long_poll(self.node_queue, offset, 64)
-            if result.status is PullStatus.SERVICE_NOT_AVAILABLE:
+            if not returned_after_waiting(result):
+                if result.status is not PullStatus.SERVICE_NOT_AVAILABLE and result.next_begin_offset != offset:
+                    offset = result.next_begin_offset  # moved (retention, or a promoted slave's queue end)
                 await trio.sleep(RETRY_PAUSE)
                 continue
             for raw in result.entries:

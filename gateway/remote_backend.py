@@ -66,6 +66,12 @@ class RemoteTopic:
     perm: int = PERM_READ | PERM_WRITE
 
 
+def returned_after_waiting(result: PullResult) -> bool:
+    """A long poll that found entries, or waited its time for them; any other
+    answer comes back at once, and asking again at once would spin."""
+    return result.status in (PullStatus.FOUND, PullStatus.PULL_NOT_FOUND)
+
+
 def split_entries(body: bytes) -> list[bytes]:
     """The stored entries of a pull body, each whole (its first 4 bytes are its size)."""
     out = []
@@ -312,7 +318,10 @@ class RemoteBackend:
         with scope:
             while True:
                 result = await self.long_poll(topic, self._max.get(topic, 0), 1)
-                if result.status is PullStatus.SERVICE_NOT_AVAILABLE:
+                if not returned_after_waiting(result):
+                    if result.status is not PullStatus.SERVICE_NOT_AVAILABLE:
+                        # e.g. a promoted slave has less of the queue than we saw: its end is the truth
+                        self._max[topic] = result.max_offset
                     await trio.sleep(RETRY_PAUSE)
 
     # ---- topics ---------------------------------------------------------------------------
