@@ -255,7 +255,8 @@ class ClusterSync:
             sess.pending_will = None
             if sess.conn is not None:
                 log.info("client %s: taken over on gateway node %s", cid, (value or {}).get("node", "?"))
-                sess.conn.kick(0x8E, ends_session=False)
+                # a record that ends the session (the new connection starts clean) ends it here too
+                sess.conn.kick(0x8E, ends_session=value is None)
                 gw._nursery.start_soon(self._stub_after_close, sess, value, persistent)
                 return
         self._replace_with_stub(cid, value, persistent)
