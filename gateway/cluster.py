@@ -33,7 +33,10 @@ cluster:
   of its clients once their Will Delay Interval has passed (counted from
   the disconnect the record names, else from now), unless the client id
   came back meanwhile (a newer ``"will"`` record replaces the old one).
-  Its persistent sessions stay, for their clients to resume on any node.
+  Its persistent sessions stay, for their clients to resume on any node,
+  until their expiry interval has passed (counted the same way): then the
+  leader ends them (a will still waiting is published then, as the
+  specification asks when a session ends first).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgate.gateway")
 RETRY_PAUSE = 1.0
+NEVER = 0xFFFFFFFF  # a session expiry interval that never ends
 
 
 def _here(sess: Session) -> bool:
@@ -78,6 +82,7 @@ class ClusterSync:
         self.wills: dict[str, dict] = {}  # client id -> "will" record of another node
         self.in2: dict[str, list] = {}  # client id -> inbound QoS 2 packet ids awaiting PUBREL, on another node
         self._wills_due: set[str] = set()  # client ids whose will this node (the leader) will publish
+        self._ends_due: set[str] = set()  # client ids whose session this node (the leader) will end
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -188,6 +193,12 @@ class ClusterSync:
         if not self.members.leader:
             return
         now = now_ms()
+        for sess in [s for s in router.sessions.values() if s.node is not None and s.node not in alive]:
+            if sess.persistent and sess.client_id not in self._ends_due and sess.expiry < NEVER:
+                gone = (sess.record or {}).get("gone")
+                delay = sess.expiry - ((now - gone) / 1000 if gone else 0)
+                self._ends_due.add(sess.client_id)
+                self.gw._nursery.start_soon(self._end_dead_session, sess, max(0.0, delay))
         for cid, value in list(self.wills.items()):
             if value.get("node") in alive or cid in self._wills_due:
                 continue
@@ -211,6 +222,23 @@ class ClusterSync:
                 await self.gw.publish_will(cid, self.gw.will_from_record(value))
         finally:
             self._wills_due.discard(cid)
+
+    async def _end_dead_session(self, sess: Session, delay: float) -> None:
+        cid = sess.client_id
+        try:
+            await trio.sleep(delay)
+            await self.members.poll()
+            if (self.gw.router.sessions.get(cid) is not sess or sess.node in self.members.alive
+                    or not self.members.leader):
+                return  # resumed somewhere, or its node lives after all
+            will = self.wills.pop(cid, None)
+            if will is not None:
+                sess.pending_will = self.gw.will_from_record(will)
+            log.info("session %s of dead gateway node %s expired", cid, sess.node)
+            with trio.CancelScope(shield=True):
+                await self.gw.end_session(sess)
+        finally:
+            self._ends_due.discard(cid)
 
     # ---- records of other nodes ----------------------------------------------------------------
 
