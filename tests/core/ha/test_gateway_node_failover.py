@@ -12,7 +12,7 @@ import time
 import paho.mqtt.client as paho
 import trio
 
-from ha_group import Group, ha_status, wait_until
+from ha_group import is_master, is_master_with_slave, wait_until
 from serve_process import ServeProcess, free_port
 
 V2 = paho.CallbackAPIVersion.VERSION2
@@ -80,7 +80,7 @@ async def test_a_gateway_node_follows_the_failover_of_its_broker_group(etcd_grou
         proc = group.broker(label, bid, "SYNC_MASTER" if bid == 0 else "SLAVE",
                             etcdEndpoints=etcd.endpoint, haLeaseTtlMs=3000, haPromoteRole="ASYNC_MASTER")
         await trio.to_thread.run_sync(proc.start)
-    await wait_until(lambda: _master_with_slave(group, "n0"), 30, "n0 leads with n1 in sync")
+    await wait_until(lambda: is_master_with_slave(group, "n0"), 30, "n0 leads with n1 in sync")
     node = ServeProcess(tmp_path / "gw", "--namesrv", group.namesrv, "--mqtt-port", str(free_port()),
                         "--ws-port", "0", role="gateway")
     await trio.to_thread.run_sync(node.start)
@@ -90,20 +90,10 @@ async def test_a_gateway_node_follows_the_failover_of_its_broker_group(etcd_grou
         acked = await trio.to_thread.run_sync(publish, port, 0, 50, 30)
         assert acked == set(range(50))
         group.brokers["n0"].proc.kill()
-        await wait_until(lambda: _is_master(group, "n1"), 20, "n1 is elected")
+        await wait_until(lambda: is_master(group, "n1"), 20, "n1 is elected")
         acked |= await trio.to_thread.run_sync(publish, port, 50, 20, 30)
         assert acked >= set(range(50, 70))  # the node sends to the promoted master
         got = await trio.to_thread.run_sync(resume, port, acked, 20)
         assert got >= acked, sorted(acked - got)
     finally:
         node.kill()
-
-
-async def _master_with_slave(group: Group, label: str) -> bool:
-    st = await ha_status(group.addr(label))
-    return bool(st and st["role"] == "SYNC_MASTER" and any(s["inSync"] for s in st["slaves"]))
-
-
-async def _is_master(group: Group, label: str) -> bool:
-    st = await ha_status(group.addr(label))
-    return bool(st and st["role"].endswith("MASTER"))
