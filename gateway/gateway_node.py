@@ -13,7 +13,9 @@ Rules kept here:
   ``[mqtt] serverReference`` when set, sessions are saved for any node to
   resume), then stops and sends the queue offsets still to be committed; a
   second signal is ignored.
-* No HTTP server runs on a gateway node yet (no /metrics, no admin API).
+* The HTTP server (``[http]``, ``--http-port``) serves /metrics, the admin
+  API and the dashboard about this node's clients, without the broker's
+  series (the broker serves its own /metrics).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ import trio
 from core.client import open_client_api, parse_namesrv
 
 from .app import make_mqtt_gateway
+from .broker_node import _start_http
 from .cluster import ClusterSync
 from .config import ConfigError, ServeConfig
 from .nodes import new_node_id
 from .remote_backend import RemoteBackend
-from .serve import _stop_on_signal, check_mqtt_config
+from .serve import _stop_on_signal, check_http_config, check_mqtt_config
 
 log = logging.getLogger("mqgate")
 
@@ -49,6 +52,8 @@ async def serve_gateway_node(cfg: ServeConfig, namesrv: list[str], *, node_id: s
                                               ws_port=cfg.ws_port, cluster=cluster)
                 ports = await nursery.start(gw.run, specs)
                 ports = {f"mqtt-{k}": v for k, v in (ports or {}).items()}
+                if cfg.http_port != 0:  # /metrics, admin API and dashboard about this node (no broker series)
+                    await _start_http(nursery, cfg, gw, None, ports)
                 log.info("gateway node %s on broker %s at %s", node_id, backend.home_name, backend.home_addr)
                 log.info("ready: %s", " ".join(f"{k}={v}" for k, v in ports.items()))
                 task_status.started(ports)
@@ -75,6 +80,8 @@ def run_gateway_node(cfg: ServeConfig, namesrv: str | None) -> int:
     except ValueError as e:
         raise ConfigError(f"--namesrv {text!r}: {e}") from None
     check_mqtt_config(cfg)
+    if cfg.http_port != 0:
+        check_http_config(cfg)
     try:
         trio.run(partial(_main, cfg, addrs))
     except KeyboardInterrupt:

@@ -8,6 +8,8 @@ for the module; the SIGKILL test starts and kills a fourth node of its own.
 from __future__ import annotations
 
 import json
+import re
+import urllib.request
 import queue
 import signal
 import subprocess
@@ -97,6 +99,15 @@ class Mqtt:
         self.c.loop_stop()
 
 
+class Cluster(tuple):
+    """(name server, MQTT ports, temp root), and ``http``: the nodes' HTTP ports."""
+
+    def __new__(cls, items, *, http):
+        self = super().__new__(cls, items)
+        self.http = http
+        return self
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("gwnodes")
@@ -106,9 +117,9 @@ def cluster(tmp_path_factory):
     nodes = []
     try:
         for i in range(3):
-            nodes.append(ServeProcess(root / f"node{i}", "--namesrv", namesrv, "--mqtt-port", str(free_port()), "--ws-port", "0",
-                                      role="gateway").start())
-        yield namesrv, [n.ports["mqtt-tcp"] for n in nodes], root
+            nodes.append(ServeProcess(root / f"node{i}", "--namesrv", namesrv, "--mqtt-port", str(free_port()),
+                                      "--ws-port", "0", "--http-port", str(free_port()), role="gateway").start())
+        yield Cluster((namesrv, [n.ports["mqtt-tcp"] for n in nodes], root), http=[n.ports["http"] for n in nodes])
     finally:
         for n in nodes:
             n.kill()
@@ -339,3 +350,13 @@ def test_unacknowledged_qos1_messages_move_with_the_session_and_come_again_as_du
     assert second == [(t, mid, True) for t, mid, _dup in first]
     again.close()
     pub.close()
+
+
+def test_a_node_serves_metrics_about_its_own_clients(cluster):
+    _ns, (a, b, c), _ = cluster
+    here = Mqtt(a, "metrics-here")
+    with urllib.request.urlopen(f"http://127.0.0.1:{cluster.http[0]}/metrics", timeout=WAIT) as r:
+        text = r.read().decode()
+    online = float(re.search(r'mqgate_mqtt_sessions\{state="online"\} (\S+)', text).group(1))
+    assert online >= 1.0
+    here.close()
