@@ -313,6 +313,7 @@ class MQTTGateway:
         router = self.router
         if self.cluster is not None:
             await self.cluster.catch_up()
+            await self.cluster.wait_release(cid)
         old = router.sessions.get(cid)
         if old is not None and old.conn is not None:
             other = old.conn

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgate.gateway")
 RETRY_PAUSE = 1.0
+RELEASE_WAIT = 0.5  # seconds a CONNECT waits for another node to release a session (wait_release)
 NEVER = 0xFFFFFFFF  # a session expiry interval that never ends
 
 
@@ -83,6 +84,7 @@ class ClusterSync:
         self.in2: dict[str, list] = {}  # client id -> inbound QoS 2 packet ids awaiting PUBREL, on another node
         self._wills_due: set[str] = set()  # client ids whose will this node (the leader) will publish
         self._ends_due: set[str] = set()  # client ids whose session this node (the leader) will end
+        self._applied = trio.Event()  # set (and replaced) at each record of another node applied
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -242,9 +244,28 @@ class ClusterSync:
 
     # ---- records of other nodes ----------------------------------------------------------------
 
+    async def wait_release(self, cid: str) -> None:
+        """Before a CONNECT takes a persistent session that another (live) node
+        shows connected: wait, at most ``RELEASE_WAIT``, for that node's next
+        record of it. A client that has just disconnected there is released
+        within milliseconds (its record carries its flows in flight); one
+        still connected there is taken over after the wait."""
+        deadline = trio.current_time() + RELEASE_WAIT
+        router = self.gw.router
+        while trio.current_time() < deadline:
+            stub = router.sessions.get(cid)
+            if (stub is None or stub.node is None or not stub.persistent or stub.node not in self.members.alive
+                    or (stub.record or {}).get("gone") is not None):
+                return
+            applied = self._applied
+            with trio.move_on_at(deadline):
+                await applied.wait()
+
     def apply(self, kind: str, key: str, value) -> None:
         gw = self.gw
         self.applied += 1
+        self._applied.set()
+        self._applied = trio.Event()
         if kind == "ret":
             if value is None:
                 gw.retained.clear(key)

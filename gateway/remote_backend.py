@@ -10,7 +10,9 @@ UPDATE_AND_CREATE_TOPIC), so an Apache RocketMQ 4.9.3+ broker with
 Rules kept here:
 
 * One broker group serves the node: the *home* broker, the master of the
-  first broker name (sorted) in the name server's cluster table. Session
+  first broker name (sorted) in the name server's cluster table, the same
+  for every node (a node waits, up to 30 s, for that group to have a
+  master rather than take another group). Session
   queues (``%LMQ%...``) exist only where a message was stored with
   ``INNER_MULTI_DISPATCH`` naming them, so every MQTT topic is sent to its
   queue on the home broker: a session queue is then one queue on one
@@ -136,14 +138,18 @@ class RemoteBackend:
                         last = e
                         continue
                     table = info.get("brokerAddrTable") or {}
-                    for name in sorted(table):
-                        addrs = (table[name] or {}).get("brokerAddrs") or {}
-                        master = addrs.get("0", addrs.get(0))
-                        if master:
-                            self.home_name, self.home_addr = name, master
-                            log.info("gateway node %s: home broker %s at %s", self.node_id, name, master)
-                            return
-                    last = "no broker with a master is registered"
+                    if not table:
+                        last = "no broker is registered"
+                        continue
+                    # the first name, master or not yet: every node must choose the same group
+                    name = sorted(table)[0]
+                    addrs = (table[name] or {}).get("brokerAddrs") or {}
+                    master = addrs.get("0", addrs.get(0))
+                    if master:
+                        self.home_name, self.home_addr = name, master
+                        log.info("gateway node %s: home broker %s at %s", self.node_id, name, master)
+                        return
+                    last = f"broker {name} has no master now"
                 await trio.sleep(0.2)
         raise MQClientError(f"no broker found through name servers {';'.join(self.namesrv)}: {last}")
 

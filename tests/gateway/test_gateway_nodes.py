@@ -1,7 +1,9 @@
-"""MQTT gateway nodes (``mqgate gateway --namesrv``) in front of one broker (issue 20).
+"""MQTT gateway nodes (``mqgate gateway --namesrv``) in front of brokers (issue 20).
 
 Real processes: one ``mqgate serve`` with its MQTT edge off (the name server
-and the broker), three gateway nodes, and paho-mqtt clients. One cluster
+and broker group ``broker-a``), a second broker group (``mqgate broker``,
+``broker-b``, which the nodes leave to native clients), three gateway nodes,
+and paho-mqtt clients. One cluster
 for the module; the SIGKILL test starts and kills a fourth node of its own.
 """
 
@@ -115,7 +117,13 @@ def cluster(tmp_path_factory):
                           "--broker-port", str(free_port())).start()
     namesrv = f"127.0.0.1:{broker.ports['namesrv']}"
     nodes = []
+    # a second broker group on the same name server: the nodes keep to the first (docs/CLUSTER.md)
+    conf = root / "broker-b.toml"
+    conf.write_text('[broker]\nbrokerName = "broker-b"\n')
+    other = ServeProcess(root / "broker-b", "--namesrv", namesrv, "--broker-port", str(free_port()),
+                         "--config", str(conf), role="broker")
     try:
+        other.start()
         for i in range(3):
             nodes.append(ServeProcess(root / f"node{i}", "--namesrv", namesrv, "--mqtt-port", str(free_port()),
                                       "--ws-port", "0", "--http-port", str(free_port()), role="gateway").start())
@@ -123,6 +131,7 @@ def cluster(tmp_path_factory):
     finally:
         for n in nodes:
             n.kill()
+        other.kill()
         broker.kill()
 
 
@@ -291,7 +300,8 @@ def test_admin_cluster_status_lists_the_nodes_and_their_clients(cluster):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["brokers"][0]["gatewayNodes"] >= 3
+    assert [b["brokerName"] for b in doc["brokers"]] == ["broker-a", "broker-b"]
+    assert doc["brokers"][0]["gatewayNodes"] >= 3 and doc["brokers"][1]["gatewayNodes"] == 0
     counts = sorted(n["clients"] for n in doc["nodes"])
     assert len(counts) >= 3 and counts[-1] >= 2, doc
     for m in held:
