@@ -25,16 +25,7 @@ import traceback
 from pathlib import Path
 
 from .config import ConfigError, build_serve_config, load_file
-
-
-def package_version() -> str:
-    """The installed distribution's version (pyproject.toml's, through the package metadata)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mqgate")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
+from .sys_topics import package_version
 
 
 def version_line() -> str:
@@ -54,6 +45,8 @@ def _add_serve_flags(p: argparse.ArgumentParser, *, mqtt: bool, namesrv: bool, b
         p.add_argument("--ws-port", type=int, metavar="PORT", help="MQTT over WebSocket, path /mqtt (default 8083; 0 = off)")
         p.add_argument("--http-port", type=int, metavar="PORT",
                        help="HTTP: /metrics and the admin API (default 18083 on 127.0.0.1; 0 = off)")
+        p.add_argument("--events-port", type=int, metavar="PORT",
+                       help="HTTP event API: PutEvents and event rules (default 0 = off)")
     if namesrv:
         p.add_argument("--namesrv-port", type=int, metavar="PORT", help="name server (default 9876; 0 = off)")
     if broker and not mqtt:
@@ -118,8 +111,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return passwd_main(rest)
     if command == "admin":
-        from .http.cli import http_admin_main, is_http_verb
+        from .http.cli import admin_area, http_admin_main, is_http_verb
 
+        if admin_area(rest) == "events":
+            from .http.events_cli import events_admin_main
+
+            return events_admin_main(rest)
         if is_http_verb(rest):
             return http_admin_main(rest)
         from core.admin import admin_main

@@ -92,6 +92,10 @@ def _will_from_record(rec: dict) -> Will:
     return Will(**fields)
 
 
+
+class _NotStored(Exception):
+    """The broker refused a PUBLISH the server made (a will, an event target's)."""
+
 class MQTTGateway:
     def __init__(self, broker: Broker | BrokerBackend, settings: GatewaySettings | Mapping[str, Any],
                  cluster: ClusterSync | None = None) -> None:
@@ -105,6 +109,7 @@ class MQTTGateway:
         self.settings = settings
         self.stats = GatewayStats()
         self.listener_stats = ListenerStats()
+        self.listener_names: tuple[str, ...] = ()  # the enabled listeners' names ($SYS per listener)
         self.router = Router(self)
         # None unless [mqtt] traceMqttTopics names a filter: then the trace code runs, else none of it
         self.tracer = MqttTracer(settings.trace, self.backend) if settings.trace.mqtt_topics else None
@@ -141,6 +146,7 @@ class MQTTGateway:
             await nursery.start(self.tracer.run)
             self.backend.add_stored_hook(self.tracer.stored_hook)
         self.backend.add_dispatch_listener(self.router.on_dispatch)
+        self.listener_names = tuple(s.name for s in listeners if s.enabled)
         if self.settings.session.sys_interval:
             nursery.start_soon(self._sys_loop)
         if not any(s.enabled for s in listeners):
@@ -505,8 +511,36 @@ class MQTTGateway:
                       message_expiry_interval=will.message_expiry_interval, content_type=will.content_type,
                       response_topic=will.response_topic, correlation_data=will.correlation_data,
                       user_properties=will.user_properties)
+        if cid in self._will_keys:
+            self._will_keys.discard(cid)
+        try:
+            await self._store_publish(cid, pub, [record("will", cid, None)])
+        except MappingError as e:
+            log.warning("will of %s on %r not published: %s", cid, will.topic, e)
+            return
+        except _NotStored as e:
+            log.warning("will of %s on %r not stored: %s", cid, will.topic, e)
+            return
+        log.info("will of %s published on %r", cid, will.topic)
+
+    async def publish_from_server(self, topic: str, payload: bytes, qos: int, retain: bool,
+                                  content_type: str | None = None, *, client_id: str = "$events") -> None:
+        """A PUBLISH the server itself makes (event rules' MQTT targets): mapped, stored,
+        routed and retained exactly like a device's; raises `MappingError` or
+        `RuntimeError` (one line) when it is not stored."""
+        pub = Publish(topic=topic, payload=payload, qos=qos, retain=retain, packet_id=1 if qos else None,
+                      content_type=content_type)
+        try:
+            await self._store_publish(client_id, pub, [])
+        except _NotStored as e:
+            raise RuntimeError(str(e)) from None
+
+    async def _store_publish(self, cid: str, pub: Publish, extra: list) -> None:
+        """Store ``pub`` (``$delayed/`` parked) with the ``extra`` records in one
+        ``send_many``, then set its retained message; `_NotStored` if refused."""
         items = []
         topic = pub.topic
+        error = None
         try:
             delay = None
             if topic.startswith("$delayed/"):
@@ -516,26 +550,25 @@ class MQTTGateway:
                                        ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR)
             name = broker_topic_for(topic)
             cfg = await self.topic_config(name)
-            if cfg is not None:
-                msg = publish_to_message(pub, name, cid, now_ms(), topic=topic)
-                if delay is not None:
-                    msg.properties[P_TIMER_DELAY] = str(delay)
-                items.append((msg, queue_for(topic, cfg.write_queue_nums)))
+            if cfg is None:
+                raise MappingError(f"broker topic {name!r} does not exist and may not be created",
+                                   ReasonCode.TOPIC_NAME_INVALID)
+            msg = publish_to_message(pub, name, cid, now_ms(), topic=topic)
+            if delay is not None:
+                msg.properties[P_TIMER_DELAY] = str(delay)
+            items.append((msg, queue_for(topic, cfg.write_queue_nums)))
         except MappingError as e:
-            log.warning("will of %s on %r not published: %s", cid, will.topic, e)
-        if cid in self._will_keys:
-            self._will_keys.discard(cid)
-        items.append(record("will", cid, None))
-        results = await self.backend.send_many(items)
-        if len(results) < 2:
-            return
+            error = e  # the extra records are stored all the same
+        items += extra
+        results = await self.backend.send_many(items) if items else []
+        if error is not None:
+            raise error
+        if len(results) < len(items):
+            raise _NotStored("the broker is stopping")
         if results[0].status is not SendStatus.SEND_OK:
-            log.warning("will of %s on %r not stored: %s %s", cid, will.topic, results[0].status.name,
-                        results[0].remark)
-            return
-        log.info("will of %s published on %r", cid, will.topic)
-        if will.retain and PROPERTY_TIMER_OUT_MS not in items[0][0].properties:  # a parked one: when it fires
-            await self.set_retained([(topic, will.payload, results[0].physical_offset)])
+            raise _NotStored(f"{results[0].status.name} {results[0].remark or ''}".strip())
+        if pub.retain and PROPERTY_TIMER_OUT_MS not in items[0][0].properties:  # a parked one: when it fires
+            await self.set_retained([(topic, pub.payload, results[0].physical_offset)])
 
     # ---- restart ---------------------------------------------------------------------------
 

@@ -108,19 +108,50 @@ def _broker_view(broker, node: HANode, remoting):
                       clients=remoting.ctx.clients if remoting is not None else None)
 
 
-async def _start_http(nursery: trio.Nursery, cfg, gw, view, ports: dict[str, int], reloader=None) -> None:
-    """The one HTTP server: over the MQTT gateway ``gw`` and the broker, or (``gw``
-    None, a broker alone) the broker's /metrics."""
+async def _start_http(nursery: trio.Nursery, cfg, gw, view, ports: dict[str, int], reloader=None,
+                      events=None, namesrv_addrs: list[str] = ()) -> None:
+    """The one HTTP server: over the MQTT gateway ``gw`` and the broker (and the event
+    rules' ``events`` service: the dashboard's event-rules page; the name servers: its
+    admin actions), or (``gw`` None, a broker alone) the broker's /metrics."""
     from .http import HttpSettings, Users, run_http
 
     http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
     users = Users(http.users_file, token_ttl=http.token_ttl)
     port = await nursery.start(partial(run_http, gw, http, broker=view, users=users,
-                                       explicit_port=cfg.http_port is not None))
+                                       explicit_port=cfg.http_port is not None, events=events,
+                                       namesrv=list(namesrv_addrs)))
     if reloader is not None and port is not None:
         reloader.add("HTTP users file", users.reload)
     if port is not None:
         ports["http"] = port
+
+
+async def _start_events(nursery: trio.Nursery, cfg, broker, namesrv_addrs: list[str], gw, ports: dict[str, int]):
+    """Event rules (``core.events``) on a master under ``serve``: their deliveries are consumer
+    groups over the remoting port; MQTT targets publish through ``gw`` (None: no MQTT listener,
+    such targets fail with that reason). The event API when ``[events] port`` is set. The
+    running service, or None when there is no name server."""
+    from core.events import EventService
+
+    from .http import HttpSettings, Users
+    from .http.events_api import run_events_http
+    from .http.events_settings import EventsSettings
+
+    settings = EventsSettings.from_dict(cfg.events, port=cfg.events_port)
+    service = EventService(broker, namesrv_addrs, mqtt_publish=gw.publish_from_server if gw else None,
+                           bus_queues=settings.bus_queues, counts_interval=settings.counts_interval,
+                           orderly_suspend_ms=settings.orderly_retry_ms)
+    if not service.namesrv:
+        log.warning("event rules need a name server (their deliveries are consumer groups): none is set, "
+                    "so no event rules run in this process")
+        return None
+    await nursery.start(service.run)
+    if settings.port:
+        http = HttpSettings.from_dict(cfg.http, data_dir=cfg.data_dir, port=cfg.http_port)
+        users = Users(http.users_file, token_ttl=http.token_ttl)
+        ports["events"] = await nursery.start(partial(run_events_http, service, users, settings.host, settings.port,
+                                                      cert_file=http.cert_file, key_file=http.key_file))
+    return service
 
 
 async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, namesrv_addrs: list[str],
@@ -152,6 +183,7 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
                                               wake=remoting.registrar.master_changed)
             await nursery.start(node.metadata.run)
         return broker_port
+    gw = None
     # any MQTT listener counts (TCP, WebSocket, TLS or WSS): each is on or off by itself
     if role == "serve" and listener_specs_from_dict(cfg.mqtt, host=cfg.host, port=cfg.mqtt_port, ws_port=cfg.ws_port):
         from .app import make_mqtt_gateway  # logs each MQTT endpoint it listens on
@@ -163,8 +195,11 @@ async def _start_parts(nursery: trio.Nursery, node: HANode, cfg, role: str, name
         if reloader is not None:
             reloader.add("MQTT password file", gw.settings.authenticator.reload)
             reloader.add("ACL file", gw.settings.acl.reload)
-        if cfg.http_port != 0:
-            await _start_http(nursery, cfg, gw, view, ports, reloader)
+    events = None
+    if role == "serve" and broker_port:
+        events = await _start_events(nursery, cfg, broker, namesrv_addrs, gw, ports)
+    if gw is not None and cfg.http_port != 0:
+        await _start_http(nursery, cfg, gw, view, ports, reloader, events=events, namesrv_addrs=namesrv_addrs)
     # firing starts once the gateway has restored its sessions and hooks: a timer due during a
     # restart must reach persistent sessions and the retained index like one due later
     await nursery.start(timers.run)

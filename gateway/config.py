@@ -19,6 +19,9 @@ Layout of the file; every key is optional and documented in README.md::
     [http]                      # /metrics and the admin API (gateway.http.settings)
     port = 18083
 
+    [events]                    # event rules: the event API's port (gateway.http.events_settings)
+    port = 0                    # 0 (the default) = no event API
+
     [proxy]                     # RocketMQ 5 gRPC MessagingService (core.proxy)
     grpcPort = 8081             # 0 disables it
 
@@ -70,6 +73,8 @@ class ServeConfig:
     http_port: int | None = None  # None: the default (18083), which may be taken (then a warning, no HTTP)
     http: dict[str, Any] = field(default_factory=dict)
     grpc_port: int | None = None  # None: the default (8081), which may be taken (then a warning, no gRPC)
+    events_port: int = 0  # the event API (gateway.http.events_api); 0 = off
+    events: dict[str, Any] = field(default_factory=dict)
     log: dict[str, Any] = field(default_factory=dict)
     config_file: Path | None = None  # read again on SIGHUP (the [log] levels)
     log_level_flag: str | None = None  # --log-level, which wins over [log] level, also on SIGHUP
@@ -80,7 +85,7 @@ class ServeConfig:
         return "SYNC_FLUSH" if self.flush == "sync" else "ASYNC_FLUSH"
 
 
-TABLES = ("broker", "namesrv", "mqtt", "http", "proxy", "log")
+TABLES = ("broker", "namesrv", "mqtt", "http", "events", "proxy", "log")
 PROXY_KEYS = {"grpcPort": "RocketMQ 5 gRPC port (default 8081; 0 = off)"}
 _TOP_KEYS = {"dataDir", "host", "namesrvAddr", *TABLES}
 
@@ -153,6 +158,7 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
     cfg.namesrv = dict(data.get("namesrv", {}))
     cfg.mqtt = dict(data.get("mqtt", {}))
     cfg.http = dict(data.get("http", {}))
+    cfg.events = dict(data.get("events", {}))
     cfg.log = dict(data.get("log", {}))
     addrs = data.get("namesrvAddr")
     if isinstance(addrs, str):
@@ -167,6 +173,8 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
     cfg.ws_port = _port(cfg.mqtt.pop("wsPort", cfg.ws_port), "[mqtt] wsPort")
     if "port" in cfg.http:
         cfg.http_port = _port(cfg.http.pop("port"), "[http] port")
+    if "port" in cfg.events:
+        cfg.events_port = _port(cfg.events.pop("port"), "[events] port")
     proxy = dict(data.get("proxy", {}))
     if "grpcPort" in proxy:
         cfg.grpc_port = _port(proxy.pop("grpcPort"), "[proxy] grpcPort")
@@ -183,7 +191,7 @@ def build_serve_config(file_data: dict[str, Any] | None, flags: dict[str, Any]) 
         cfg.data_dir = Path(flags["data_dir"])
     if flags.get("host") is not None:
         cfg.host = flags["host"]
-    for name in ("mqtt_port", "ws_port", "namesrv_port", "broker_port", "http_port", "grpc_port"):
+    for name in ("mqtt_port", "ws_port", "namesrv_port", "broker_port", "http_port", "grpc_port", "events_port"):
         if flags.get(name) is not None:
             setattr(cfg, name, _port(flags[name], "--" + name.replace("_", "-")))
     if flags.get("flush") is not None:

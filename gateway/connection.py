@@ -65,6 +65,7 @@ from gateway.mqtt import (
     PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, Subscribe, Unsubscribe,
 )
 from gateway.publishing import publish_batch
+from gateway.quota import PublishQuota
 from gateway.sessions import Delivery, encode_delivery
 from gateway.subscribing import subscribe, unsubscribe
 
@@ -91,7 +92,7 @@ class Connection:
     __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "live", "_held", "_held_rel", "closing", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
                  "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery",
-                 "_acting", "_writer_of", "_writing", "_behind", "_room", "_writer_done", "auth")
+                 "_acting", "_writer_of", "_writing", "_behind", "_room", "_writer_done", "auth", "quota")
 
     def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery) -> None:
         """``nursery`` runs the writer task when one is needed."""
@@ -127,6 +128,7 @@ class Connection:
         self._room: bool | None = None  # whether the socket had room during this write (asked when needed)
         self._writer_done: trio.Event | None = None  # made when the end of the connection waits for the writer
         self.auth = None  # connecting.PendingAuth while an enhanced authentication exchange is under way
+        self.quota = PublishQuota(lim.max_publish_rate) if lim.max_publish_rate else None
 
     @property
     def done(self) -> trio.Event:

@@ -54,6 +54,13 @@ maxSessionExpiryInterval   604800 (7 days)     cap on a session's expiry
                                                4294967295 = never expire
 connectTimeout             10.0                seconds between accepting a
                                                connection and its CONNECT
+maxPublishRate             0                   PUBLISH packets per second one
+                                               connection may send (0 = no
+                                               limit; bursts of one second's
+                                               worth). Over it, a 5.0 client
+                                               gets 0x97 Quota exceeded and
+                                               the message is not stored; a
+                                               3.1.1 client is read slower
 =========================  ==================  ================================
 """
 
@@ -90,6 +97,7 @@ class Limits:
     max_keepalive: int = 65535
     max_session_expiry_interval: int = 604_800
     connect_timeout: float = 10.0
+    max_publish_rate: int = 0
 
     def __post_init__(self) -> None:
         _int_in(self.max_connections, 1, 10**9, "maxConnections")
@@ -111,6 +119,7 @@ class Limits:
                 or not 0 < self.connect_timeout <= 3600):
             raise ConfigError(f"connectTimeout must be a number of seconds in (0, 3600], "
                               f"not {self.connect_timeout!r}")
+        _int_in(self.max_publish_rate, 0, 10**9, "maxPublishRate")
 
     @classmethod
     def from_dict(cls, table: Mapping[str, Any], *, other_keys: Iterable[str] = ()) -> Limits:

@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import logging
 
-import msgpack
-
-from core.broker import PERM_READ, PERM_WRITE, PullStatus
-from core.store import Message, decode_message
+from core.broker import PERM_READ, PERM_WRITE, record_message, replay_records
+from core.store import Message
 from gateway.backend import BrokerBackend
 
 log = logging.getLogger("mqgate.gateway")
@@ -46,8 +44,7 @@ KINDS = ("sess", "in2", "will", "ret", "live")
 def record(kind: str, key: str, value) -> tuple[Message, int]:
     """A (message, queue id) pair for ``broker.send_many``."""
     assert kind in KINDS
-    body = msgpack.packb([kind, key, value], use_bin_type=True)
-    return Message(topic=META_TOPIC, body=body, properties={"KEYS": f"{kind}:{key}"[:200].replace(" ", "_")}), 0
+    return record_message(META_TOPIC, kind, key, value), 0
 
 
 async def replay(broker: BrokerBackend) -> dict[tuple[str, str], object]:
@@ -58,31 +55,9 @@ async def replay(broker: BrokerBackend) -> dict[tuple[str, str], object]:
 async def replay_to_end(broker: BrokerBackend) -> tuple[dict[tuple[str, str], object], int]:
     """``replay``, and the queue offset it read to (where a tail goes on)."""
     await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
-    await broker.prepare_queue(META_TOPIC)
-    state: dict[tuple[str, str], object] = {}
-    offset = broker.min_offset(META_TOPIC, 0)
+    await broker.prepare_queue(META_TOPIC)  # a remote backend's offsets of the queue
     end = broker.max_offset(META_TOPIC, 0)
-    bad = 0
-    while offset < end:
-        result = await broker.read_queue(META_TOPIC, 0, offset, 256)
-        if result.status is not PullStatus.FOUND:
-            if result.next_begin_offset <= offset:
-                break
-            offset = result.next_begin_offset
-            continue
-        for raw in result.entries:
-            try:
-                kind, key, value = msgpack.unpackb(decode_message(raw).body, raw=False, strict_map_key=False)
-                if kind not in KINDS or not isinstance(key, str):
-                    raise ValueError(f"not a record: kind {kind!r}, key {key!r}")
-            except Exception:  # noqa: BLE001 - a bad record is logged, the rest still counts
-                bad += 1
-                continue
-            if value is None:
-                state.pop((kind, key), None)
-            else:
-                state[(kind, key)] = value
-        offset = result.next_begin_offset
+    state, bad = await replay_records(broker, META_TOPIC, KINDS)
     if bad:
         log.error("%d gateway meta record(s) in %s did not decode and were skipped", bad, META_TOPIC)
-    return state, max(offset, end)
+    return state, end

@@ -10,6 +10,10 @@ arrival order.
   ``TOPIC_NOT_EXIST``) would come back forever from a persistent session,
   so it is acknowledged and dropped (counted in ``dropped``), as Mosquitto
   does with messages it will not take.
+* Over ``maxPublishRate`` (gateway/quota.py): a 5.0 client's PUBLISH gets
+  0x97 Quota exceeded and is not stored (a QoS 0 one is dropped; both are
+  counted in ``quota_exceeded``); a 3.1.1 client's read waits until the
+  quota pays for it, so its socket is read slower and nothing is lost.
 * ``$delayed/<s>/<topic>``: the message is parked by the broker's timer
   service and stored on ``<topic>`` when it fires. Its RETAIN flag travels
   in the message (``mqttRetain``) and acts on ``<topic>`` then (the
@@ -47,6 +51,10 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     await trio.lowlevel.checkpoint()
     gw = conn.gw
     sess = conn.session
+    quota = conn.quota
+    if quota is not None and conn.version < 5:
+        await quota.wait(len(batch))
+        quota = None
     inbound = sess.inbound
     received = now_ms()
     items = []
@@ -66,6 +74,10 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
             continue
         if action is InboundAction.RESEND_PUBREC:
             plan.append((pub, None, 0, None))
+            continue
+        if quota is not None and not quota.take():
+            gw.stats.quota_exceeded += 1
+            plan.append((pub, None, R.QUOTA_EXCEEDED, f"quota exceeded: at most {quota.rate} messages/s"))
             continue
         try:
             topic, name, delay = check_publish(conn, pub)

@@ -221,6 +221,9 @@ def run_server(cfg: ServeConfig, role: str = "serve") -> int:
     if role == "serve":
         check_mqtt_config(cfg)
         check_http_config(cfg)
+        from .http.events_settings import EventsSettings
+
+        EventsSettings.from_dict(cfg.events, port=cfg.events_port)
     elif role == "broker" and cfg.http_port:
         check_http_config(cfg)
     try:

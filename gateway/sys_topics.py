@@ -31,6 +31,19 @@ $SYS/broker/messages/retained/count         retained messages
 $SYS/broker/subscriptions/count             subscriptions
 $SYS/broker/errors/protocol                 connections closed for a protocol
                                             error
+$SYS/broker/errors/store                    PUBLISHes the store did not take
+$SYS/broker/clients/disconnected            sessions kept with no connection
+$SYS/broker/clients/refused                 CONNECTs refused, any reason
+$SYS/broker/clients/auth-failures           CONNECTs refused for bad credentials
+$SYS/broker/messages/denied                 PUBLISHes the ACL refused
+$SYS/broker/messages/quota-exceeded         PUBLISHes over maxPublishRate (5.0)
+$SYS/broker/bytes/received                  bytes read from clients
+$SYS/broker/bytes/sent                      bytes written to clients
+$SYS/broker/listeners/<name>/connected      connected clients per listener
+                                            (every configured listener, 0 too)
+$SYS/broker/listeners/sockets-refused       sockets closed at once
+                                            (maxConnections reached)
+$SYS/broker/listeners/handshake-failures    TLS / WebSocket handshakes failed
 ==========================================  ===================================
 """
 
@@ -38,7 +51,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-VERSION = "mqgate 0.1.0"
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, through the package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mqgate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+VERSION = f"mqgate {package_version()}"
 
 
 @dataclass
@@ -59,6 +82,7 @@ class GatewayStats:
     bytes_out: int = 0  # bytes written to clients
     auth_failures: int = 0  # CONNECTs refused for bad credentials
     denied: int = 0  # PUBLISHes refused by the ACL
+    quota_exceeded: int = 0  # PUBLISHes refused over maxPublishRate (MQTT 5)
 
 
 def sys_values(gw, uptime_s: float) -> dict[str, str]:
@@ -76,4 +100,26 @@ def sys_values(gw, uptime_s: float) -> dict[str, str]:
         "$SYS/broker/messages/retained/count": str(len(gw.retained.stored)),
         "$SYS/broker/subscriptions/count": str(len(gw.router.trie)),
         "$SYS/broker/errors/protocol": str(s.protocol_errors),
+        "$SYS/broker/errors/store": str(s.store_errors),
+        "$SYS/broker/clients/disconnected": str(len(gw.router.sessions) - s.connected),
+        "$SYS/broker/clients/refused": str(s.refused),
+        "$SYS/broker/clients/auth-failures": str(s.auth_failures),
+        "$SYS/broker/messages/denied": str(s.denied),
+        "$SYS/broker/messages/quota-exceeded": str(s.quota_exceeded),
+        "$SYS/broker/bytes/received": str(s.bytes_in),
+        "$SYS/broker/bytes/sent": str(s.bytes_out),
+        "$SYS/broker/listeners/sockets-refused": str(gw.listener_stats.refused),
+        "$SYS/broker/listeners/handshake-failures": str(gw.listener_stats.handshake_failures),
+        **{f"$SYS/broker/listeners/{name}/connected": str(n) for name, n in _per_listener(gw).items()},
     }
+
+
+def _per_listener(gw) -> dict[str, int]:
+    """Connected clients by listener name, every listener the gateway serves included."""
+    counts = dict.fromkeys(gw.listener_names, 0)
+    for sess in list(gw.router.sessions.values()):
+        conn = sess.conn
+        if conn is not None:
+            name = conn.info.listener
+            counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -9,8 +9,11 @@ Rules kept here:
   master's GET_CONSUMER_CONNECTION_LIST), consume type, message model and
   total lag over the queues it committed on.
 - ``progress``: the group's topics come from the brokers' offset tables, or
-  ``--topic``; per queue GET_MAX_OFFSET, QUERY_CONSUMER_OFFSET and the lag
-  between them. An unknown group, or an unknown ``--topic``, is an error.
+  ``--topic``; GET_CONSUME_STATS (208, as mqadmin ``consumerProgress``) of
+  each broker in the topic's route (its master, else a slave): per queue
+  broker offset, consumer offset (0 when none is committed), the lag between
+  them and the store time of the last consumed message; and the group's
+  pull rate. An unknown group, or an unknown ``--topic``, is an error.
 - ``connections``: the group's clients on every master, merged by client
   id, and its subscriptions; no client online is an error.
 - ``status``: each online client's own report (GET_CONSUMER_RUNNING_INFO,
@@ -97,19 +100,18 @@ async def group_progress(admin: Admin, a) -> dict:
     facts = await admin.require_group(a.group)
     topics = set(a.topic or ()) or facts.topics
     rows = []
+    tps = 0.0
     for topic in sorted(topics):
         route = await admin.route(topic)
-        addrs = route.broker_addrs()
-        for mq in route.subscribe_queues():
-            addr = addrs.get(mq.broker_name)
-            if addr is None:
-                continue
-            broker_offset = await admin.api.max_offset(addr, mq)
-            consumer_offset = await admin.api.query_consumer_offset(addr, a.group, mq)
-            lag = broker_offset - consumer_offset if consumer_offset is not None else None
-            rows.append({"topic": topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
-                         "brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lag": lag})
-    return {"group": a.group, "queues": rows, "totalLag": sum(r["lag"] or 0 for r in rows)}
+        for _name, addr in sorted(route.subscribe_addrs().items()):
+            table, rate = await admin.api.consume_stats(addr, a.group, topic)
+            tps += rate
+            for mq, w in sorted(table.items(), key=lambda kv: (kv[0].broker_name, kv[0].queue_id)):
+                rows.append({"topic": topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
+                             "brokerOffset": w["brokerOffset"], "consumerOffset": w["consumerOffset"],
+                             "lag": max(0, w["brokerOffset"] - w["consumerOffset"]),
+                             "lastTimestamp": w.get("lastTimestamp") or 0})
+    return {"group": a.group, "queues": rows, "totalLag": sum(r["lag"] for r in rows), "consumeTps": tps}
 
 
 async def group_list(admin: Admin, a) -> dict:
@@ -252,8 +254,10 @@ async def group_update(admin: Admin, a) -> dict:
 
 def render(action: str, result: dict, out: TextIO) -> None:
     if action == "progress":
-        table(result["queues"], ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "lag"], out)
-        print(f"total lag: {result['totalLag']}", file=out)
+        rows = [{**r, "lastConsumed": human_time(r["lastTimestamp"]) if r["lastTimestamp"] else "-"}
+                for r in result["queues"]]
+        table(rows, ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "lag", "lastConsumed"], out)
+        print(f"total lag: {result['totalLag']}, consume TPS: {result['consumeTps']:.1f}", file=out)
     elif action == "list":
         rows = [{**r, "topics": ",".join(r["topics"])} for r in result["groups"]]
         table(rows, ["group", "clients", "consumeType", "messageModel", "lag", "topics"], out)

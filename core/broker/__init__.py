@@ -57,6 +57,10 @@ Observability and wiring: broker.running, broker.flush_count, broker.flushed_off
 broker.recovery_report, broker.store (the MessageStore), broker.store_host, broker.root,
 broker.config_dir, broker.replicator (core/ha sets it on a SYNC_MASTER).
 
+Records (msgpack ``[kind, key, value]`` in queue 0 of a system topic; gateway metadata, event rules)::
+
+    record_message(topic, kind, key, value) -> Message;  await replay_records(broker, topic, kinds) -> (state, skipped)
+
 Names: `validate_topic`, `mqtt_level_to_topic`, `mqtt_topic_to_topic`, `topic_to_mqtt_level`,
 `retry_topic`, `dlq_topic`; tag and SQL92 expressions: `parse_subscription` -> `SubscriptionData`
 (SQL92 alone: `compile_sql92` -> `Sql92Filter`, `Sql92Error`; `property_filter_refusal` is 4.x's remark
@@ -69,6 +73,7 @@ from .config import (
     configs_from_dict, store_config_for,
 )
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
+from .records import record_message, replay_records
 from .results import PullResult, PullStatus, QueryResult, SendResult, SendStatus
 from .sql92 import Sql92Error, Sql92Filter, compile_sql92
 from .subscription import (
@@ -95,4 +100,5 @@ __all__ = [
     "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC",
     "mqtt_level_to_topic", "mqtt_topic_to_topic", "topic_to_mqtt_level",
     "SubscriptionGroupConfig", "SubscriptionGroupTable", "ConsumerOffsetTable",
+    "record_message", "replay_records",
 ]

@@ -38,6 +38,7 @@ from core.store.message import StoredMessage, decode_message, pack_host, parse_o
 
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole, FlushDiskType, store_config_for
 from .flush import CommitLogFlusher
+from .group_gets import GroupGetRates
 from .jsonfile import read_json, write_json_atomic
 from .notify import QueueNotifier
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
@@ -87,6 +88,7 @@ class Broker(SendPath, PullPath):
         self._uniq = UniqKeyGenerator(config.broker_ip1)
         self._notifier = QueueNotifier(self.max_offset)
         self.get_counts: dict[str, int] = {}  # topic -> messages pulled by consumers (pulling._count_gets)
+        self.group_gets = GroupGetRates()  # (group, topic) -> pull rate, for GET_CONSUME_STATS
         self.durable_latency = LatencyHistogram()  # seconds a SYNC_FLUSH / SYNC_MASTER send waited (sending)
         self._flusher: CommitLogFlusher | None = None
         self._put_hooks: list[tuple[PutHook, frozenset | None]] = []  # (hook, its `when` names or None)
@@ -363,6 +365,15 @@ class Broker(SendPath, PullPath):
     def flush_latency(self) -> LatencyHistogram | None:
         """Seconds per commit-log fsync of the flusher (None before it runs)."""
         return self._flusher.latency if self._flusher else None
+
+    def page_cache_busy_ms(self) -> float:
+        """How long the running commit-log flush has taken so far, in ms (0 when none runs).
+
+        RocketMQ's ``isOSPageCacheBusy`` measures the time a put has held the
+        commit-log lock. Our appends run in the trio thread, so a stalled page
+        cache shows in the flush that runs in a worker thread instead."""
+        started = self._flusher.flush_started if self._flusher else None
+        return 0.0 if started is None else (trio.current_time() - started) * 1000.0
 
     @property
     def flush_count(self) -> int:

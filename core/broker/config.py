@@ -72,6 +72,9 @@ class BrokerConfig:
     flush_disk_type: FlushDiskType = _key("flushDiskType", "ASYNC_FLUSH (periodic) or SYNC_FLUSH (ack after fsync)", FlushDiskType.ASYNC_FLUSH)
     flush_interval_commit_log: int = _key("flushIntervalCommitLog", "ms between periodic flushes in ASYNC_FLUSH", 500)
     sync_flush_timeout: int = _key("syncFlushTimeout", "ms a SYNC_FLUSH send waits for fsync before FLUSH_DISK_TIMEOUT", 5000)
+    broker_fast_failure_enable: bool = _key("brokerFastFailureEnable", "answer sends that waited too long in the broker, or came while the disk is busy, SYSTEM_BUSY (flow control)", True)
+    wait_time_mills_in_send_queue: int = _key("waitTimeMillsInSendQueue", "ms a send may wait in the broker before it is answered SYSTEM_BUSY [TIMEOUT_CLEAN_QUEUE]", 200)
+    os_page_cache_busy_time_out_mills: int = _key("osPageCacheBusyTimeOutMills", "ms a commit-log flush may run before new sends are answered SYSTEM_BUSY [PC_SYNCHRONIZED]", 1000)
     auto_create_topic_enable: bool = _key("autoCreateTopicEnable", "create unknown topics on first send from TBW102", True)
     default_topic_queue_nums: int = _key("defaultTopicQueueNums", "queue count of TBW102, so of auto-created topics", 8)
     auto_create_subscription_group: bool = _key("autoCreateSubscriptionGroup", "create unknown consumer groups on first use", True)
@@ -93,6 +96,7 @@ class BrokerConfig:
     msg_trace_topic_name: str = _key("msgTraceTopicName", "topic trace records are written to when traceTopicEnable is on", "RMQ_SYS_TRACE_TOPIC")
     notify_consumer_ids_changed_enable: bool = _key("notifyConsumerIdsChangedEnable", "tell a group's members when it changes", True)
     register_name_server_period: int = _key("registerNameServerPeriod", "ms between registrations with the name servers", 30000)
+    message_delay_level: str = _key("messageDelayLevel", "delay levels of delayed messages and consumer retries (retry n waits level 3 + n), units ms s m h d", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
     # transactions (core/transactions.py): when and how often a pending half message is checked back
     transaction_timeout: int = _key("transactionTimeOut", "ms a half message waits for END_TRANSACTION before its first check", 6000)
     transaction_check_interval: int = _key("transactionCheckInterval", "ms between checks of a half message still unresolved", 60000)
@@ -114,6 +118,7 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         positive = ("flush_interval_commit_log", "sync_flush_timeout", "default_topic_queue_nums", "short_polling_time_mills",
+                    "wait_time_mills_in_send_queue", "os_page_cache_busy_time_out_mills",
                     "max_message_size", "clean_resource_interval", "flush_consumer_offset_interval", "default_query_max_num",
                     "register_name_server_period", "transaction_timeout", "transaction_check_interval",
                     "transaction_check_max", "ha_slave_fallbehind_max", "slave_timeout", "ha_send_heartbeat_interval",

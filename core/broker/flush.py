@@ -21,6 +21,9 @@ Rules kept here:
 - A waiter is woken exactly when ``flushed_offset >= its offset``; a waiter
   past its deadline gets False (FLUSH_DISK_TIMEOUT), never a hang.
 - ``flush_count`` counts the flushes that made new log bytes durable.
+- ``flush_started`` is the trio time the running flush began (None between
+  flushes): a flush that runs long means the disk cannot keep up, which the
+  send path answers with SYSTEM_BUSY (`Broker.page_cache_busy_ms`).
 - A flush that raises (disk gone) is logged and re-raised: the broker's
   nursery fails loudly rather than acknowledging unflushed data.
 """
@@ -57,6 +60,7 @@ class CommitLogFlusher:
         self._waiters: list[tuple[int, int, trio.Event]] = []  # heap of (offset, seq, event)
         self._seq = itertools.count()
         self._kick = trio.Event()
+        self.flush_started: float | None = None
 
     async def wait_flushed(self, offset: int, deadline: float) -> bool:
         """True once the log is durable up to ``offset`` (an end offset); False at ``deadline``."""
@@ -91,11 +95,14 @@ class CommitLogFlusher:
                 continue
             fn = self._flush if full or self._flush_log is None else self._flush_log
             started = time.perf_counter()
+            self.flush_started = trio.current_time()
             try:
                 flushed = await trio.to_thread.run_sync(fn)
             except BaseException:
                 log.exception("commit log flush failed")
                 raise
+            finally:
+                self.flush_started = None
             if fn is self._flush:
                 self._fully_flushed = max(self._fully_flushed, flushed)
             before = self.flushed_offset

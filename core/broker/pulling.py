@@ -108,7 +108,7 @@ class PullPath:
         result = self._get(topic, queue_id, offset, max_count, codes, match)
         if suspend_timeout_ms is None or not self._parkable(result):
             await trio.lowlevel.checkpoint()
-            return self._advise(group, offset, self._count_gets(topic, result))
+            return self._advise(group, offset, self._count_gets(group, topic, result))
         timeout_ms = suspend_timeout_ms if self.config.long_polling_enable else self.config.short_polling_time_mills
         deadline = trio.current_time() + max(0, timeout_ms) / 1000
         while self._parkable(result):
@@ -118,15 +118,18 @@ class PullPath:
             if not self._running:
                 return PullResult(PullStatus.SERVICE_NOT_AVAILABLE, remark="the broker is shutting down")
             result = self._get(topic, queue_id, offset, max_count, codes, match)
-        return self._advise(group, offset, self._count_gets(topic, result))
+        return self._advise(group, offset, self._count_gets(group, topic, result))
 
-    def _count_gets(self, topic: str, result: PullResult) -> PullResult:
+    def _count_gets(self, group: str, topic: str, result: PullResult) -> PullResult:
         """Messages handed to consumers, per topic of the topic table (``get_counts``,
-        read by /metrics); once per pull answer, never per message. Light message
-        queues (one per MQTT session) are not counted: their names are per client."""
+        read by /metrics) and per (group, topic) (``group_gets``, GET_CONSUME_STATS);
+        once per pull answer, never per message. Light message queues (one per
+        MQTT session) are not counted: their names are per client."""
         if result.entries and not topic.startswith(LMQ_TOPIC_PREFIX):
             counts = self.get_counts
-            counts[topic] = counts.get(topic, 0) + len(result.entries)
+            n = len(result.entries)
+            counts[topic] = counts.get(topic, 0) + n
+            self.group_gets.count(group, topic, n)
         return result
 
     def _advise(self, group: str, offset: int, result: PullResult) -> PullResult:

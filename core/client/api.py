@@ -272,6 +272,13 @@ class ClientApi:
         table = decode_json(_check(resp, addr).body).get("offsetTable") or {}
         return {MessageQueue.from_json(dict(k)): dict(v) for k, v in table.items()}
 
+    async def consume_stats(self, addr: str, group: str, topic: str) -> tuple[dict[MessageQueue, dict], float]:
+        """GET_CONSUME_STATS: (queue -> {brokerOffset, consumerOffset, pullOffset, lastTimestamp}, consumeTps)."""
+        resp = await self.call(addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
+        body = decode_json(_check(resp, addr).body)
+        table = body.get("offsetTable") or {}
+        return {MessageQueue.from_json(dict(k)): dict(v) for k, v in table.items()}, float(body.get("consumeTps") or 0)
+
     async def consumer_connections(self, addr: str, group: str) -> dict | None:
         """GET_CONSUMER_CONNECTION_LIST: ConsumerConnection JSON; None if no client of the group is online there."""
         resp = await self.call(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})

@@ -63,7 +63,7 @@ log = logging.getLogger("mqgate.client.producer")
 
 RETRY_CODES = frozenset({
     ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
-    ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
+    ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
 })
 RECONSUME_TIME = "RECONSUME_TIME"
 RETRY_PREFIX = "%RETRY%"

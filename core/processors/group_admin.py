@@ -1,4 +1,5 @@
 """Consumer groups as an operator sees them: GET_CONSUMER_CONNECTION_LIST (203),
+GET_CONSUME_STATS (208),
 INVOKE_BROKER_TO_RESET_OFFSET (222), which sends RESET_CONSUMER_CLIENT_OFFSET (220)
 to the group's live clients, and the two requests the broker passes on to one
 client and answers with the client's answer: GET_CONSUMER_RUNNING_INFO (307)
@@ -11,6 +12,16 @@ Rules kept here:
   client id, address, language and version; the group's consume type,
   message model, consume-from-where and subscriptions) from the heartbeat
   table; a group with no live channel is 206 CONSUMER_NOT_ONLINE.
+- GET_CONSUME_STATS answers ConsumeStats for ``consumerGroup``: the topics
+  of ``topicList`` (``;``-separated, taken as they are), else ``topic``,
+  else every topic the group committed on; without ``topicList``, a topic
+  the group's online clients do not subscribe to is left out (when they
+  subscribe to anything), as in Java. Per read queue of each known topic:
+  ``brokerOffset`` (max offset), ``consumerOffset`` (committed, 0 if none),
+  ``pullOffset`` (the same: pulls are not tracked apart) and
+  ``lastTimestamp`` (store time of the last consumed message, when there is
+  one), keyed by MessageQueue objects; ``consumeTps`` is the group's pull
+  rate over the topics (``core.broker.group_gets``).
 - INVOKE_BROKER_TO_RESET_OFFSET computes, for each write queue of the topic
   on this broker, the offset of ``timestamp`` (SEARCH_OFFSET_BY_TIMESTAMP's
   rule; ``-1`` means the queue's end). With ``isForce`` that offset is
@@ -87,6 +98,37 @@ async def get_consumer_connection_list(ctx: BrokerContext, channel: Channel, req
     body = {"connectionSet": sorted(connections, key=lambda c: c["clientId"]), "consumeFromWhere": g.consume_from_where,
             "consumeType": g.consume_type, "messageModel": g.message_model, "subscriptionTable": subscriptions}
     return req.make_response(ResponseCode.SUCCESS, body=_body(body))
+
+
+async def get_consume_stats(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    group = req.get_str("consumerGroup")
+    listed = [t for t in req.get_str("topicList", "").split(";") if t]
+    b = ctx.broker
+    if listed:
+        topics = set(listed)
+    else:
+        given = req.get_str("topic", "")
+        topics = {given} if given else b.offsets.topics_of(group)
+        g = ctx.clients.consumers.get(group)
+        if g is not None and g.subscriptions:
+            topics = {t for t in topics if t in g.subscriptions}
+    table = {}
+    tps = 0.0
+    for topic in sorted(topics):
+        cfg = b.get_topic(topic)
+        if cfg is None:
+            continue
+        for qid in range(cfg.read_queue_nums):
+            consumer = max(0, b.query_offset(group, topic, qid) or 0)
+            wrapper = {"brokerOffset": max(0, b.max_offset(topic, qid)), "consumerOffset": consumer,
+                       "lastTimestamp": 0, "pullOffset": consumer}
+            if consumer > 0:
+                last = await b.store_time(topic, qid, consumer - 1)
+                if last > 0:
+                    wrapper["lastTimestamp"] = last
+            table[(("brokerName", b.config.broker_name), ("queueId", qid), ("topic", topic))] = wrapper
+        tps += b.group_gets.tps(group, topic)
+    return req.make_response(ResponseCode.SUCCESS, body=_body({"consumeTps": tps, "offsetTable": table}))
 
 
 async def reset_offset_table(ctx: BrokerContext, topic: str, group: str, timestamp: int, force: bool) -> dict[int, int]:

@@ -25,6 +25,17 @@ Reference 2.1, 2.2, 4.7, 10 (``SendMessageProcessor``). Rules kept here:
   ``ORIGIN_MESSAGE_ID`` set; past the maximum (or delay level < 0) it goes
   to ``%DLQ%<group>`` with no delay. The delay itself is the schedule
   service's put hook (`core.delay_levels`).
+- **Fast failure** (RocketMQ's ``BrokerFastFailure``, with
+  ``brokerFastFailureEnable``): a send, batch or send-back that waited in
+  the broker ``waitTimeMillsInSendQueue`` ms or more since its frame was
+  read (behind earlier requests of the same read whose stores were slow to
+  become durable) is answered SYSTEM_BUSY ``[TIMEOUT_CLEAN_QUEUE]...``,
+  and any send while a commit-log flush has run longer than
+  ``osPageCacheBusyTimeOutMills`` is answered SYSTEM_BUSY
+  ``[PC_SYNCHRONIZED]...``: nothing of it is stored, and clients retry
+  (Java's producer retries SYSTEM_BUSY on another queue). A flood that has
+  not been read yet waits in the sockets: the server reads a connection
+  again only when that read's requests are answered.
 - Response codes and remarks come from the broker's `SendResult`; the
   response carries ``msgId`` (offset id, comma-joined for a batch),
   ``queueId``, ``queueOffset`` and ``MSG_REGION``/``TRACE_ON`` (``regionId``,
@@ -36,6 +47,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+
+import trio
 
 from core.broker import RETRY_GROUP_TOPIC_PREFIX, SendResult, dlq_topic, retry_topic
 from core.processors.context import BrokerContext, born_host
@@ -165,7 +178,28 @@ def _message(s: _Send, body: bytes) -> Message:
                    born_timestamp=s.born_ts, born_host=s.host, reconsume_times=s.reconsume)
 
 
+PC_BUSY = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+
+
+def _fast_failure(ctx: BrokerContext, channel: Channel, req: RemotingCommand, queued: int) -> RemotingCommand | None:
+    """SYSTEM_BUSY for a send that waited too long here or came while the disk is busy; None to go on."""
+    broker = ctx.broker
+    cfg = broker.config
+    if not cfg.broker_fast_failure_enable:
+        return None
+    behind = (trio.current_time() - channel.read_at) * 1000.0
+    if behind >= cfg.wait_time_mills_in_send_queue:
+        return req.make_response(ResponseCode.SYSTEM_BUSY, "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, "
+                                 f"period in queue: {int(behind)}ms, size of queue: {queued}")
+    if broker.page_cache_busy_ms() > cfg.os_page_cache_busy_time_out_mills:
+        return req.make_response(ResponseCode.SYSTEM_BUSY, PC_BUSY)
+    return None
+
+
 async def send_message(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
+    busy = _fast_failure(ctx, channel, req, 0)
+    if busy is not None:
+        return busy
     return await _execute(ctx, req, _stamp(ctx, _parse(channel, req)))
 
 
@@ -185,7 +219,12 @@ async def send_messages(ctx: BrokerContext, channel: Channel, reqs: list[Remotin
                 out[i] = _response(reqs[i], result, broker.config)
             pending.clear()
 
+    last = len(reqs) - 1
     for i, req in enumerate(reqs):
+        busy = _fast_failure(ctx, channel, req, last - i)
+        if busy is not None:
+            out[i] = busy
+            continue
         try:
             s = _stamp(ctx, _parse(channel, req))
         except HeaderFieldError as exc:
@@ -233,6 +272,9 @@ async def _execute(ctx: BrokerContext, req: RemotingCommand, s: _Send) -> Remoti
 
 
 async def consumer_send_msg_back(ctx: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    busy = _fast_failure(ctx, channel, req, 0)
+    if busy is not None:
+        return busy
     offset = req.get_long("offset")
     group = req.get_str("group")
     delay_level = req.get_int("delayLevel")

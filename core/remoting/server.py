@@ -28,6 +28,9 @@ writer task. Rules kept here:
 - Every wait on the peer has a timeout: reads (``idle_timeout``, Java's
   120 s channel idle), writes (``write_timeout``) and broker-to-client
   requests (``Channel.request``).
+- ``Channel.read_at`` is the trio time of the read being dispatched: how
+  long a request has waited in this process since it was read (the
+  broker's fast failure answers sends that waited too long).
 - ``request_hook(channel, cmd)`` (ACL) sees every request that has a route
   before it runs; a command it returns is the answer (not sent for oneway
   requests) and the request is dropped.
@@ -106,6 +109,7 @@ class Channel:
         self.local_addr: tuple[str, int] = (sock[0], sock[1])
         self._cancel: trio.CancelScope | None = None
         self._batching = False  # the reader is dispatching a read's frames; it flushes after
+        self.read_at = 0.0  # trio time of the read whose frames are being dispatched (fast failure)
         self._writing = False
 
     def __repr__(self) -> str:
@@ -295,6 +299,7 @@ class RemotingServer:
             if not data:
                 return
             decoder.receive_data(data)
+            channel.read_at = trio.current_time()
             cmds: list[RemotingCommand] = []
             bad: RemotingProtocolError | None = None
             try:

@@ -10,7 +10,9 @@ Rooms: may import ``gateway`` and ``core`` (public names). What other parts use:
 Modules: ``settings`` (the ``[http]`` table), ``users`` (users file, roles,
 tokens), ``metrics`` (the Prometheus collector), ``ops`` (what the API
 reads and does on a gateway), ``app`` (routes, auth, JSON errors),
-``server`` (Hypercorn on trio), ``cli`` (the admin verbs); the package
+``server`` (Hypercorn on trio), ``cli`` (the admin verbs), ``events_api``,
+``events_settings`` and ``events_cli`` (the event API on its own port, its
+``[events]`` table, ``mqgate admin events``); the package
 ``dashboard`` (server-rendered pages under ``/dashboard``). Each states its
 rules in its docstring; docs/OPERATIONS.md is the user's guide.
 """

@@ -204,7 +204,7 @@ class AdminApi:
         return JSONResponse(result)
 
     def routes(self) -> list[Route]:
-        r = _guarded
+        r = guarded
         if self.ops.gw is None:  # a broker alone (mqgate broker): its series, and login for metricsAuth
             return [Route("/metrics", r(self.metrics), methods=["GET"]),
                     Route("/api/v1/login", r(self.login), methods=["POST"]),
@@ -233,7 +233,7 @@ def _peer(request: Request) -> str:
     return f"{request.client.host}:{request.client.port}" if request.client else "?"
 
 
-def _guarded(handler: Callable[[Request], Awaitable[Response]]):
+def guarded(handler: Callable[[Request], Awaitable[Response]]):
     """``ApiError`` and ``NotFound`` become their one-line JSON answer; any other
     exception is a bug: logged with its traceback, answered 500 in one line."""
     async def endpoint(request: Request) -> Response:
@@ -257,8 +257,12 @@ async def _bug(request: Request, exc: Exception) -> Response:
     return error(500, "internal error; the server log has the details")
 
 
+def json_app(routes: list) -> Starlette:
+    """A Starlette app whose errors (unknown path, wrong method, a bug) are one JSON line."""
+    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _bug})
+
+
 def make_app(api: AdminApi, extra_routes: list | tuple = ()) -> Starlette:
     """The admin API's routes, then ``extra_routes`` (Starlette ``Route``/``Mount``:
-    the dashboard's, and other HTTP parts such as the event API)."""
-    return Starlette(routes=[*api.routes(), *extra_routes],
-                     exception_handlers={HTTPException: _http_error, Exception: _bug})
+    the dashboard's, and other HTTP parts)."""
+    return json_app([*api.routes(), *extra_routes])

@@ -48,8 +48,8 @@ COLUMNS = {
 }
 
 
-def is_http_verb(argv: list[str]) -> bool:
-    """Whether the first word of ``mqgate admin``'s line (after global options) is one of ours."""
+def admin_area(argv: list[str]) -> str | None:
+    """The first word of ``mqgate admin``'s line after global options (``clients``, ``events``...)."""
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -59,8 +59,18 @@ def is_http_verb(argv: list[str]) -> bool:
         if arg.startswith("-"):
             i += 1
             continue
-        return arg in HTTP_ADMIN_AREAS
-    return False
+        return arg
+    return None
+
+
+def is_http_verb(argv: list[str]) -> bool:
+    """Whether the first word of ``mqgate admin``'s line (after global options) is one of ours."""
+    return admin_area(argv) in HTTP_ADMIN_AREAS
+
+
+def hoist_options(argv: list[str]) -> list[str]:
+    """The global options (``--url``, ``--user``, ``--json``...) moved before the verb, wherever they were typed."""
+    return _hoist(argv)
 
 
 def _hoist(argv: list[str]) -> list[str]:
@@ -81,16 +91,47 @@ def _hoist(argv: list[str]) -> list[str]:
     return front + rest
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mqgate admin", description="the gateway's clients, sessions, retained "
-                                "messages and subscriptions, over the HTTP admin API (docs/OPERATIONS.md)")
-    p.add_argument("--url", default=os.environ.get("MQGATE_URL", DEFAULT_URL),
-                   help=f"the HTTP API (default $MQGATE_URL or {DEFAULT_URL})")
+def add_global_options(p: argparse.ArgumentParser, url_env: str, default_url: str, what: str) -> None:
+    """``--url`` (from ``url_env``), ``--user``, ``--password``, ``--json``, ``--timeout``."""
+    p.add_argument("--url", default=os.environ.get(url_env, default_url),
+                   help=f"{what} (default ${url_env} or {default_url})")
     p.add_argument("--user", default=os.environ.get("MQGATE_USER"), help="user of the users file ($MQGATE_USER)")
     p.add_argument("--password", default=os.environ.get("MQGATE_PASSWORD"),
                    help="its password ($MQGATE_PASSWORD; asked for when missing)")
     p.add_argument("--json", action="store_true", help="print the API's JSON")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+
+
+def call_api(a: argparse.Namespace, method: str, path: str, params: dict, err: TextIO, *, prog: str,
+             unreachable: str, body: bytes | None = None) -> dict | None:
+    """One request with ``a``'s URL, credentials (asked for on a terminal) and timeout:
+    the answer's JSON object, or None after printing the one-line reason on ``err``."""
+    if a.user and a.password is None and sys.stdin.isatty():
+        a.password = getpass.getpass(f"Password for {a.user}: ")
+    auth = (a.user, a.password or "") if a.user else None
+    headers = {"content-type": "application/json"} if body is not None else {}
+    try:
+        r = httpx.request(method, a.url.rstrip("/") + path, params=params, auth=auth, timeout=a.timeout,
+                          content=body, headers=headers, verify=not os.environ.get("MQGATE_INSECURE"))
+    except httpx.HTTPError as exc:
+        print(f"{prog}: cannot reach the HTTP API at {a.url}: {exc or type(exc).__name__} ({unreachable})", file=err)
+        return None
+    try:
+        result = r.json()
+    except ValueError:
+        result = None
+    if r.status_code >= 400 or not isinstance(result, dict):
+        reason = result.get("error") if isinstance(result, dict) else (r.text.strip()[:200] or r.reason_phrase)
+        hint = " (--user and $MQGATE_PASSWORD, or $MQGATE_USER)" if r.status_code == 401 and not a.user else ""
+        print(f"{prog}: {reason}{hint} (HTTP {r.status_code})", file=err)
+        return None
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mqgate admin", description="the gateway's clients, sessions, retained "
+                                "messages and subscriptions, over the HTTP admin API (docs/OPERATIONS.md)")
+    add_global_options(p, "MQGATE_URL", DEFAULT_URL, "the HTTP API")
     sub = p.add_subparsers(dest="area", required=True, metavar="VERB")
 
     def paged(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -154,25 +195,10 @@ def run(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -
         a = build_parser().parse_args(_hoist(list(argv)))
     except SystemExit as exc:
         return int(exc.code or 0)
-    if a.user and a.password is None and sys.stdin.isatty():
-        a.password = getpass.getpass(f"Password for {a.user}: ")
     method, path, params = _request(a)
-    auth = (a.user, a.password or "") if a.user else None
-    try:
-        r = httpx.request(method, a.url.rstrip("/") + path, params=params, auth=auth, timeout=a.timeout,
-                          verify=not os.environ.get("MQGATE_INSECURE"))
-    except httpx.HTTPError as exc:
-        print(f"mqgate admin: cannot reach the HTTP API at {a.url}: {exc or type(exc).__name__} "
-              f"(is mqgate serve running with [http] port on? --url or $MQGATE_URL)", file=err)
-        return 1
-    try:
-        result = r.json()
-    except ValueError:
-        result = None
-    if r.status_code >= 400 or not isinstance(result, dict):
-        reason = result.get("error") if isinstance(result, dict) else (r.text.strip()[:200] or r.reason_phrase)
-        hint = " (--user and $MQGATE_PASSWORD, or $MQGATE_USER)" if r.status_code == 401 and not a.user else ""
-        print(f"mqgate admin: {reason}{hint} (HTTP {r.status_code})", file=err)
+    result = call_api(a, method, path, params, err, prog="mqgate admin",
+                      unreachable="is mqgate serve running with [http] port on? --url or $MQGATE_URL")
+    if result is None:
         return 1
     if a.json:
         json.dump(result, out, indent=2, sort_keys=True)

@@ -85,6 +85,7 @@ class GatewayCollector:
         dropped.add_metric(["queue_full"], s.dropped)
         dropped.add_metric(["expired"], s.expired)
         dropped.add_metric(["no_permission"], s.denied)
+        dropped.add_metric(["quota_exceeded"], s.quota_exceeded)
         yield dropped
         yield CounterMetricFamily("mqgate_mqtt_received_bytes", "bytes read from MQTT clients", value=s.bytes_in)
         yield CounterMetricFamily("mqgate_mqtt_sent_bytes", "bytes written to MQTT clients", value=s.bytes_out)

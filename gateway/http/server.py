@@ -51,7 +51,7 @@ _hypercorn_log = logging.getLogger("mqgate.http.server")
 _hypercorn_log.addFilter(_NoBanner())
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -63,14 +63,35 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def hypercorn_config(sock: socket.socket, cert_file: str = "", key_file: str = "") -> Config:
+    """Hypercorn's settings for a socket we bound: our log, no access log, HTTPS with ``cert_file``."""
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = None
+    config.errorlog = _hypercorn_log
+    config.graceful_timeout = 1.0
+    if cert_file:
+        config.certfile = cert_file
+        config.keyfile = key_file or cert_file
+    return config
+
+
+async def serve_app(app, config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Hypercorn's trio worker serving ``app`` until cancelled (``started`` once it accepts)."""
+    await hypercorn_serve(app, config, task_status=task_status)
+
+
 async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = None, explicit_port: bool = True,
-                   users: Users | None = None, extra_routes: list | tuple = (),
+                   users: Users | None = None, extra_routes: list | tuple = (), events=None,
+                   namesrv: list[str] = (),
                    task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``/metrics`` and the admin API over ``gw`` (and ``broker``'s series)
     until cancelled; ``started(bound port)``, or ``started(None)`` when the
-    default port is taken."""
+    default port is taken. ``events`` (a running ``core.events.EventService``)
+    adds the dashboard's event-rules page; ``namesrv`` (the name servers) its
+    admin actions: create a topic, reset a group's offset, trace a message."""
     try:
-        sock = _bind(settings.host, settings.port)
+        sock = bind(settings.host, settings.port)
     except OSError as e:
         if explicit_port or e.errno != errno.EADDRINUSE:
             raise OSError(e.errno, f"HTTP port {settings.port} on {settings.host}: {e.strerror}") from None
@@ -87,15 +108,9 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
     if gw is not None:  # a broker alone (gw None) serves /metrics only: no MQTT API, no dashboard
         reads = DashboardReads(gw, broker)
         sampler = RateSampler(reads.counters)
-        routes[:0] = Dashboard(ops, reads, users, sampler, secure_cookie=settings.tls).routes()
-    config = Config()
-    config.bind = [f"fd://{sock.detach()}"]
-    config.accesslog = None
-    config.errorlog = _hypercorn_log
-    config.graceful_timeout = 1.0
-    if settings.tls:
-        config.certfile = settings.cert_file
-        config.keyfile = settings.key_file or settings.cert_file
+        routes[:0] = Dashboard(ops, reads, users, sampler, secure_cookie=settings.tls,
+                               events=events, namesrv=list(namesrv)).routes()
+    config = hypercorn_config(sock, settings.cert_file, settings.key_file)
     scheme = "https" if settings.tls else "http"
     if not settings.tls and not is_loopback(settings.host):
         log.warning("HTTP API on %s without [http] certFile: passwords and tokens travel in clear",
@@ -106,11 +121,8 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
     async with trio.open_nursery() as nursery:
         if sampler is not None:
             await nursery.start(sampler.run)
-        await nursery.start(_serve, make_app(api, routes), config)
+        await nursery.start(serve_app, make_app(api, routes), config)
         log.info("HTTP (%s) listening on %s://%s:%d", "/metrics, /api/v1, /dashboard" if gw is not None else "/metrics",
                  scheme, settings.host, port)
         task_status.started(port)
 
-
-async def _serve(app, config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    await hypercorn_serve(app, config, task_status=task_status)

@@ -19,8 +19,8 @@ in a fresh folder holding a `.venv` link to this Python's environment (what
 `make run` makes), with that folder as the working directory, the virtualenv's
 `mqgate` commands (not its `python`) first on PATH, and this tree first on
 PYTHONPATH. The server listens on free ports; the default ports in the
-examples (9876, 10911, 1883, 8083, 18083, 8081) are replaced by those, and
-``NAMESRV_ADDR`` and ``MQGATE_URL`` point at it, so the suite can run beside a real server. Nothing else in an example is changed. Background
+examples (9876, 10911, 1883, 8083, 18083, 8081, and 18084 for the event API) are replaced by
+those, and ``NAMESRV_ADDR``, ``MQGATE_URL`` and ``MQGATE_EVENTS_URL`` point at it, so the suite can run beside a real server. Nothing else in an example is changed. Background
 processes a block starts are killed with its process group when it ends.
 """
 
@@ -113,13 +113,14 @@ class Runner:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             "NAMESRV_ADDR": f"127.0.0.1:{ports['namesrv']}",
             "MQGATE_URL": f"http://127.0.0.1:{ports['http']}",
+            "MQGATE_EVENTS_URL": f"http://127.0.0.1:{ports['events']}",
             "MQGATE_CLIENT_OFFSET_DIR": str(workdir / "client-offsets"),
             "HOME": str(workdir),  # the C++ client keeps its files under ~
         }
 
     def ported(self, text: str) -> str:
         for default, name in (("9876", "namesrv"), ("10911", "broker"), ("1883", "mqtt"), ("8083", "ws"),
-                              ("18083", "http"), ("8081", "grpc")):
+                              ("18083", "http"), ("8081", "grpc"), ("18084", "events")):
             text = re.sub(rf"\b{default}\b", str(self.ports[name]), text)
         return text
 
@@ -208,10 +209,11 @@ def test_examples_run(doc, tmp_path):
         return  # nothing to run (every block is output, or says why it cannot run here)
     (tmp_path / ".venv").symlink_to(sys.prefix)
     ports = {"namesrv": free_port(), "broker": free_port(), "mqtt": free_port(), "ws": free_port(),
-             "http": free_port(), "grpc": free_port()}
+             "http": free_port(), "grpc": free_port(), "events": free_port()}
     with ServeProcess(tmp_path / "data", "--namesrv-port", str(ports["namesrv"]), "--broker-port", str(ports["broker"]),
                       "--mqtt-port", str(ports["mqtt"]), "--ws-port", str(ports["ws"]),
-                      "--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"]), cwd=tmp_path,
+                      "--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"]),
+                      "--events-port", str(ports["events"]), cwd=tmp_path,
                       env={"PYTHONPATH": str(ROOT)}):
         runner = Runner(tmp_path, ports)
         for b in runnable:

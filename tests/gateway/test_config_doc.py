@@ -13,6 +13,7 @@ from core.broker.config import _camel, _store_fields
 from gateway.auth import SECURITY_KEYS
 from gateway.config import _TOP_KEYS, PROXY_KEYS, TABLES
 from gateway.http import HTTP_KEYS
+from gateway.http.events_settings import EVENTS_KEYS
 from gateway.logs import LOG_KEYS
 from gateway.limits import LIMIT_KEYS
 from gateway.listeners import LISTENER_KEYS
@@ -31,7 +32,7 @@ def documented() -> set[str]:
 def accepted() -> set[str]:
     keys = set(BrokerConfig.keys()) | {_camel(n) for n in _store_fields()} | set(_TIMER_KEYS)
     keys |= set(LISTENER_KEYS) | set(SECURITY_KEYS) | set(LIMIT_KEYS) | set(SESSION_KEYS) | set(HTTP_KEYS)
-    keys |= set(LOG_KEYS) | set(TRACE_KEYS) | set(PROXY_KEYS)
+    keys |= set(LOG_KEYS) | set(TRACE_KEYS) | set(PROXY_KEYS) | set(EVENTS_KEYS)
     keys |= (set(_TOP_KEYS) - set(TABLES)) | {"listenPort"}
     return keys
 

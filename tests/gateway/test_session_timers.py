@@ -161,3 +161,29 @@ async def test_sys_topics_every_interval(clock, memory_factory, memory_connect):
         m = await c.expect(Publish, timeout=BIG)
         assert m.topic == "$SYS/broker/clients/connected" and m.payload == b"1" and not m.retain
         assert 0 < trio.current_time() - start <= 20
+
+
+async def test_sys_topics_carry_every_counter_and_each_listener(clock, memory_factory, memory_connect):
+    """Mosquitto's names where Mosquitto has one; refusals, store errors, ACL denials,
+    quota and per-listener connections too; the version is the package's."""
+    from gateway.sys_topics import package_version
+
+    async with memory_factory({"sysInterval": 10}) as (broker, gw, nursery):
+        c, _ = await memory_connect(gw, nursery, "sys-all")
+        await c.subscribe("$SYS/broker/#", "#")
+        await c.expect(Publish, timeout=BIG)  # the retained values at subscribe, then the next round
+        seen: dict[str, bytes] = {}
+        while True:  # one whole round of the interval's publishes: until a topic comes again
+            m = await c.expect(Publish, timeout=BIG)
+            if m.retain:
+                continue
+            if m.topic in seen:
+                break
+            seen[m.topic] = m.payload
+        assert seen["$SYS/broker/version"] == f"mqgate {package_version()}".encode()
+        assert seen["$SYS/broker/listeners/memory/connected"] == b"1"
+        assert seen["$SYS/broker/clients/disconnected"] == b"0"
+        assert int(seen["$SYS/broker/bytes/received"]) > 0 and int(seen["$SYS/broker/bytes/sent"]) > 0
+        for topic in ("errors/store", "clients/refused", "clients/auth-failures", "messages/denied",
+                      "messages/quota-exceeded", "listeners/sockets-refused", "listeners/handshake-failures"):
+            assert seen[f"$SYS/broker/{topic}"] == b"0", topic

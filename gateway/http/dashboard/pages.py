@@ -15,6 +15,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import datetime
 import logging
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -25,9 +26,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from core.admin import AdminError, create_topic, reset_group_offset, trace_message
 from gateway.http.dashboard.charts import RateSampler, svg_chart
 from gateway.http.dashboard.login import Forbidden, WebSessions
-from gateway.http.dashboard.reads import DashboardReads
+from gateway.http.dashboard.reads import MAX_TIME_RESULTS, DashboardReads, local_time
 from gateway.http.ops import GatewayOps, NotFound
 from gateway.http.users import User, Users
 
@@ -50,6 +52,14 @@ def _human_bytes(n) -> str:
     return f"{n:.1f} TiB"
 
 
+def _time_ms(text: str) -> int:
+    """A time from a form (``2026-11-26 10:00``, ISO 8601, local time) as ms since the epoch."""
+    try:
+        return int(datetime.datetime.fromisoformat(text.replace(" ", "T")).timestamp() * 1000)
+    except ValueError:
+        raise ValueError(f"cannot read the time {text!r}: give it as 2026-11-26 10:00:00") from None
+
+
 def _safe_next(value: str | None) -> str:
     if value and value.startswith(PREFIX) and not value.startswith("//") and "\\" not in value:
         return value
@@ -58,8 +68,13 @@ def _safe_next(value: str | None) -> str:
 
 class Dashboard:
     def __init__(self, ops: GatewayOps, reads: DashboardReads, users: Users, sampler: RateSampler, *,
-                 secure_cookie: bool = False) -> None:
+                 secure_cookie: bool = False, events=None, namesrv: list[str] = ()) -> None:
+        """``events``: the running ``core.events.EventService`` (its page), None when event
+        rules do not run in this process; ``namesrv``: the name servers the admin actions
+        (create a topic, reset a group's offset, trace a message) go through."""
         self.ops = ops
+        self.events = events
+        self.namesrv = list(namesrv)
         self.reads = reads
         self.users = users
         self.sampler = sampler
@@ -74,7 +89,7 @@ class Dashboard:
         user, token = session if session else (None, "")
         html = self.env.get_template(template).render(
             user=user, csrf=self.web.csrf(token) if token else "", path=request.url.path,
-            flash=request.query_params.get("flash", ""), prefix=PREFIX, **context)
+            flash=request.query_params.get("flash", ""), prefix=PREFIX, events_on=self.events is not None, **context)
         return HTMLResponse(html, status_code=code, headers=_HEADERS)
 
     def _page(self, handler, template: str):
@@ -205,13 +220,105 @@ class Dashboard:
     async def messages(self, request: Request) -> dict:
         p = request.query_params
         topic, key, msg_id = p.get("topic", "").strip(), p.get("key", "").strip(), p.get("msgId", "").strip()
-        searched = bool(key or msg_id)
-        found = await self.reads.find_messages(topic, key, msg_id) if searched else []
-        return {"title": "Message search", "topic": topic, "key": key, "msgId": msg_id, "searched": searched,
-                "found": found, "topics": [t["name"] for t in self.reads.topics()]}
+        start, end = p.get("from", "").strip(), p.get("to", "").strip()
+        error = ""
+        found: list[dict] = []
+        searched = bool(key or msg_id or start or end)
+        if key or msg_id:
+            found = await self.reads.find_messages(topic, key, msg_id)
+        elif start or end:
+            if not topic:
+                error = "A search by time needs a topic."
+            else:
+                try:
+                    start_ms = _time_ms(start) if start else 0
+                    end_ms = _time_ms(end) if end else 2**62
+                except ValueError as e:
+                    error = str(e)
+                else:
+                    found = await self.reads.messages_between(topic, start_ms, end_ms)
+        return {"title": "Message search", "topic": topic, "key": key, "msgId": msg_id, "from": start, "to": end,
+                "searched": searched, "found": found, "error": error, "limit": MAX_TIME_RESULTS,
+                "tracing": self.reads.tracing_on() and bool(self.namesrv),
+                "topics": [t["name"] for t in self.reads.topics()]}
+
+    async def trace(self, request: Request) -> dict:
+        msg_id = request.query_params.get("msgId", "").strip()
+        if not msg_id:
+            raise NotFound("give a message id to trace")
+        if not self.namesrv:
+            raise NotFound("tracing needs the name servers, and this process has none")
+        try:
+            result = await trace_message(self.namesrv, msg_id)
+        except AdminError as e:
+            raise NotFound(str(e)) from None
+        steps = [{**s, "when": local_time(s["time"])} for s in result["steps"]]
+        return {"title": f"Trace of {msg_id}", "trace": result, "steps": steps, "msgId": msg_id}
+
+    async def create_topic(self, request: Request, user: User, form: dict) -> tuple[str, str]:
+        name = form.get("name", "").strip()
+        try:
+            queues = int(form.get("queues", "4"))
+            if not 1 <= queues <= 1024:
+                raise ValueError
+        except ValueError:
+            return "Queues must be a number from 1 to 1024.", f"{PREFIX}/topics"
+        if not name:
+            return "Give the topic a name.", f"{PREFIX}/topics"
+        try:
+            result = await create_topic(self.namesrv, name, queues)
+        except AdminError as e:
+            return f"Topic {name} not created: {e}", f"{PREFIX}/topics"
+        log.info("HTTP: %s created the topic %r with %d queues (dashboard)", user.name, name, queues)
+        return f"Topic {name} created with {queues} queues on {', '.join(result['brokers'])}.", f"{PREFIX}/topics"
+
+    async def reset_offset(self, request: Request, user: User, form: dict) -> tuple[str, str]:
+        group = request.path_params["group"]
+        topic, when = form.get("topic", "").strip(), form.get("time", "").strip()
+        back = f"{PREFIX}/groups"
+        if not topic or not when:
+            return "Give the topic and the time to reset to.", back
+        try:
+            result = await reset_group_offset(self.namesrv, group, topic, when.replace(" ", "T"))
+        except AdminError as e:
+            return f"Offsets of {group} not reset: {e}", back
+        how = "its online clients took them" if result["clientsOnline"] else "stored for its next start"
+        log.info("HTTP: %s reset the offsets of %r on %r to %s (dashboard)", user.name, group, topic, when)
+        return (f"Offsets of {group} on {topic} reset to {when}: {len(result['queues'])} queues, {how}.", back)
 
     async def replication(self, request: Request) -> dict:
         return {"title": "Replication", "ha": self.reads.replication()}
+
+    async def event_rules(self, request: Request) -> dict:
+        svc = self.events
+        if svc is None:
+            raise NotFound("event rules do not run in this process (they run under mqgate serve with its "
+                           "broker's remoting port and a name server)")
+        rules = []
+        for rule in sorted(svc.rules.values(), key=lambda r: (r.bus, r.name)):
+            row = svc.rule_json(rule)
+            row.pop("spec", None)
+            rules.append(row)
+        sources = [{"name": s.name, "bus": s.bus, "kind": s.kind, "mqttTopic": s.mqtt_topic,
+                    "state": svc.source_state(s.name)} for s in sorted(svc.sources.values(), key=lambda s: s.name)]
+        return {"title": "Event rules", "buses": sorted(svc.buses), "rules": rules, "sources": sources}
+
+    async def switch_rule(self, request: Request, user: User, form: dict) -> tuple[str, str]:
+        from core.events import NotFound as NoSuchRule
+
+        bus, name, action = request.path_params["bus"], request.path_params["name"], request.path_params["action"]
+        if action not in ("enable", "disable"):
+            raise NotFound(f"no dashboard action {action!r} on event rules (enable or disable)")
+        enabled = action == "enable"
+        if self.events is None:
+            raise NotFound("event rules do not run in this process")
+        try:
+            await self.events.set_enabled(bus, name, enabled)
+        except NoSuchRule as e:
+            return str(e), f"{PREFIX}/events"
+        log.info("HTTP: %s %s the event rule %s/%s (dashboard)", user.name, "enabled" if enabled else "disabled",
+                 bus, name)
+        return f"Rule {name} on {bus} {'enabled' if enabled else 'disabled'}.", f"{PREFIX}/events"
 
     def routes(self) -> list:
         p, a = self._page, self._action
@@ -237,6 +344,13 @@ class Dashboard:
             Route(f"{PREFIX}/topics", p(self.topics, "topics.html"), methods=["GET"]),
             Route(f"{PREFIX}/groups", p(self.groups, "groups.html"), methods=["GET"]),
             Route(f"{PREFIX}/messages", p(self.messages, "messages.html"), methods=["GET"]),
+            Route(f"{PREFIX}/trace", p(self.trace, "trace.html"), methods=["GET"]),
+            Route(f"{PREFIX}/topics/create", a(self.create_topic, "creating a topic"), methods=["POST"]),
+            Route(f"{PREFIX}/groups/{{group:path}}/reset", a(self.reset_offset, "resetting a group's offsets"),
+                  methods=["POST"]),
             Route(f"{PREFIX}/replication", p(self.replication, "replication.html"), methods=["GET"]),
+            Route(f"{PREFIX}/events", p(self.event_rules, "events.html"), methods=["GET"]),
+            Route(f"{PREFIX}/events/rules/{{bus}}/{{name}}/{{action:str}}",
+                  a(self.switch_rule, "switching an event rule"), methods=["POST"]),
             Mount(f"{PREFIX}/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static"),
         ]

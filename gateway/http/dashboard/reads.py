@@ -23,6 +23,7 @@ from core.broker import LMQ_TOPIC_PREFIX, is_system_topic
 
 PREVIEW_BYTES = 4096
 MAX_KEY_SEARCH_TOPICS = 64
+MAX_TIME_RESULTS = 50
 PROTOCOLS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
 
 
@@ -35,7 +36,7 @@ def preview(data: bytes) -> dict[str, Any]:
     return {"text": text, "kind": kind, "size": len(data), "truncated": len(data) > PREVIEW_BYTES}
 
 
-def _ms(ts: int) -> str:
+def local_time(ts: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts / 1000)) if ts > 0 else "-"
 
 
@@ -162,7 +163,7 @@ class DashboardReads:
     def _message(self, m) -> dict:
         return {"msgId": m.msg_id, "uniqKey": m.properties.get("UNIQ_KEY", ""), "topic": m.topic,
                 "queueId": m.queue_id, "queueOffset": m.queue_offset, "msgKeys": " ".join(m.keys),
-                "tags": m.tags or "", "stored": _ms(m.store_timestamp), "body": preview(bytes(m.body))}
+                "tags": m.tags or "", "stored": local_time(m.store_timestamp), "body": preview(bytes(m.body))}
 
     async def find_messages(self, topic: str, key: str, msg_id: str) -> list[dict]:
         """By offset message id; else by key or client message id (UNIQ_KEY) in
@@ -188,6 +189,44 @@ class DashboardReads:
                 result = await b.query_message(t, needle)
                 found.extend(self._message(decode_message(raw)) for raw in result.entries)
         return found
+
+    async def messages_between(self, topic: str, start_ms: int, end_ms: int, limit: int = MAX_TIME_RESULTS) -> list[dict]:
+        """Messages of ``topic`` stored in [start_ms, end_ms], oldest first over all its
+        queues, at most ``limit``."""
+        from core.store import decode_message
+
+        b = self.broker
+        cfg = b.get_topic(topic) if b is not None else None
+        if cfg is None:
+            return []
+        found = []
+        for qid in range(cfg.read_queue_nums):
+            offset = max(0, await b.offset_by_time(topic, qid, start_ms))
+            end = b.max_offset(topic, qid)
+            while offset < end and len(found) < limit * 4:
+                result = await b.read_queue(topic, qid, offset, 32)
+                if not result.entries:
+                    break
+                stop = False
+                for raw in result.entries:
+                    m = decode_message(raw)
+                    if m.store_timestamp > end_ms:
+                        stop = True
+                        break
+                    if m.store_timestamp >= start_ms:
+                        found.append(m)
+                if stop:
+                    break
+                offset = result.next_begin_offset
+        found.sort(key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
+        return [self._message(m) for m in found[:limit]]
+
+    def tracing_on(self) -> bool:
+        """Whether this broker holds a trace topic (``traceTopicEnable``, or clients' traces)."""
+        from core.trace import TRACE_TOPIC
+
+        b = self.broker
+        return b is not None and b.get_topic(TRACE_TOPIC) is not None
 
     def replication(self) -> dict | None:
         if self.view is None or self.view.ha_status is None:

@@ -286,3 +286,39 @@ async def test_update_and_create_subscription_group_keeps_known_keys(cluster):
     for bad in (b"not json", json.dumps({"consumeEnable": True}).encode()):
         r = await c.invoke(a, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, bad))
         assert r.code == ResponseCode.SYSTEM_ERROR and "\n" not in r.remark
+
+
+async def test_consume_stats_as_mqadmin_consumer_progress_asks(cluster):
+    """208: per read queue broker offset, committed offset, last consumed store time,
+    MessageQueue objects as keys; the group's topics from its offsets, narrowed to what
+    its online clients subscribe to; consumeTps from the group's pulls."""
+    a = cluster.broker_addr
+    c = cluster.client
+    for i in range(5):
+        assert (await c.invoke(a, send_req("CS", b"m%d" % i, queue_id=0))).code == 0
+    assert (await c.invoke(a, send_req("CS2", b"x", queue_id=0))).code == 0
+    r = await c.invoke(a, pull_req("CS", 0, 0, group="CSG"))
+    assert r.code == 0
+    for topic, committed in (("CS", 3), ("CS2", 1)):
+        await c.invoke(a, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": "CSG", "topic": topic, "queueId": 0, "commitOffset": committed}))
+
+    def stats(**ext):
+        return RemotingCommand.request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CSG", **ext})
+
+    body = decode_json((await c.invoke(a, stats(topic="CS"))).body)
+    table = body["offsetTable"]
+    q0 = table[(("brokerName", "broker-a"), ("queueId", 0), ("topic", "CS"))]
+    assert (q0["brokerOffset"], q0["consumerOffset"], q0["pullOffset"]) == (5, 3, 3)
+    assert q0["lastTimestamp"] > 0
+    q1 = table[(("brokerName", "broker-a"), ("queueId", 1), ("topic", "CS"))]
+    assert (q1["brokerOffset"], q1["consumerOffset"], q1["lastTimestamp"]) == (0, 0, 0)
+    assert body["consumeTps"] > 0  # the pull of 5 above
+    both = decode_json((await c.invoke(a, stats())).body)["offsetTable"]
+    assert {dict(k)["topic"] for k in both} == {"CS", "CS2"}
+    listed = decode_json((await c.invoke(a, stats(topicList="CS2;Nope"))).body)["offsetTable"]
+    assert {dict(k)["topic"] for k in listed} == {"CS2"}
+    async with open_remoting_client() as member:  # an online client subscribing to CS only
+        assert (await member.invoke(a, heartbeat("m-1", group="CSG", topic="CS"))).code == 0
+        narrowed = decode_json((await c.invoke(a, stats())).body)["offsetTable"]
+        assert {dict(k)["topic"] for k in narrowed} == {"CS"}

@@ -43,13 +43,14 @@ def server(tmp_path_factory):
     assert mqgate("passwd", "--admin", str(data / "http_users"), VIEWER[0], "--role", "read-only",
                   "-b", VIEWER[1]).returncode == 0
     cfg = d / "mqgate.toml"
-    cfg.write_text("[mqtt]\nallowAnonymous = true\nsysInterval = 0\n")
-    http = free_port()
+    cfg.write_text('[mqtt]\nallowAnonymous = true\nsysInterval = 0\ntraceMqttTopics = ["traced/#"]\n')
+    http, events = free_port(), free_port()
     proc = ServeProcess(data, "--config", str(cfg), "--mqtt-port", str(free_port()), "--ws-port", "0",
                         "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
-                        "--http-port", str(http), env={"PYTHONPATH": str(ROOT)})
+                        "--http-port", str(http), "--events-port", str(events), env={"PYTHONPATH": str(ROOT)})
     with proc:
         proc.url = f"http://127.0.0.1:{http}"
+        proc.events_url = f"http://127.0.0.1:{events}/api/v1/events"
         yield proc
 
 
@@ -384,3 +385,94 @@ def test_delete_an_offline_session_and_find_a_message_by_client_message_id(serve
         producer.shutdown()
     page = web.get("/dashboard/messages", params={"msgId": sent.msg_id}).text  # the client's id (UNIQ_KEY)
     assert "1 message found" in page and "00 ff 20 62" in page and "shown as hex" in page
+
+
+def test_event_rules_page_shows_each_rules_counts_and_an_admin_disables_one(server, browser):
+    api = server.events_url
+    r = httpx.post(f"{api}/buses", json={"name": "plant"}, auth=ADMIN, timeout=20)
+    assert r.status_code == 201, r.text
+    r = httpx.post(f"{api}/rules", auth=ADMIN, timeout=20, json={
+        "name": "too-hot", "bus": "plant", "pattern": {"data": {"temp": [{"numeric": [">", 30]}]}},
+        "targets": [{"type": "mqtt", "topic": "plant/alerts", "qos": 0}]})
+    assert r.status_code == 201, r.text
+    batch = b'[{"specversion": "1.0", "id": "e1", "source": "line-1", "type": "reading", "data": {"temp": 35}},' \
+            b' {"specversion": "1.0", "id": "e2", "source": "line-1", "type": "reading", "data": {"temp": 20}}]'
+    r = httpx.post(f"{api}/buses/plant/events", content=batch, auth=ADMIN, timeout=20,
+                   headers={"content-type": "application/cloudevents-batch+json"})
+    assert r.status_code == 200, r.text
+    assert Browser.wait_for(lambda: httpx.get(f"{api}/rules/plant/too-hot", auth=ADMIN,
+                                              timeout=20).json()["delivered"] == 1, timeout=60)
+    b = browser
+    b.d.delete_all_cookies()
+    b.go("/dashboard/events")
+    b.login(ADMIN)
+    row = b.one('tr[data-rule="plant/too-hot"]').text
+    assert "running" in row and "mqtt" in row, row
+    b.shot("events")
+    # a read-only user sees the page but may not switch a rule
+    viewer, viewer_csrf = _login(server, VIEWER)
+    page = viewer.get("/dashboard/events").text
+    assert "too-hot" in page and "Disable" not in page
+    assert viewer.post("/dashboard/events/rules/plant/too-hot/disable", data={"csrf": viewer_csrf}).status_code == 403
+    admin, csrf = _login(server, ADMIN)
+    r = admin.post("/dashboard/events/rules/plant/too-hot/disable", data={"csrf": csrf})
+    assert r.status_code == 303 and "disabled" in r.headers["location"]
+    assert httpx.get(f"{api}/rules/plant/too-hot", auth=ADMIN, timeout=20).json()["enabled"] is False
+    assert "Enable" in admin.get("/dashboard/events").text
+    r = admin.post("/dashboard/events/rules/plant/nope/enable", data={"csrf": csrf})
+    assert r.status_code == 303 and "no+rule" in r.headers["location"]
+
+
+def _group_with_lag(server, topic: str, group: str) -> None:
+    """``group`` consumed and committed ``topic``'s first message; two more wait (lag 2)."""
+    from core.client import ConsumeFromWhere, Message, Producer, PushConsumer
+
+    namesrv = f"127.0.0.1:{server.ports['namesrv']}"
+    producer = Producer(namesrv, "dash-producer-2").start()
+    try:
+        first = producer.send(Message(topic, b"first"))
+        seen = []
+        consumer = PushConsumer(namesrv, group, consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        consumer.subscribe(topic, "*", lambda msgs, ctx: seen.extend(msgs)).start()
+        try:
+            assert Browser.wait_for(lambda: seen, 30), "the consumer group got nothing"
+        finally:
+            consumer.shutdown()
+        for body in (b"second", b"third"):
+            producer.send(Message(topic, body), queue=first.queue)
+    finally:
+        producer.shutdown()
+
+
+def test_admin_actions_create_a_topic_reset_a_group_and_trace_a_message_found_by_time(server):
+    admin, csrf = _login(server, ADMIN)
+    viewer, viewer_csrf = _login(server, VIEWER)
+    # create a topic (admins only; the form is not shown to read-only users)
+    assert 'id="create-topic"' in admin.get("/dashboard/topics").text
+    assert 'id="create-topic"' not in viewer.get("/dashboard/topics").text
+    assert viewer.post("/dashboard/topics/create", data={"csrf": viewer_csrf, "name": "nope"}).status_code == 403
+    r = admin.post("/dashboard/topics/create", data={"csrf": csrf, "name": "made-here", "queues": "3"})
+    assert r.status_code == 303 and "created+with+3+queues" in r.headers["location"], r.headers["location"]
+    assert re.search(r"<td>made-here</td><td>3/3</td>", admin.get("/dashboard/topics").text)
+    r = admin.post("/dashboard/topics/create", data={"csrf": csrf, "name": "bad topic!", "queues": "3"})
+    assert "not+created" in r.headers["location"]
+    # reset a group's offsets to now: its lag goes to 0
+    _group_with_lag(server, "resets", "resetter")
+    page = admin.get("/dashboard/groups").text
+    assert re.search(r'data-group="resetter".*?lag 2', page, re.S)
+    r = admin.post("/dashboard/groups/resetter/reset", data={"csrf": csrf, "topic": "resets", "time": "now"})
+    assert r.status_code == 303 and "reset+to+now" in r.headers["location"], r.headers["location"]
+    assert re.search(r'data-group="resetter".*?lag 0', admin.get("/dashboard/groups").text, re.S)
+    # an MQTT publish on a traced topic, found by its store time, and its path
+    before = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - 5))
+    dev = Device(server.ports["mqtt-tcp"], "tracer")
+    try:
+        dev.c.publish("traced/line-1", b"t=21", qos=1).wait_for_publish(10)
+    finally:
+        dev.close()
+    page = admin.get("/dashboard/messages", params={"topic": "traced", "from": before}).text
+    assert "1 message found" in page and "t=21" in page, page
+    link = re.search(r'class="trace-link" href="([^"]+)"', page).group(1).replace("&amp;", "&")
+    assert Browser.wait_for(lambda: "published over MQTT" in admin.get(link).text, 30)
+    assert admin.get("/dashboard/messages", params={"from": before}).text.count("needs a topic") == 1
+    assert "cannot read the time" in admin.get("/dashboard/messages", params={"topic": "traced", "from": "soon"}).text
