@@ -4,6 +4,7 @@ Subcommands:
     serve      name server + broker + MQTT gateway in one process (the default)
     namesrv    the name server alone
     broker     a broker alone, registering with --namesrv
+    gateway    an MQTT gateway node over the brokers of --namesrv (docs/CLUSTER.md)
     passwd     manage the MQTT password file (argon2 hashes); with --admin, the HTTP users file
     admin      topics, routes, groups, messages (over the native protocol); clients,
                sessions, retained messages, subscriptions (over the HTTP admin API)
@@ -76,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Configuration keys: docs/CONFIG.md.")
     _add_serve_flags(p, mqtt=False, namesrv=False, broker=True)
     p.add_argument("--namesrv", metavar="ADDRS", help="name servers, host:port;host:port")
+    p = sub.add_parser("gateway", help="an MQTT gateway node in front of brokers (no store of its own)",
+                       description="An MQTT gateway node: the MQTT edge of serve, over the brokers that the "
+                                   "name servers route to; run several for one cluster (docs/CLUSTER.md).")
+    _add_serve_flags(p, mqtt=True, namesrv=False, broker=False)
+    p.add_argument("--namesrv", metavar="ADDRS", help="name servers, host:port;host:port")
     sub.add_parser("passwd", help="manage the password file", add_help=False)
     sub.add_parser("admin", help="administration over the native protocol", add_help=False)
     sub.add_parser("telemetry", help="Spark telemetry aggregation job", add_help=False)
@@ -139,6 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg.mqtt_port = cfg.ws_port = cfg.broker_port = 0
     elif args.command == "broker":
         cfg.mqtt_port = cfg.ws_port = cfg.namesrv_port = 0
+    elif args.command == "gateway":
+        from .gateway_node import run_gateway_node
+
+        try:
+            return run_gateway_node(cfg, args.namesrv)
+        except ConfigError as e:
+            print(f"mqgate: {e}", file=sys.stderr)
+            return 2
 
     from .serve import run_server
     from .startup import explain

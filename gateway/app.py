@@ -51,12 +51,16 @@ from typing import Any
 import trio
 
 from core.broker import Broker, SendStatus
+from gateway.backend import BrokerBackend, backend_for
+from gateway.cluster import ClusterSync
 from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
 from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingError, now_ms, publish_to_message,
                              queue_for, split_delayed)
-from gateway.meta import META_TOPIC, record, replay
+from gateway.mapping import session_queue_name
+from gateway.meta import META_TOPIC, record, replay_to_end
+from gateway.nodes import live_key
 from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
 from gateway.readiness import Readiness
 from gateway.retained import RetainedIndex
@@ -74,10 +78,11 @@ _WILL_FIELDS = ("topic", "payload", "qos", "retain", "payload_format_indicator",
                 "content_type", "response_topic", "correlation_data", "will_delay_interval")
 
 
-def _will_record(will: Will, gone: int | None) -> dict:
+def _will_record(will: Will, gone: int | None, node: str | None) -> dict:
     rec = {name: getattr(will, name) for name in _WILL_FIELDS}
     rec["user_properties"] = [list(p) for p in will.user_properties]
     rec["gone"] = gone
+    rec["node"] = node
     return rec
 
 
@@ -92,20 +97,26 @@ class _NotStored(Exception):
     """The broker refused a PUBLISH the server made (a will, an event target's)."""
 
 class MQTTGateway:
-    def __init__(self, broker: Broker, settings: GatewaySettings | Mapping[str, Any]) -> None:
+    def __init__(self, broker: Broker | BrokerBackend, settings: GatewaySettings | Mapping[str, Any],
+                 cluster: ClusterSync | None = None) -> None:
         if not isinstance(settings, GatewaySettings):
             settings = GatewaySettings.from_dict(settings)
-        self.broker = broker
+        self.backend = backend_for(broker)
+        self.cluster = cluster  # one node of several (mqgate gateway), else None
+        self.node_id = cluster.node_id if cluster is not None else None
+        if cluster is not None:
+            cluster.gw = self
         self.settings = settings
         self.stats = GatewayStats()
         self.listener_stats = ListenerStats()
         self.listener_names: tuple[str, ...] = ()  # the enabled listeners' names ($SYS per listener)
         self.router = Router(self)
         # None unless [mqtt] traceMqttTopics names a filter: then the trace code runs, else none of it
-        self.tracer = MqttTracer(settings.trace, broker) if settings.trace.mqtt_topics else None
+        self.tracer = MqttTracer(settings.trace, self.backend) if settings.trace.mqtt_topics else None
         self.retained = RetainedIndex()
         self.started_at = 0.0
         self.shutting_down = False
+        self.draining = False  # a gateway node stopping: no new CONNECT, connections told to go
         self._will_keys: set[str] = set()
         self._retained_dirty: set[str] = set()  # topics whose "ret" record is behind the index
         self._retained_wake = trio.Event()
@@ -124,15 +135,17 @@ class MQTTGateway:
             self.shutting_down = True
 
     async def _run(self, nursery, listeners, task_status) -> None:
-        await self._restore()
+        meta_end = await self._restore()
+        if self.cluster is not None:
+            await nursery.start(self.cluster.run, self, meta_end)
         await nursery.start(self.readiness.run)
         nursery.start_soon(self._retained_records)
-        self.broker.add_put_hook(self.router.put_hook)
-        self.broker.add_stored_hook(self.router.stored_hook)
+        self.backend.add_put_hook(self.router.put_hook)
+        self.backend.add_stored_hook(self.router.stored_hook)
         if self.tracer is not None:
             await nursery.start(self.tracer.run)
-            self.broker.add_stored_hook(self.tracer.stored_hook)
-        self.broker.add_dispatch_listener(self.router.on_dispatch)
+            self.backend.add_stored_hook(self.tracer.stored_hook)
+        self.backend.add_dispatch_listener(self.router.on_dispatch)
         self.listener_names = tuple(s.name for s in listeners if s.enabled)
         if self.settings.session.sys_interval:
             nursery.start_soon(self._sys_loop)
@@ -145,6 +158,20 @@ class MQTTGateway:
             max_connections=self.settings.limits.max_connections, stats=self.listener_stats))
         task_status.started(ports)
 
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Stop taking CONNECTs and close every connection with 0x9C "Use
+        another server" (MQTT 5, with ``serverReference`` when set), as a
+        server-side disconnect: sessions and wills are saved for the other
+        nodes, then wait (bounded) until every connection is closed."""
+        self.draining = True
+        conns = [s.conn for s in list(self.router.sessions.values()) if s.node is None and s.conn is not None]
+        log.info("draining: closing %d connection(s)", len(conns))
+        for conn in conns:
+            conn.kick(ReasonCode.USE_ANOTHER_SERVER, server_reference=self.settings.session.server_reference)
+        with trio.move_on_after(timeout):
+            for conn in conns:
+                await conn.done.wait()
+
     def handle(self, stream: trio.abc.Stream, info):
         """The listeners' handler: one connection's whole life (a coroutine, so
         that the connection's task holds no frame of its own here). Writer
@@ -152,18 +179,13 @@ class MQTTGateway:
         return Connection(self, stream, info, self._nursery).run()
 
     def timers_supported(self) -> bool:
-        """Whether a timer service is attached to the broker (``broker.timers``,
-        set by ``gateway.serve``); without one TIMER_DELAY_SEC would be ignored
-        and the message delivered at once. Whether it takes a given delay is
-        the broker's answer to the send (a refusal comes back as 0x83)."""
-        timers = getattr(self.broker, "timers", None)
-        return timers is not None and getattr(getattr(timers, "config", None), "enabled", True)
+        """Whether the broker parks timer messages (``$delayed``). Whether it
+        takes a given delay is the broker's answer to the send (a refusal
+        comes back as 0x83)."""
+        return self.backend.timers_supported()
 
     async def topic_config(self, name: str):
-        cfg = self.broker.get_topic(name)
-        if cfg is None and self.broker.config.auto_create_topic_enable:
-            cfg = await self.broker.ensure_topic(name, self.broker.config.default_topic_queue_nums)
-        return cfg
+        return await self.backend.topic_for_publish(name)
 
     # ---- records ------------------------------------------------------------------------
 
@@ -171,7 +193,7 @@ class MQTTGateway:
         items = [i for i in items if i is not None]
         if not items:
             return True
-        results = await self.broker.send_many(items)
+        results = await self.backend.send_many(items)
         bad = [r for r in results if r.status is not SendStatus.SEND_OK]
         if bad:
             log.error("gateway meta records not stored: %s %s", bad[0].status.name, bad[0].remark)
@@ -180,6 +202,55 @@ class MQTTGateway:
 
     async def save_session(self, sess: Session, gone: int | None = None) -> None:
         await self.write_records([record("sess", sess.client_id, sess.to_record(gone=gone))])
+
+    async def save_subscriptions(self, sess: Session) -> None:
+        """After (un)subscribe: a persistent session's record; on a node of a
+        cluster, a non-persistent one's ``"live"`` record (the other nodes route to it)."""
+        if sess.persistent:
+            await self.save_session(sess)
+        elif self.cluster is not None:
+            subs = {text: opts.to_list() for text, (_, opts) in sess.subs.items()}
+            await self.write_records([record("live", live_key(self.node_id, sess.client_id),
+                                             {"subs": subs, "v": sess.version} if subs else None)])
+
+    async def _adopt(self, stub: Session, clean_start: bool) -> Session | None:
+        """A client id whose session another node had (a stub here): the stub
+        goes; unless the connection starts clean, a persistent session goes on
+        here from the broker's committed offset of its queue, with its
+        subscriptions. A clean start ends the persistent session for the cluster."""
+        router = self.router
+        router.remove_session(stub)
+        if not stub.persistent:
+            return None
+        cid = stub.client_id
+        if clean_start:
+            await self.write_records([record("sess", cid, None), record("in2", cid, None)])
+            return None
+        queue = stub.queue
+        await self.backend.prepare_queue(queue)
+        rec = stub.record or {}
+        sess = Session(self, cid, expiry=stub.expiry, version=stub.version)
+        try:
+            # as after a restart: QoS 1/2 flows in flight at the last record go on
+            # (same packet ids), reading resumes at the broker's committed offset
+            sess.restore(rec)
+        except Exception as e:  # noqa: BLE001 - a record of another shape: start from the committed offset
+            log.warning("client %s: session record from node %s not restored whole (%s: %s)", cid, stub.node,
+                        type(e).__name__, e)
+            sess = Session(self, cid, expiry=stub.expiry, version=stub.version)
+            committed = self.backend.query_offset(queue, queue, 0)
+            sess.next_read = max(int(rec.get("off") or 0), committed or 0, self.backend.min_offset(queue, 0))
+            for text, (_flt, opts) in stub.subs.items():
+                sess.subscribe(text, opts)
+        for text, (_flt, opts) in sess.subs.items():
+            router.trie.subscribe(cid, text, opts)
+        in2 = self.cluster.in2.pop(cid, None)
+        if in2:
+            sess.inbound = InboundFlows.from_state({"receive_maximum": self.settings.limits.max_inflight_messages,
+                                                    "flows": [[int(p), 3] for p in in2]})
+        router.add_session(sess)
+        log.info("client %s: session taken from gateway node %s at queue offset %d", cid, stub.node, sess.next_read)
+        return sess
 
     async def set_retained(self, updates: list[tuple[str, bytes, int]]) -> None:
         items = []
@@ -246,6 +317,9 @@ class MQTTGateway:
     async def open_session(self, conn: Connection, cid: str, *, clean_start: bool, expiry: int,
                            version: int) -> tuple[Session, bool]:
         router = self.router
+        if self.cluster is not None:
+            await self.cluster.catch_up()
+            await self.cluster.wait_release(cid)
         old = router.sessions.get(cid)
         if old is not None and old.conn is not None:
             other = old.conn
@@ -254,6 +328,8 @@ class MQTTGateway:
             with trio.move_on_after(SAVE_TIMEOUT + 1):
                 await other.done.wait()
             old = router.sessions.get(cid)
+        if old is not None and old.node is not None:
+            old = await self._adopt(old, clean_start)
         if old is not None:
             self._cancel_timers(old)
             old.pending_will = None
@@ -262,6 +338,8 @@ class MQTTGateway:
                 old = None
         present = old is not None
         if old is None:
+            if expiry > 0:
+                await self.backend.prepare_queue(session_queue_name(cid))
             sess = Session(self, cid, expiry=expiry, version=version)
             router.add_session(sess)
         else:
@@ -272,13 +350,15 @@ class MQTTGateway:
             sess.inbound.receive_maximum = inbound_window(version, self.settings.limits.max_inflight_messages)
         sess.conn = conn
         conn.session = sess
+        if sess.queue is not None:
+            self.backend.watch_queue(sess.queue, True)
         sess.flows.receive_maximum = min(conn.mq.peer_receive_maximum, self.settings.limits.max_inflight_messages)
         items = []
         if sess.persistent:
             items.append(record("sess", cid, sess.to_record(gone=None)))
         if conn.will is not None:
             self._will_keys.add(cid)
-            items.append(record("will", cid, _will_record(conn.will, None)))
+            items.append(record("will", cid, _will_record(conn.will, None, self.node_id)))
         elif cid in self._will_keys:
             self._will_keys.discard(cid)
             items.append(record("will", cid, None))
@@ -291,6 +371,8 @@ class MQTTGateway:
             return
         shutdown = self.shutting_down or conn.server_stopping
         sess.conn = None
+        if sess.queue is not None:
+            self.backend.watch_queue(sess.queue, False)
         self.stats.connected -= 1
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
             await self._closed(conn, sess, shutdown)
@@ -324,7 +406,7 @@ class MQTTGateway:
         items = [record("sess", cid, sess.to_record(gone=now))]
         delay = 0 if will is None else (will.will_delay_interval or 0)
         if will is not None and delay:
-            items.append(record("will", cid, _will_record(will, now)))
+            items.append(record("will", cid, _will_record(will, now, self.node_id)))
         elif will is None and cid in self._will_keys:
             self._will_keys.discard(cid)
             items.append(record("will", cid, None))
@@ -354,13 +436,15 @@ class MQTTGateway:
         items = []
         if sess.persistent:
             items += [record("sess", sess.client_id, None), record("in2", sess.client_id, None)]
+        elif self.cluster is not None and sess.subs:
+            items.append(record("live", live_key(self.node_id, sess.client_id), None))
         if sess.client_id in self._will_keys and sess.conn is None:
             self._will_keys.discard(sess.client_id)
             items.append(record("will", sess.client_id, None))
         await self.write_records(items)
         if sess.queue is not None:
             try:
-                await trio.to_thread.run_sync(self.broker.store.delete_queue, sess.queue, 0)
+                await self.backend.delete_queue(sess.queue, 0)
             except Exception:  # noqa: BLE001 - a leftover queue is harmless: a new session starts at its end
                 log.exception("session queue %s of %s not deleted", sess.queue, sess.client_id)
 
@@ -417,6 +501,10 @@ class MQTTGateway:
         with trio.CancelScope(shield=True):
             await self.publish_will(cid, will)
 
+    @staticmethod
+    def will_from_record(rec: dict) -> Will:
+        return _will_from_record(rec)
+
     async def publish_will(self, cid: str, will: Will) -> None:
         pub = Publish(topic=will.topic, payload=will.payload, qos=will.qos, retain=will.retain,
                       packet_id=1 if will.qos else None, payload_format_indicator=will.payload_format_indicator,
@@ -472,7 +560,7 @@ class MQTTGateway:
         except MappingError as e:
             error = e  # the extra records are stored all the same
         items += extra
-        results = await self.broker.send_many(items) if items else []
+        results = await self.backend.send_many(items) if items else []
         if error is not None:
             raise error
         if len(results) < len(items):
@@ -484,8 +572,12 @@ class MQTTGateway:
 
     # ---- restart ---------------------------------------------------------------------------
 
-    async def _restore(self) -> None:
-        state = await replay(self.broker)
+    async def _restore(self) -> int:
+        """Rebuild from the meta records; the meta queue offset read to."""
+        state, meta_end = await replay_to_end(self.backend)
+        if self.cluster is not None:
+            self._restore_cluster(state)
+            return meta_end
         now = now_ms()
         lim = self.settings.limits
         sessions = []
@@ -528,6 +620,18 @@ class MQTTGateway:
         if sessions or self.retained.stored:
             log.info("gateway state restored: %d sessions, %d retained messages", len(sessions),
                      len(self.retained.stored))
+        return meta_end
+
+    def _restore_cluster(self, state: dict) -> None:
+        """On a node of a cluster every session in the records is another
+        node's (a node's id is new at each start): stubs, no timers."""
+        for (kind, key), value in state.items():
+            try:
+                self.cluster.apply(kind, key, value)
+            except Exception as e:  # noqa: BLE001 - as in _restore
+                _unusable(kind, key, e)
+        log.info("gateway node %s: %d sessions of the cluster, %d retained messages", self.node_id,
+                 len(self.router.sessions), len(self.retained.stored))
 
     # ---- $SYS ---------------------------------------------------------------------------------
 
@@ -569,14 +673,15 @@ def _log_anonymous_access(settings: Mapping[str, Any], hosts: Sequence[str], gs:
 
 def make_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host: str = "127.0.0.1",
                       mqtt_port: int = 1883, ws_port: int = 8083,
-                      listeners: Sequence[ListenerSpec] | None = None) -> tuple[MQTTGateway, list[ListenerSpec]]:
+                      listeners: Sequence[ListenerSpec] | None = None,
+                      cluster: ClusterSync | None = None) -> tuple[MQTTGateway, list[ListenerSpec]]:
     """The gateway and its listener specs, not running yet (``run_mqtt_gateway``
     runs them; ``gateway.broker_node`` also hands the gateway to the HTTP server)."""
     specs = list(listeners) if listeners is not None else _specs(settings, host, mqtt_port, ws_port)
     hosts = sorted({s.host for s in specs if s.enabled})
     gs = GatewaySettings.from_dict(settings, hosts=hosts)
     _log_anonymous_access(settings, hosts, gs)
-    return MQTTGateway(broker, gs), specs
+    return MQTTGateway(broker, gs, cluster), specs
 
 
 async def run_mqtt_gateway(broker: Broker, settings: Mapping[str, Any], *, host: str = "127.0.0.1",

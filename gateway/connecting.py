@@ -144,6 +144,9 @@ async def _admit(conn: Connection, c: Connect, username: str | None, auth_data: 
         cid = "auto-" + uuid.uuid4().hex
         if v == 5:
             assigned = cid
+    if conn.gw.draining:
+        return _refuse(conn, R.USE_ANOTHER_SERVER if v == 5 else R.SERVER_UNAVAILABLE, "this gateway node is draining",
+                       tell="this gateway node is stopping: use another server")
     keepalive = lim.effective_keepalive(c.keep_alive)
     if v < 5 and keepalive != c.keep_alive:
         return _refuse(conn, R.SERVER_UNAVAILABLE,

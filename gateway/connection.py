@@ -263,7 +263,7 @@ class Connection:
             if self.gw.tracer is not None:
                 self.gw.tracer.delivered(sess.client_id, d.out, d.qos, pid, dup=True)
 
-    def kick(self, reason: int, *, ends_session: bool = False) -> None:
+    def kick(self, reason: int, *, ends_session: bool = False, server_reference: str | None = None) -> None:
         """Close this connection from outside (takeover, shutdown)."""
         if reason == R.SESSION_TAKEN_OVER:
             self.taken_over = True
@@ -271,7 +271,7 @@ class Connection:
         was_closing = self.closing
         self.closing = True  # first: the DISCONNECT below starts no writer, the reader's end writes it
         if not was_closing and self.mq.state is _CONNECTED and self.version == 5:
-            self.send_event(Disconnect(reason_code=reason))
+            self.send_event(Disconnect(reason_code=reason, server_reference=server_reference))
         self._stop_reader()
 
     def _stop_reader(self) -> None:

@@ -10,7 +10,8 @@ Record body: ``msgpack([kind, key, value])``; ``value`` None deletes the
 key. Kinds: ``"sess"`` (client id -> session state), ``"in2"`` (client id
 -> inbound QoS 2 packet ids awaiting PUBREL), ``"will"`` (client id ->
 will), ``"ret"`` (MQTT topic -> [physical offset, size] of the retained
-PUBLISH). The key also goes into the ``KEYS`` property for ``mqgate admin``.
+PUBLISH), ``"live"`` (``<node>/<client id>`` -> the subscriptions of a
+non-persistent session on that gateway node: ``gateway.cluster``). The key also goes into the ``KEYS`` property for ``mqgate admin``.
 
 Rules kept here:
 
@@ -30,13 +31,14 @@ from __future__ import annotations
 
 import logging
 
-from core.broker import Broker, record_message, replay_records
+from core.broker import PERM_READ, PERM_WRITE, record_message, replay_records
 from core.store import Message
+from gateway.backend import BrokerBackend
 
 log = logging.getLogger("mqgate.gateway")
 
 META_TOPIC = "rmq_sys_mqtt_meta"
-KINDS = ("sess", "in2", "will", "ret")
+KINDS = ("sess", "in2", "will", "ret", "live")
 
 
 def record(kind: str, key: str, value) -> tuple[Message, int]:
@@ -45,9 +47,17 @@ def record(kind: str, key: str, value) -> tuple[Message, int]:
     return record_message(META_TOPIC, kind, key, value), 0
 
 
-async def replay(broker: Broker) -> dict[tuple[str, str], object]:
+async def replay(broker: BrokerBackend) -> dict[tuple[str, str], object]:
     """Every live (kind, key) -> value, as of the end of the meta topic."""
+    return (await replay_to_end(broker))[0]
+
+
+async def replay_to_end(broker: BrokerBackend) -> tuple[dict[tuple[str, str], object], int]:
+    """``replay``, and the queue offset it read to (where a tail goes on)."""
+    await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
+    await broker.prepare_queue(META_TOPIC)  # a remote backend's offsets of the queue
+    end = broker.max_offset(META_TOPIC, 0)
     state, bad = await replay_records(broker, META_TOPIC, KINDS)
     if bad:
         log.error("%d gateway meta record(s) in %s did not decode and were skipped", bad, META_TOPIC)
-    return state
+    return state, end

@@ -83,7 +83,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
             topic, name, delay = check_publish(conn, pub)
             cfg = configs.get(name)
             if cfg is None:
-                cfg = gw.broker.get_topic(name)
+                cfg = gw.backend.get_topic(name)
                 if cfg is None:  # not there yet: auto-create (the only await, once per topic)
                     cfg = await gw.topic_config(name)
                     if cfg is None:
@@ -108,7 +108,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     # Once a message is stored, the retained index must follow it even if this
     # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
     with trio.CancelScope(shield=True):
-        results = await gw.broker.send_many(items) if items else []
+        results = await gw.backend.send_many(items) if items else []
         await _after_store(conn, plan, items, results)
     if error is not None:
         raise error
@@ -166,7 +166,7 @@ async def _after_store(conn: Connection, plan, items, results) -> None:
 def _permanent(gw: MQTTGateway, status: SendStatus) -> bool:
     """Whether sending the message again gets the same refusal. The broker as
     a whole not taking writes (an operator's wipeWritePerm) is temporary."""
-    if status is SendStatus.NO_PERMISSION and not gw.broker.writable():
+    if status is SendStatus.NO_PERMISSION and not gw.backend.writable():
         return False
     return status in _PERMANENT
 

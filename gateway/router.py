@@ -17,6 +17,10 @@ Rules kept here:
   subscriptions. Each ``$share`` group gets the message once: one member,
   round robin over the members, connected members first.
 * A dispatch to a session queue wakes that session's delivery task.
+* A session of another gateway node (a stub, ``gateway.cluster``) gets a
+  unit in its session queue if it is persistent, else its node's queue
+  gets one (once per node), for that node to deliver; the members picked
+  for ``$share`` groups there are named in ``mqgateShare``.
 * A fired timer (``$delayed``; the timer service stores it on its real
   topic with ``TIMER_OUT_MS`` kept) is routed like any message, and also:
   an MQTT 5 message whose expiry passed while it was parked goes to no
@@ -40,6 +44,7 @@ from core.store import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Mes
 from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, Outbound, is_deliverable,
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
 from gateway.mqtt import Publish
+from gateway.nodes import P_SHARE_PICKS, node_queue_name
 from gateway.sessions import Delivery, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
 
@@ -144,7 +149,7 @@ class Router:
     def _pick(self, group) -> tuple | None:
         members = group.members
         sessions = self.sessions
-        live = [m for m in members if (s := sessions.get(m[0])) is not None and s.conn is not None]
+        live = [m for m in members if (s := sessions.get(m[0])) is not None and s.connected_somewhere]
         pool = live or [m for m in members if (s := sessions.get(m[0])) is not None and s.persistent]
         if not pool:
             return None
@@ -180,6 +185,13 @@ class Router:
                     self.gw.tracer.dropped_at_put(sess.client_id, props, t[1])
             elif sess.conn is not None:
                 memory.append(t)
+            elif sess.node is not None:  # a non-persistent session on another gateway node
+                nq = node_queue_name(sess.node)
+                if nq not in queues:
+                    queues.append(nq)
+                if t[4] is not None:  # picked for its $share group: that node delivers to it alone
+                    picks = props.get(P_SHARE_PICKS)
+                    props[P_SHARE_PICKS] = sess.client_id if not picks else picks + "," + sess.client_id
         if queues:
             old = props.get(PROPERTY_INNER_MULTI_DISPATCH)
             props[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(queues) if not old else old + "," + ",".join(queues)
@@ -270,7 +282,7 @@ class Router:
 
     async def load(self, ref, queue: str | None) -> Outbound | None:
         """The message a flow ref points at (for redelivery), or None if gone."""
-        broker = self.gw.broker
+        broker = self.gw.backend
         if type(ref) is int and queue is not None:
             result = await broker.read_queue(queue, 0, ref, 1)
             if result.entries and result.queue_offsets and result.queue_offsets[0] == ref:

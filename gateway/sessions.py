@@ -142,7 +142,7 @@ class Pending:
 class Session:
     __slots__ = ("gw", "client_id", "version", "expiry", "queue", "subs", "flows", "inbound", "refs", "mem",
                  "pending", "next_read", "conn", "due", "expiry_scope", "will_scope", "pending_will", "dropped",
-                 "ended")
+                 "ended", "node", "record")
 
     def __init__(self, gw: MQTTGateway, client_id: str, *, expiry: int, version: int) -> None:
         self.gw = gw
@@ -164,14 +164,24 @@ class Session:
         self.pending_will = None  # a will waiting for its delay
         self.dropped = 0
         self.ended = False
+        self.node: str | None = None  # another gateway node's id: a stub (gateway.cluster)
+        self.record: dict | None = None  # a stub's last record
         if self.queue is not None:
-            self.next_read = gw.broker.max_offset(self.queue, 0)
+            self.next_read = gw.backend.max_offset(self.queue, 0)
 
     # ---- state --------------------------------------------------------------
 
     @property
     def persistent(self) -> bool:
         return self.queue is not None
+
+    @property
+    def connected_somewhere(self) -> bool:
+        """Connected here, or (a stub) on its node: a non-persistent stub
+        exists only while connected, a persistent one says so in its record."""
+        if self.conn is not None:
+            return True
+        return self.node is not None and (self.queue is None or (self.record or {}).get("gone") is None)
 
     def notify(self) -> None:
         self.due = True
@@ -224,7 +234,7 @@ class Session:
 
     def commit(self) -> None:
         if self.queue is not None:
-            self.gw.broker.commit_offset(self.queue, self.queue, 0, self.committed())
+            self.gw.backend.commit_offset(self.queue, self.queue, 0, self.committed())
 
     def to_record(self, *, gone: int | None) -> dict:
         flows = self.flows.to_state()
@@ -232,7 +242,7 @@ class Session:
         return {
             "v": self.version, "exp": self.expiry, "next": self.next_read, "off": self.committed(),
             "subs": {text: opts.to_list() for text, (_, opts) in self.subs.items()},
-            "flows": flows, "gone": gone,
+            "flows": flows, "gone": gone, "node": self.gw.node_id,
         }
 
     def restore(self, rec: dict) -> None:
@@ -240,7 +250,7 @@ class Session:
         re-added to the trie by the caller)."""
         for text, opts in rec.get("subs", {}).items():
             self.subscribe(text, SubOptions(*opts))
-        committed = self.gw.broker.query_offset(self.queue, self.queue, 0)
+        committed = self.gw.backend.query_offset(self.queue, self.queue, 0)
         off = rec.get("off", 0)
         self.next_read = max(rec.get("next", 0), off)
         state = rec["flows"]
@@ -257,7 +267,7 @@ class Session:
         # Flows past PUBREC no longer hold the committed offset back.
         self.refs = {pid: (None if q == 2 and st != OutboundStage.AWAIT_PUBREC and type(ref) is int else ref)
                      for pid, q, st, ref in state["flows"]} or _NONE
-        low = self.gw.broker.min_offset(self.queue, 0)
+        low = self.gw.backend.min_offset(self.queue, 0)
         self.next_read = max(self.next_read, low)
 
     # ---- queue limits ---------------------------------------------------------
@@ -268,9 +278,9 @@ class Session:
         False: drop the new message (dropNew); True: queue it (after cutting
         the oldest queued one if the queue is full, dropOldest)."""
         limit = self.gw.settings.limits.max_queued_messages
-        if not limit:
+        if not limit or self.node is not None:  # a stub: its own node applies the limit when reading
             return True
-        if self.gw.broker.max_offset(self.queue, 0) - self.next_read < limit:
+        if self.gw.backend.max_offset(self.queue, 0) - self.next_read < limit:
             return True
         if self.cut():
             return False
@@ -333,7 +343,7 @@ class Session:
             conn.deliver(self, d, ref=d.out.ref)
         if self.queue is None:
             return
-        broker = self.gw.broker
+        broker = self.gw.backend
         cache = self.gw.router.decoded
         qos2 = False  # a QoS 2 PUBLISH from the queue was started: write the record first
         while flows.available() and conn.can_send:

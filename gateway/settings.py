@@ -30,6 +30,8 @@ writeTimeout             30.0       seconds a write to a client may block
 maxOutboundBytes         8388608    bytes waiting to be written to one client;
                                     above it QoS 0 messages to that client are
                                     dropped (counted in $SYS)
+serverReference          (none)     host:port told to MQTT 5 clients when a
+                                    gateway node drains (DISCONNECT 0x9C)
 =======================  =========  ==========================================
 """
 
@@ -46,7 +48,7 @@ from gateway.limits import Limits
 from gateway.listeners import LISTENER_KEYS
 from gateway.tracing import TRACE_KEYS, TraceSettings
 
-SESSION_KEYS = frozenset({"sysInterval", "retainAvailable", "writeTimeout", "maxOutboundBytes"})
+SESSION_KEYS = frozenset({"sysInterval", "retainAvailable", "writeTimeout", "maxOutboundBytes", "serverReference"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +57,7 @@ class SessionSettings:
     retain_available: bool = True
     write_timeout: float = 30.0
     max_outbound_bytes: int = 8 * 1024 * 1024
+    server_reference: str | None = None  # told to MQTT 5 clients when a gateway node drains
 
 
 def _number(table: Mapping[str, Any], key: str, default, low, high):
@@ -80,7 +83,11 @@ class GatewaySettings:
         retain = table.get("retainAvailable", True)
         if not isinstance(retain, bool):
             raise ConfigError(f"[mqtt] retainAvailable must be true or false, not {retain!r}")
+        ref = table.get("serverReference")
+        if ref is not None and (not isinstance(ref, str) or not ref):
+            raise ConfigError(f"[mqtt] serverReference must be a non-empty string (host:port), not {ref!r}")
         session = SessionSettings(
+            server_reference=ref,
             sys_interval=float(_number(table, "sysInterval", 10, 0, 86400)),
             retain_available=retain,
             write_timeout=float(_number(table, "writeTimeout", 30.0, 0.1, 3600)),

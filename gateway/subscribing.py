@@ -48,8 +48,7 @@ async def subscribe(conn: Connection, ev: Subscribe) -> None:
     deliveries = []
     for flt, opts in retained:
         deliveries += await gw.retained_for(flt, opts)
-    if sess.persistent:
-        await gw.save_session(sess)
+    await gw.save_subscriptions(sess)
     conn.send_event(SubAck(packet_id=ev.packet_id, reason_codes=codes))
     if deliveries:
         sess.pending.extend(deliveries)
@@ -64,6 +63,5 @@ async def unsubscribe(conn: Connection, ev: Unsubscribe) -> None:
         existed = sess.unsubscribe(text)
         gw.router.trie.unsubscribe(sess.client_id, text)
         codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)
-    if sess.persistent:
-        await gw.save_session(sess)
+    await gw.save_subscriptions(sess)
     conn.send_event(UnsubAck(packet_id=ev.packet_id, reason_codes=codes if conn.version == 5 else ()))

@@ -91,7 +91,7 @@ def sys_values(gw, uptime_s: float) -> dict[str, str]:
         "$SYS/broker/version": VERSION,
         "$SYS/broker/uptime": str(int(uptime_s)),
         "$SYS/broker/clients/connected": str(s.connected),
-        "$SYS/broker/clients/total": str(len(gw.router.sessions)),
+        "$SYS/broker/clients/total": str(sum(1 for s in gw.router.sessions.values() if s.node is None)),
         "$SYS/broker/clients/connects": str(s.connects),
         "$SYS/broker/messages/received": str(s.received),
         "$SYS/broker/messages/sent": str(s.sent),

@@ -7,6 +7,14 @@ Rules kept here:
   answer is listed as UNREACHABLE, not an error. ``hours`` is the age of
   the broker's earliest stored message, as mqadmin's ``#Hour``.
 - ``broker runtime``: the runtime table of every master, or of ``--broker``.
+- ``cluster status``: the brokers (masters), and the MQTT gateway nodes
+  (``mqgate gateway``, docs/CLUSTER.md): the clients of consumer group
+  ``mqgate_gateway_nodes`` each master lists, with their client counts read
+  from the gateway's meta records (topic ``rmq_sys_mqtt_meta``, msgpack
+  ``[kind, key, value]``, last record per key wins): persistent sessions
+  connected on the node (``"sess"`` with no ``gone``) and clean sessions
+  with subscriptions (``"live"``, keyed ``<node>/<client id>``). A clean
+  session without subscriptions writes no record and is not counted.
 """
 
 from __future__ import annotations
@@ -14,7 +22,11 @@ from __future__ import annotations
 import time
 from typing import TextIO
 
+import msgpack
+
 from core.admin.base import UNREACHABLE, Admin
+from core.client.model import MessageQueue
+from core.store.message import decode_messages
 from core.admin.render import table
 from core.client.api import MQBrokerError
 
@@ -22,6 +34,7 @@ from core.client.api import MQBrokerError
 def add_parsers(sub) -> None:
     cluster = sub.add_parser("cluster", help="the cluster's brokers").add_subparsers(dest="action", required=True)
     cluster.add_parser("list", help="every broker: cluster, name, id, address, version, role (mqadmin clusterList)")
+    cluster.add_parser("status", help="brokers and MQTT gateway nodes with their client counts")
     broker = sub.add_parser("broker", help="a broker's runtime table").add_subparsers(dest="action", required=True)
     b = broker.add_parser("runtime", help="GET_BROKER_RUNTIME_INFO of each master broker (mqadmin brokerStatus)")
     b.add_argument("--broker", help="only this broker address")
@@ -57,6 +70,62 @@ async def cluster_list(admin: Admin, a) -> dict:
     return {"brokers": rows}
 
 
+GATEWAY_NODES_GROUP = "mqgate_gateway_nodes"  # gateway.membership.NODES_GROUP
+GATEWAY_META_TOPIC = "rmq_sys_mqtt_meta"  # gateway.meta.META_TOPIC
+
+
+async def _meta_records(admin: Admin, addr: str, broker_name: str) -> dict[tuple[str, str], object]:
+    mq = MessageQueue(GATEWAY_META_TOPIC, broker_name, 0)
+    state: dict[tuple[str, str], object] = {}
+    try:
+        offset = await admin.api.min_offset(addr, mq)
+        end = await admin.api.max_offset(addr, mq)
+    except MQBrokerError:
+        return state  # no gateway ever wrote there
+    while offset < end:
+        resp = await admin.api.pull(addr, "mqgate_admin", mq, offset, 256, subscription="*", sub_version=0,
+                                    commit_offset=None, suspend_ms=0, timeout=admin.api.timeout)
+        if resp.code != 0 or resp.next_begin_offset <= offset:
+            break
+        for msg in decode_messages(resp.body):
+            try:
+                kind, key, value = msgpack.unpackb(msg.body, raw=False, strict_map_key=False)
+            except Exception:  # noqa: BLE001 - not ours to judge here: the gateway logs bad records
+                continue
+            if value is None:
+                state.pop((kind, key), None)
+            else:
+                state[(kind, key)] = value
+        offset = resp.next_begin_offset
+    return state
+
+
+async def cluster_status(admin: Admin, a) -> dict:
+    masters = await admin.masters()
+    brokers, nodes = [], {}
+    for name, addr in sorted(masters.items()):
+        try:
+            ids = await admin.api.get_consumer_ids(addr, GATEWAY_NODES_GROUP)
+            records = await _meta_records(admin, addr, name)
+            reachable = True
+        except UNREACHABLE:
+            ids, records, reachable = [], {}, False
+        brokers.append({"brokerName": name, "addr": addr, "reachable": reachable, "gatewayNodes": len(ids)})
+        counts = {node: 0 for node in ids}
+        for (kind, key), value in records.items():
+            if kind == "sess" and isinstance(value, dict) and value.get("gone") is None:
+                node = value.get("node")
+            elif kind == "live":
+                node = str(key).partition("/")[0]
+            else:
+                continue
+            if node in counts:
+                counts[node] += 1
+        for node, n in counts.items():
+            nodes[node] = {"node": node, "broker": name, "clients": n}
+    return {"brokers": brokers, "nodes": sorted(nodes.values(), key=lambda r: r["node"])}
+
+
 async def broker_runtime(admin: Admin, a) -> dict:
     targets = {a.broker: a.broker} if a.broker else await admin.masters()
     return {"brokers": {name: await admin.api.broker_runtime_info(addr) for name, addr in sorted(targets.items())}}
@@ -65,6 +134,10 @@ async def broker_runtime(admin: Admin, a) -> dict:
 def render(action: str, result: dict, out: TextIO) -> None:
     if action == "list":
         table(result["brokers"], ["cluster", "brokerName", "brokerId", "addr", "version", "role", "maxOffset", "hours"], out)
+    elif action == "status":
+        table(result["brokers"], ["brokerName", "addr", "reachable", "gatewayNodes"], out)
+        print(file=out)
+        table(result["nodes"], ["node", "broker", "clients"], out)
     elif action == "runtime":
         for name, kv in result["brokers"].items():
             print(f"[{name}]", file=out)

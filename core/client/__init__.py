@@ -89,7 +89,10 @@ Errors: `MQClientError` (no route, bad message, every retry failed) and its
 subclass `MQBrokerError` (``.code``, ``.remark``: the broker said no).
 """
 
-from core.client.api import MQBrokerError, MQClientError
+from core.client.api import ClientApi, MQBrokerError, MQClientError, open_client_api
+from core.client.ids import UniqKeyFactory
+from core.client.instance import parse_namesrv
+from core.client.route import TopicRoute
 from core.client.blocking import Producer, PullConsumer, PushConsumer
 from core.client.message_selector import MessageSelector
 from core.client.model import (
@@ -113,6 +116,11 @@ from core.client.transaction import (
 )
 
 __all__ = [
+    "ClientApi",
+    "TopicRoute",
+    "UniqKeyFactory",
+    "open_client_api",
+    "parse_namesrv",
     "AsyncProducer",
     "AsyncTransactionProducer",
     "LocalTransactionState",

@@ -49,6 +49,8 @@ class GatewayCollector:
         by: dict[tuple[str, str], int] = {}
         online = offline = persistent = subscriptions = 0
         for sess in list(gw.router.sessions.values()):
+            if sess.node is not None:
+                continue  # another gateway node's session: that node counts it
             conn = sess.conn
             if conn is not None:
                 online += 1

@@ -35,6 +35,7 @@ TEMPLATES = {
              "correlation_data": None, "will_delay_interval": 5, "user_properties": [], "gone": None},
     "in2": [1, 2],
     "ret": [0, 0],
+    "live": {"subs": {"keep/#": [1, False, False, 0, None]}, "v": 5},
 }
 
 

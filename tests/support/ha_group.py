@@ -94,6 +94,17 @@ async def ha_status(addr: str) -> dict | None:
     return json.loads(resp.body) if resp.code == ResponseCode.SUCCESS else None
 
 
+async def is_master_with_slave(group: Group, label: str) -> bool:
+    """``label`` is a SYNC_MASTER with a slave in sync."""
+    st = await ha_status(group.addr(label))
+    return bool(st and st["role"] == "SYNC_MASTER" and any(s["inSync"] for s in st["slaves"]))
+
+
+async def is_master(group: Group, label: str) -> bool:
+    st = await ha_status(group.addr(label))
+    return bool(st and st["role"].endswith("MASTER"))
+
+
 async def wait_until(predicate, timeout: float, what: str, step: float = 0.1):
     """Await ``predicate()`` (async) until truthy; fail the test after ``timeout`` s."""
     with trio.move_on_after(timeout):

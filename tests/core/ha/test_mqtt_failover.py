@@ -14,7 +14,7 @@ import time
 import paho.mqtt.client as paho
 import trio
 
-from ha_group import Group, ha_status, wait_until
+from ha_group import is_master, is_master_with_slave, wait_until
 from serve_process import free_port
 
 V2 = paho.CallbackAPIVersion.VERSION2
@@ -72,28 +72,19 @@ async def test_a_device_resumes_its_session_on_the_promoted_node(etcd_group, etc
         proc = group.broker(label, bid, "SYNC_MASTER" if bid == 0 else "SLAVE", serve=True, mqtt_port=mqtt[label],
                             etcdEndpoints=etcd.endpoint, haLeaseTtlMs=3000)
         await trio.to_thread.run_sync(proc.start)
-    await wait_until(lambda: _master_with_slave(group, "n0"), 30, "n0 leads with n1 in sync")
+    await wait_until(lambda: is_master_with_slave(group, "n0"), 30, "n0 leads with n1 in sync")
     assert refuses(mqtt["n1"])  # a slave node takes no MQTT connections
     await trio.to_thread.run_sync(subscribe_persistent, mqtt["n0"])
     acked = await trio.to_thread.run_sync(publish, mqtt["n0"], 200)
     assert acked == 200
     group.brokers["n0"].proc.kill()
     killed = time.monotonic()
-    await wait_until(lambda: _is_master(group, "n1"), 20, "n1 is elected")
+    await wait_until(lambda: is_master(group, "n1"), 20, "n1 is elected")
     await wait_until(lambda: _accepts(mqtt["n1"]), 20, "n1 listens for MQTT")
     print(f"MQTT served by n1 {time.monotonic() - killed:.2f} s after the kill")
     got = await trio.to_thread.run_sync(resume, mqtt["n1"], 200)
     assert set(got) == {b"m%d" % i for i in range(200)}
 
-
-async def _master_with_slave(group: Group, label: str) -> bool:
-    st = await ha_status(group.addr(label))
-    return bool(st and st["role"] == "SYNC_MASTER" and any(s["inSync"] for s in st["slaves"]))
-
-
-async def _is_master(group: Group, label: str) -> bool:
-    st = await ha_status(group.addr(label))
-    return bool(st and st["role"].endswith("MASTER"))
 
 
 async def _accepts(port: int) -> bool:
