@@ -56,7 +56,8 @@ from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
 from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingError, now_ms, publish_to_message,
                              queue_for, split_delayed)
-from gateway.meta import META_TOPIC, record, replay
+from gateway.meta import META_TOPIC, record
+from gateway.meta_log import MetaLog
 from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
 from gateway.readiness import Readiness
 from gateway.retained import RetainedIndex
@@ -99,6 +100,7 @@ class MQTTGateway:
         # None unless [mqtt] traceMqttTopics names a filter: then the trace code runs, else none of it
         self.tracer = MqttTracer(settings.trace, broker) if settings.trace.mqtt_topics else None
         self.retained = RetainedIndex()
+        self.meta = MetaLog(broker, settings.session.compaction)
         self.started_at = 0.0
         self.shutting_down = False
         self._will_keys: set[str] = set()
@@ -120,6 +122,8 @@ class MQTTGateway:
 
     async def _run(self, nursery, listeners, task_status) -> None:
         await self._restore()
+        self.broker.add_stored_hook(self.meta.stored_hook)
+        nursery.start_soon(self.meta.run)
         await nursery.start(self.readiness.run)
         nursery.start_soon(self._retained_records)
         self.broker.add_put_hook(self.router.put_hook)
@@ -452,7 +456,7 @@ class MQTTGateway:
     # ---- restart ---------------------------------------------------------------------------
 
     async def _restore(self) -> None:
-        state = await replay(self.broker)
+        state = await self.meta.replay()
         now = now_ms()
         lim = self.settings.limits
         sessions = []

@@ -14,8 +14,8 @@ PUBLISH). The key also goes into the ``KEYS`` property for ``mqgate admin``.
 
 Rules kept here:
 
-* Replay reads the queue from its first offset; the last record per
-  (kind, key) wins; a record that does not decode, or is no [kind, key,
+* Replay (``gateway.meta_log``) reads the queue from the compaction
+  checkpoint, or from its first offset; the last record per (kind, key) wins; a record that does not decode, or is no [kind, key,
   value] with a known kind and a text key, is counted, logged and skipped
   (never fatal: it is our data, and the rest still holds). A record of the
   right form whose value is not a shape we write is skipped the same way by
@@ -28,14 +28,9 @@ Rules kept here:
 
 from __future__ import annotations
 
-import logging
-
 import msgpack
 
-from core.broker import Broker, PERM_READ, PERM_WRITE, PullStatus
-from core.store import Message, decode_message
-
-log = logging.getLogger("mqgate.gateway")
+from core.store import Message
 
 META_TOPIC = "rmq_sys_mqtt_meta"
 KINDS = ("sess", "in2", "will", "ret")
@@ -44,37 +39,19 @@ KINDS = ("sess", "in2", "will", "ret")
 def record(kind: str, key: str, value) -> tuple[Message, int]:
     """A (message, queue id) pair for ``broker.send_many``."""
     assert kind in KINDS
-    body = msgpack.packb([kind, key, value], use_bin_type=True)
+    return record_of_body(kind, key, msgpack.packb([kind, key, value], use_bin_type=True))
+
+
+def record_of_body(kind: str, key: str, body: bytes) -> tuple[Message, int]:
+    """The (message, queue id) pair of an already encoded record body."""
     return Message(topic=META_TOPIC, body=body, properties={"KEYS": f"{kind}:{key}"[:200].replace(" ", "_")}), 0
 
 
-async def replay(broker: Broker) -> dict[tuple[str, str], object]:
-    """Every live (kind, key) -> value, as of the end of the meta topic."""
-    await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
-    state: dict[tuple[str, str], object] = {}
-    offset = broker.min_offset(META_TOPIC, 0)
-    end = broker.max_offset(META_TOPIC, 0)
-    bad = 0
-    while offset < end:
-        result = await broker.read_queue(META_TOPIC, 0, offset, 256)
-        if result.status is not PullStatus.FOUND:
-            if result.next_begin_offset <= offset:
-                break
-            offset = result.next_begin_offset
-            continue
-        for raw in result.entries:
-            try:
-                kind, key, value = msgpack.unpackb(decode_message(raw).body, raw=False, strict_map_key=False)
-                if kind not in KINDS or not isinstance(key, str):
-                    raise ValueError(f"not a record: kind {kind!r}, key {key!r}")
-            except Exception:  # noqa: BLE001 - a bad record is logged, the rest still counts
-                bad += 1
-                continue
-            if value is None:
-                state.pop((kind, key), None)
-            else:
-                state[(kind, key)] = value
-        offset = result.next_begin_offset
-    if bad:
-        log.error("%d gateway meta record(s) in %s did not decode and were skipped", bad, META_TOPIC)
-    return state
+def decode_record(body: bytes) -> tuple[str, str, object]:
+    """``(kind, key, value)`` of a record body; ValueError (or msgpack's own
+    errors) when it is not one. Kind ``"snap"`` is compaction's marker
+    (``gateway.meta_log``), the others are ``KINDS``."""
+    kind, key, value = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    if (kind not in KINDS and kind != "snap") or not isinstance(key, str):
+        raise ValueError(f"not a record: kind {kind!r}, key {key!r}")
+    return kind, key, value
