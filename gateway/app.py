@@ -497,8 +497,10 @@ class MQTTGateway:
                 delay = min(delay, sess.expiry - (now - gone) / 1000)
             self._schedule_will(sess, will, delay, cid=key)
         if sessions or self.retained.stored:
-            log.info("gateway state restored: %d sessions, %d retained messages", len(sessions),
-                     len(self.retained.stored))
+            r = self.meta.last_replay
+            log.info("gateway state restored: %d sessions, %d retained messages (%s at offset %d: %d records "
+                     "read in %.3f s)", len(sessions), len(self.retained.stored),
+                     "the whole history" if r.full else "from the checkpoint", r.start, r.read, r.seconds)
 
     # ---- $SYS ---------------------------------------------------------------------------------
 
