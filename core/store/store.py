@@ -412,6 +412,7 @@ class MessageStore(StoreReads):
             index_ts = self._drain_index(sync=True)
             cp = self._checkpoint
             cp.physic_ts = max(cp.physic_ts, physic_ts)
+            cp.log_flushed = flushed
             cp.logics_ts = max(cp.logics_ts, min(logics_ts, physic_ts) if physic_ts else logics_ts)
             if index_ts:
                 cp.index_ts = max(cp.index_ts, index_ts)
