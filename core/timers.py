@@ -474,7 +474,14 @@ class TimerMessageService:
             wheel.wheel.flush()
             snapshot.save()
 
-        await trio.to_thread.run_sync(save)
+        try:
+            await trio.to_thread.run_sync(save)
+        except OSError as e:
+            # A full disk (the temp file cannot be made) or an I/O error: progress
+            # stays at the last saved checkpoint (a restart replays from there,
+            # which is safe), and the next interval tries again.
+            log.error("timer checkpoint not saved, will retry: %s", e)
+            return
         live = wheel.checkpoint  # what TimerWheelStore.close() saves last
         for name in ("last_timer_queue_offset", "last_read_time_ms", "timestamp", "fired_through_ms", "fired_through_pos"):
             setattr(live, name, getattr(snapshot, name))

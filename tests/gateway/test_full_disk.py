@@ -9,7 +9,8 @@ broker's disk is full" wording, read with our Python SDK: the C++ client
 retries and then reports only "No route info"), MQTT 5 publishers get a PUBACK with an
 error reason code and a reason string, and the server keeps serving. Every
 acknowledged message is read back. Deleting the filler brings sends back
-without a restart. ``diskMaxUsedSpaceRatio`` is 99 here: the forced
+without a restart; meanwhile the timer service's checkpoint fails and is
+tried again, the process stays up. ``diskMaxUsedSpaceRatio`` is 99 here: the forced
 retention above it is another policy (it deletes the oldest segments).
 """
 
@@ -139,6 +140,23 @@ async def test_full_disk_answers_clearly_keeps_acked_data_and_recovers(small_dis
         ack = await pub.expect(PubAck)
         assert ack.reason_code >= 0x80, ack
         assert "disk" in (ack.reason_string or "").lower(), ack
+        # Not one block left: the timer service saves its checkpoint every second,
+        # says it cannot and goes on (it used to end the process: ENOSPC out of its task).
+        last = data / "filler-last"
+        fd = os.open(last, os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, bytes(4096)):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        deadline = time.monotonic() + 10
+        while "timer checkpoint not saved" not in _since(server):
+            assert server.proc.poll() is None, _since(server)[-3000:]
+            assert time.monotonic() < deadline, "no timer checkpoint was tried while the disk was full"
+            await trio.sleep(0.05)
+        last.unlink()
         # Everything acknowledged is there.
         seen = await trio.to_thread.run_sync(_read_all, namesrv, topic)
         assert set(acked) <= seen, sorted(set(acked) - seen)[:10]
@@ -158,3 +176,94 @@ async def test_full_disk_answers_clearly_keeps_acked_data_and_recovers(small_dis
     finally:
         server.kill()
     print(f"acked before the disk filled: {len(acked)}; the C++ client's refusal: {cpp_refusal}")
+
+
+@pytest.fixture
+def thin_disk(tmp_path):
+    """An ext4 file system on a loop device whose backing file lives on a small
+    tmpfs: ext4 believes it has 96 MiB, the backing store has 40. Filling the
+    tmpfs makes the kernel's write-back fail, so fsync answers a real ENOSPC
+    or EIO (a thin-provisioned volume running out). (mountpoint, backing dir,
+    image)."""
+    back, mnt = tmp_path / "back", tmp_path / "ext4"
+    back.mkdir()
+    mnt.mkdir()
+    img = back / "img"
+    loop = None
+
+    def run(*cmd: str) -> str:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            pytest.fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
+        return r.stdout.strip()
+
+    run("mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(back))
+    try:
+        run("truncate", "-s", "96M", str(img))
+        run("mkfs.ext4", "-q", str(img))
+        loop = run("losetup", "-f", "--show", str(img))
+        run("mount", loop, str(mnt))
+        yield mnt, back, img, loop
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        if loop:
+            subprocess.run(["losetup", "-d", loop], check=False)
+        subprocess.run(["umount", "-l", str(back)], check=False)
+
+
+async def test_an_fsync_error_is_reported_and_nothing_unflushed_is_acknowledged(thin_disk, tmp_path):
+    """EIO/ENOSPC from fdatasync (a real one, see ``thin_disk``): the broker
+    logs it and stops (``core.broker.flush``: it never acknowledges data it
+    could not flush, and after a failed fsync the page cache is not to be
+    trusted); sends in flight are not acknowledged. With space back and the
+    file system checked, the restarted broker holds every acknowledged message."""
+    mnt, back, img, loop = thin_disk
+    data = mnt  # the store at the file system's root, its log (next to it) outside
+    cfg = tmp_path / "eio.toml"
+    cfg.write_text(f"[broker]\nmappedFileSizeCommitLog = {4 * SEGMENT}\nmappedFileSizeConsumeQueue = 60000\n"
+                   "maxHashSlotNum = 1000\nmaxIndexNum = 4000\ndiskMaxUsedSpaceRatio = 99\n"
+                   "flushDiskType = \"SYNC_FLUSH\"\n[mqtt]\nsysInterval = 0\n")
+    ns_port = free_port()
+    args = ("--config", str(cfg), "--mqtt-port", "0", "--ws-port", "0", "--broker-port", str(free_port()),
+            "--namesrv-port", str(ns_port))
+    namesrv = f"127.0.0.1:{ns_port}"
+    topic = "EioTopic"
+    server = ServeProcess(data, *args).start()
+    try:
+        made = subprocess.run([sys.executable, "-m", "gateway", "admin", "topic", "create", topic, "--queues", "2",
+                               "--namesrv", namesrv], capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, made.stderr
+        acked, err = await trio.to_thread.run_sync(_send_until_refused, namesrv, topic, 0, 20)
+        assert len(acked) == 20 and not err, err
+        filler = back / "filler"
+        with open(filler, "wb") as f:  # the backing store is full; ext4 does not know
+            f.write(bytes(max(0, _free(back) - 256 * 1024)))
+        more, err = await trio.to_thread.run_sync(_send_until_refused, namesrv, topic, 20, 400)
+        acked += more
+        assert err, f"the writes never failed ({len(more)} acked)"
+        deadline = time.monotonic() + 30
+        while server.proc.poll() is None:
+            assert time.monotonic() < deadline, "the broker went on after a failed fsync"
+            await trio.sleep(0.1)
+        out = _since(server)
+        assert "commit log flush failed" in out, out[-3000:]
+        assert "Input/output error" in out or "No space left on device" in out, out[-3000:]
+        assert server.proc.returncode != 0
+    finally:
+        server.kill()
+    # The operator's part: space back, the file system checked, the broker started again.
+    filler.unlink()
+    subprocess.run(["umount", str(mnt)], check=False)
+    subprocess.run(["e2fsck", "-fy", str(img)], capture_output=True)
+    assert subprocess.run(["mount", loop, str(mnt)]).returncode == 0
+    server = ServeProcess(data, *args).start()
+    try:
+        seen = await trio.to_thread.run_sync(_read_all, namesrv, topic)
+        assert set(acked) <= seen, sorted(set(acked) - seen)[:10]
+    finally:
+        server.kill()
+    print(f"acked before the fsync error: {len(acked)}; the C++ client saw: {err}")
+
+
+def _since(server: ServeProcess) -> str:
+    return server.output()[server._start_at:]
