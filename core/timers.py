@@ -86,6 +86,7 @@ TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 _HALF_TYPES = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 _TRIGGER_SCALES = ((TIMER_DELAY_SEC, 1000), (TIMER_DELAY_MS, 1), (TIMER_DELIVER_MS, 0), (START_DELIVER_TIME, 0))  # 0: absolute
 _ENQUEUE_BATCH = 4096
+_FILE_RETRY_S = 1.0  # after a timer log file the disk could not give
 _FIRE_BATCH = 1 << 20  # when behind, fire everything due in one go: firing goes before new sends
 _RETRY_STATE_S = 1.0  # a timer refused because of the broker's state is tried again this often
 _RETRY_FIRST_S = 0.5  # one refused because of its topic or the disk: after this, then twice as long each time
@@ -267,7 +268,15 @@ class TimerMessageService:
             taken = self._taken
             # every unit goes to the wheel (a crash replays unfired slots from there); one whose slot
             # is already taken also joins the in-memory queue, to fire at its due time
-            slots = wheel.schedule_many(units, self.now_ms())
+            try:
+                slots = wheel.schedule_many(units, self.now_ms())
+            except OSError as e:
+                # A timer log file the disk cannot give (full disk, I/O error): the
+                # units stay in the timer queue, filed again on a later round.
+                log.error("cannot file %d timer(s) in the timer log, trying again in %.0f s: %s",
+                          len(units), _FILE_RETRY_S, e)
+                await trio.sleep(_FILE_RETRY_S)
+                return
             if min(slots) <= taken:
                 for (phys, size, due), slot in zip(units, slots):
                     if slot <= taken:
@@ -465,7 +474,14 @@ class TimerMessageService:
             wheel.wheel.flush()
             snapshot.save()
 
-        await trio.to_thread.run_sync(save)
+        try:
+            await trio.to_thread.run_sync(save)
+        except OSError as e:
+            # A full disk (the temp file cannot be made) or an I/O error: progress
+            # stays at the last saved checkpoint (a restart replays from there,
+            # which is safe), and the next interval tries again.
+            log.error("timer checkpoint not saved, will retry: %s", e)
+            return
         live = wheel.checkpoint  # what TimerWheelStore.close() saves last
         for name in ("last_timer_queue_offset", "last_read_time_ms", "timestamp", "fired_through_ms", "fired_through_pos"):
             setattr(live, name, getattr(snapshot, name))

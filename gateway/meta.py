@@ -15,8 +15,8 @@ non-persistent session on that gateway node: ``gateway.cluster``). The key also 
 
 Rules kept here:
 
-* Replay reads the queue from its first offset; the last record per
-  (kind, key) wins; a record that does not decode, or is no [kind, key,
+* Replay (``gateway.meta_log``) reads the queue from the compaction
+  checkpoint, or from its first offset; the last record per (kind, key) wins; a record that does not decode, or is no [kind, key,
   value] with a known kind and a text key, is counted, logged and skipped
   (never fatal: it is our data, and the rest still holds). A record of the
   right form whose value is not a shape we write is skipped the same way by
@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import logging
 
+import msgpack
+
 from core.broker import PERM_READ, PERM_WRITE, record_message, replay_records
 from core.store import Message
 from gateway.backend import BrokerBackend
@@ -39,6 +41,7 @@ log = logging.getLogger("mqgate.gateway")
 
 META_TOPIC = "rmq_sys_mqtt_meta"
 KINDS = ("sess", "in2", "will", "ret", "live")
+SNAP = "snap"  # compaction's marker kind (gateway.meta_log)
 
 
 def record(kind: str, key: str, value) -> tuple[Message, int]:
@@ -57,7 +60,23 @@ async def replay_to_end(broker: BrokerBackend) -> tuple[dict[tuple[str, str], ob
     await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
     await broker.prepare_queue(META_TOPIC)  # a remote backend's offsets of the queue
     end = broker.max_offset(META_TOPIC, 0)
-    state, bad = await replay_records(broker, META_TOPIC, KINDS)
+    state, bad = await replay_records(broker, META_TOPIC, (*KINDS, SNAP))
     if bad:
         log.error("%d gateway meta record(s) in %s did not decode and were skipped", bad, META_TOPIC)
+    state.pop((SNAP, ""), None)  # a compaction's marker (gateway.meta_log), no state of its own
     return state, end
+
+
+def record_of_body(kind: str, key: str, body: bytes) -> tuple[Message, int]:
+    """The (message, queue id) pair of an already encoded record body."""
+    return Message(topic=META_TOPIC, body=body, properties={"KEYS": f"{kind}:{key}"[:200].replace(" ", "_")}), 0
+
+
+def decode_record(body: bytes) -> tuple[str, str, object]:
+    """``(kind, key, value)`` of a record body; ValueError (or msgpack's own
+    errors) when it is not one. Kind ``"snap"`` is compaction's marker
+    (``gateway.meta_log``), the others are ``KINDS``."""
+    kind, key, value = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    if (kind not in KINDS and kind != SNAP) or not isinstance(key, str):
+        raise ValueError(f"not a record: kind {kind!r}, key {key!r}")
+    return kind, key, value

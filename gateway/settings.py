@@ -32,6 +32,12 @@ maxOutboundBytes         8388608    bytes waiting to be written to one client;
                                     dropped (counted in $SYS)
 serverReference          (none)     host:port told to MQTT 5 clients when a
                                     gateway node drains (DISCONNECT 0x9C)
+metaCompactionMinRecords 10000      the gateway's meta records are compacted
+                                    (``gateway.meta_log``) only when a restart
+                                    would read more records than this ...
+metaCompactionRatio      2.0        ... and more than this many times the
+                                    live ones
+metaCompactionBatch      1000       records per write of a compaction
 =======================  =========  ==========================================
 """
 
@@ -46,9 +52,11 @@ from gateway.auth import SECURITY_KEYS, Authenticator
 from gateway.config import ConfigError
 from gateway.limits import Limits
 from gateway.listeners import LISTENER_KEYS
+from gateway.meta_log import CompactionSettings
 from gateway.tracing import TRACE_KEYS, TraceSettings
 
-SESSION_KEYS = frozenset({"sysInterval", "retainAvailable", "writeTimeout", "maxOutboundBytes", "serverReference"})
+SESSION_KEYS = frozenset({"sysInterval", "retainAvailable", "writeTimeout", "maxOutboundBytes", "serverReference",
+                          "metaCompactionMinRecords", "metaCompactionRatio", "metaCompactionBatch"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +66,7 @@ class SessionSettings:
     write_timeout: float = 30.0
     max_outbound_bytes: int = 8 * 1024 * 1024
     server_reference: str | None = None  # told to MQTT 5 clients when a gateway node drains
+    compaction: CompactionSettings = CompactionSettings()
 
 
 def _number(table: Mapping[str, Any], key: str, default, low, high):
@@ -92,6 +101,10 @@ class GatewaySettings:
             retain_available=retain,
             write_timeout=float(_number(table, "writeTimeout", 30.0, 0.1, 3600)),
             max_outbound_bytes=int(_number(table, "maxOutboundBytes", 8 * 1024 * 1024, 1024, 1 << 34)),
+            compaction=CompactionSettings(
+                min_records=int(_number(table, "metaCompactionMinRecords", 10_000, 0, 1 << 40)),
+                ratio=float(_number(table, "metaCompactionRatio", 2.0, 1.0, 1000)),
+                batch=int(_number(table, "metaCompactionBatch", 1000, 1, 100_000))),
         )
         return cls(limits, session, Authenticator.from_dict(table, hosts=hosts), acl_from_dict(table),
                    TraceSettings.from_dict(table))

@@ -332,8 +332,8 @@ class Broker(SendPath, PullPath):
             await trio.sleep(interval)
             try:
                 await self._persist_offsets()
-            except OSError:
-                log.exception("persisting consumer offsets failed; will retry")
+            except OSError as e:  # a full disk: one line each time, the offsets stay in memory
+                log.error("persisting consumer offsets failed, will retry: %s", e)
                 self.offsets.dirty = self.groups.dirty = True
 
     # ------------------------------------------------------------------ retention

@@ -163,6 +163,8 @@ class SendChecks:
         end = 0
         if status is not _PUT_OK:
             send_status, remark = _PUT_TO_SEND.get(status, (SendStatus.SYSTEM_ERROR, str(status)))
+            if status is PutStatus.SERVICE_NOT_AVAILABLE:
+                remark = self._not_available_remark(remark)
             for p in prepared:
                 r = p.refused if p.refused is not None else SendResult(send_status, topic=p.topic, queue_id=p.queue_id,
                                                                        remark=remark)
@@ -195,6 +197,16 @@ class SendChecks:
         if end > self._written:
             self._written = end
         return end, waiting
+
+    def _not_available_remark(self, remark: str) -> str:
+        """RocketMQ's SERVICE_NOT_AVAILABLE wording, with the disk's use when
+        the store refused for space."""
+        store = self.store
+        if store.disk_full:
+            return (f"service not available now. It may be caused by one of the following reasons: the broker's "
+                    f"disk is full [{store.disk_usage_percent()}% used; {store.disk_full}], messages are put to "
+                    f"the slave, message store has been shut down, etc.")
+        return remark
 
     def _stored(self, msg: Message, result: SendResult) -> None:
         """Run the stored hooks; one that raises is logged and the others still run
@@ -285,6 +297,8 @@ class SendChecks:
         else:
             mapped = _PUT_TO_SEND.get(put.status)
             status, remark = mapped if mapped is not None else (SendStatus.SYSTEM_ERROR, str(put.status))
+            if put.status is PutStatus.SERVICE_NOT_AVAILABLE:
+                remark = self._not_available_remark(remark)
             if status not in _STORED:
                 return SendResult(status, topic=topic, queue_id=queue_id, remark=remark)
         if len(encoded) == 1:

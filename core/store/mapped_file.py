@@ -81,7 +81,7 @@ class MappedFile:
             if os.fstat(self.fd).st_size != size:
                 os.ftruncate(self.fd, size)
             self.mm = mmap.mmap(self.fd, size)
-        except BaseException:
+        except BaseException as e:
             os.close(self.fd)
             self.fd = -1
             if created:
@@ -89,6 +89,8 @@ class MappedFile:
                     os.unlink(path)
                 except FileNotFoundError:
                     pass
+            if isinstance(e, OSError) and e.filename is None:  # say which file the disk refused
+                raise OSError(e.errno, e.strerror, path) from None
             raise
 
     @classmethod

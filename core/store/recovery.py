@@ -10,10 +10,16 @@ Steps, in order:
    CRC when checkCRCOnRecover).  At the first entry that fails, the rest of
    the log is searched for any valid entry (magic search in the segment, the
    first entry of each later segment).  None: it is a torn tail, cut there.
-   Some: the corruption is *before* the tail; `CorruptSegmentError` (file and
-   offset) unless ``truncate_on_corruption``, which cuts there instead.
-   Cutting zeroes the rest of the segment and deletes later segments, so no
-   stale entry is found by a later recovery.
+   Some, at or past the checkpoint's flushed offset: still the torn tail (a
+   power cut keeps any subset of the pages written after the last fsync, so
+   a lost page can sit before pages that reached the disk; nothing there was
+   acknowledged as durable), cut there, the report naming the hole and the
+   first valid-looking entry dropped.  Some, below that offset (or with no
+   flushed offset known): the corruption is *before* the tail;
+   `CorruptSegmentError` (file and offset) unless ``truncate_on_corruption``,
+   which cuts there instead.  Cutting zeroes the rest of the segment and
+   deletes later segments, so no stale entry is found by a later recovery;
+   the report names the file and offset of every cut.
 3. Consume queues are loaded, units pointing at or past the log end dropped,
    minimum offsets moved past retention.  Index files newer than the
    checkpoint are deleted after an abnormal exit.
@@ -140,6 +146,10 @@ def _recover(store, abnormal: bool) -> RecoveryReport:
         for cq in store._queues.values():
             cq.correct_min_offset(cl.min_offset)
     report.queues = len(store._queues)
+    # Everything below the log end is durable now (checked and synced, or
+    # flushed at the last shutdown): the flushed offset recovery will need.
+    cp.log_flushed = report.log_max_offset
+    cp.write()
     return report
 
 
@@ -175,6 +185,10 @@ def _corruption_check(store, pos, seg, rel, reason, report) -> None:
     after = find_valid_after(store.commitlog, pos)
     if after is None:
         return  # a torn (or clean) tail
+    flushed = store._checkpoint.log_flushed
+    if flushed is not None and pos >= flushed:
+        report.torn_hole = (seg.path, pos, after)  # written after the last flush: the tail, not corruption
+        return
     err = CorruptSegmentError(seg.path, pos, rel, f"{reason}; a valid entry follows at offset {after}")
     if not store.config.truncate_on_corruption:
         raise err
@@ -206,14 +220,17 @@ def _cut(store, log_end: int, report: RecoveryReport) -> None:
     cl = store.commitlog
     seg = cl.segment_for(log_end)
     while cl.segments and cl.segments[-1].start > log_end:
-        cl.segments.pop().delete()
+        gone = cl.segments.pop()
+        gone.delete()
         report.truncated_bytes_at = log_end
+        report.truncated_file = report.truncated_file or gone.path
     if seg is not None:
         rel = log_end - seg.start
         if _nonzero_after(seg.mm, rel):
             seg.zero_from(rel)
             os.fsync(seg.fd)
             report.truncated_bytes_at = log_end
+            report.truncated_file = seg.path
     elif cl.segments and cl.segments[-1].end == log_end:
         pass  # the log ended with a BLANK: set_write_pos rolls a new segment
 

@@ -112,6 +112,8 @@ class RecoveryReport:
     replayed_from: int = -1  # where re-dispatch to queues/index started (-1: none needed)
     replayed_entries: int = 0
     truncated_bytes_at: int | None = None  # log end, when something after it was cut
+    truncated_file: str | None = None  # the segment cut there (or the first one deleted past it)
+    torn_hole: tuple[str, int, int] | None = None  # (file, offset, next valid entry): a hole past the flushed offset
     corruption: CorruptSegmentError | None = None  # set when truncate_on_corruption cut at it
     cq_units_dropped: int = 0
     index_files_dropped: int = 0
@@ -124,7 +126,10 @@ class RecoveryReport:
         if self.replayed_entries:
             parts.append(f"{self.replayed_entries} entries re-dispatched from {self.replayed_from}")
         if self.truncated_bytes_at is not None:
-            parts.append(f"torn tail cut at {self.truncated_bytes_at}")
+            parts.append(f"torn tail cut at {self.truncated_bytes_at} in {self.truncated_file}")
+        if self.torn_hole is not None:
+            parts.append(f"(a page written after the last flush never reached the disk at offset "
+                         f"{self.torn_hole[1]}; the unacknowledged entries from {self.torn_hole[2]} on were dropped)")
         if self.corruption is not None:
             parts.append(f"cut at corruption: {self.corruption}")
         if self.cq_units_dropped or self.index_files_dropped:

@@ -19,8 +19,10 @@ Rules kept:
   log before dropping the files, so replaying the log drops the queue at the
   same point and recreates exactly the units that existed.
 - A put that needs a file the disk cannot give (commit-log segment or
-  consume-queue file) answers CREATE_MAPEDFILE_FAILED with nothing written:
-  files are made before the entry and its units are written.  The index is
+  consume-queue file) answers SERVICE_NOT_AVAILABLE when the disk is full
+  (``disk_full`` says which file; RocketMQ's answer to a full disk), else
+  CREATE_MAPEDFILE_FAILED, with nothing written: files are made before the
+  entry and its units are written, and the next put tries again.  The index is
   written at flush; if its file cannot be made the keys wait for the next
   flush and the rest of the flush goes on.
 - ``abort`` is created before recovery changes any file and removed at
@@ -30,6 +32,7 @@ Rules kept:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -61,6 +64,7 @@ DELETE_QUEUE_TOPIC = "%MQGATE%DELETE_QUEUE"  # reserved: append() refuses it
 _SKIP_TX = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _INDEX_CHUNK = 64  # index entries hashed and built between two hand-backs of the GIL (`_drain_index`)
 
 
@@ -89,6 +93,7 @@ class MessageStore(StoreReads):
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout_s = config.sync_flush_timeout / 1000
         self.report: RecoveryReport | None = None
+        self.disk_full: str | None = None  # why the last put that needed a file was refused for space
         self._replica_from = 0  # end of the last entry dispatched (a replica's log may hold a partial one after it)
 
     # ---------------------------------------------------------------- lifetime
@@ -123,6 +128,7 @@ class MessageStore(StoreReads):
             return
         with self._lock:
             self._running = False  # appends from now on answer SERVICE_NOT_AVAILABLE
+            self.disk_full = None  # (for this reason now)
         self._flush_all()
         with self._lock:
             remove_abort(self.root)  # while the lock file is still held
@@ -366,8 +372,25 @@ class MessageStore(StoreReads):
             cl.reserve(sizes)
 
     def _file_failed(self, e: OSError) -> PutResult:
+        """A file the disk could not give: a full disk (or quota, or file size
+        limit) is SERVICE_NOT_AVAILABLE with ``disk_full`` saying why, as
+        RocketMQ answers when its disk is full; another error is
+        CREATE_MAPEDFILE_FAILED. Either way nothing was written, and the next
+        put tries again (service resumes by itself when space returns)."""
         log.error("cannot create a store file, put refused: %s", e)
+        if e.errno in _DISK_FULL:
+            self.disk_full = f"{e.filename or self.root}: {e.strerror}"
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         return PutResult(PutStatus.CREATE_MAPEDFILE_FAILED)
+
+    def disk_usage_percent(self) -> int:
+        """Percent of the store's file system in use (the figure RocketMQ puts in its disk-full answer)."""
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return -1
+        total = st.f_blocks * st.f_frsize
+        return 100 - (st.f_bavail * st.f_frsize * 100 // total) if total else -1
 
     def put(self, msg: Message | EncodedMessage | list) -> PutResult:
         """Append (a list: as a batch), then wait for the group commit when
@@ -412,6 +435,7 @@ class MessageStore(StoreReads):
             index_ts = self._drain_index(sync=True)
             cp = self._checkpoint
             cp.physic_ts = max(cp.physic_ts, physic_ts)
+            cp.log_flushed = flushed
             cp.logics_ts = max(cp.logics_ts, min(logics_ts, physic_ts) if physic_ts else logics_ts)
             if index_ts:
                 cp.index_ts = max(cp.index_ts, index_ts)

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from .mapped_file import allocate
 from .message import BLANK_MAGIC
 
 MAGIC_DEFAULT = 1
@@ -113,6 +114,29 @@ class TimerUnit(NamedTuple):
         return bool(self.magic & MAGIC_ROLL)
 
 
+def _open_allocated(path: Path, size: int) -> int:
+    """A descriptor of ``path`` sized ``size`` with its disk blocks allocated
+    (as the commit log's segments are): a full disk is an ``OSError``
+    (ENOSPC, naming the file) here, never a SIGBUS at a write through the
+    map. A file this call created and could not allocate is removed."""
+    created = not os.path.exists(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size != size or created:
+            allocate(fd, 0, size)
+            if os.fstat(fd).st_size != size:
+                os.ftruncate(fd, size)
+    except OSError as e:
+        os.close(fd)
+        if created:
+            os.unlink(path)
+        raise OSError(e.errno, f"{e.strerror} (allocating {size} bytes)", str(path)) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class TimerWheel:
     """The slot file; a slot is the head and tail of one list in the timer log."""
 
@@ -122,10 +146,8 @@ class TimerWheel:
         self.precision_ms = precision_ms
         self.slot_count = 2 * slots_total
         size = self.slot_count * _SLOT.size
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_allocated(self.path, size)
         try:
-            if os.fstat(fd).st_size != size:
-                os.ftruncate(fd, size)
             self._map = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)
@@ -197,10 +219,8 @@ class TimerLog:
         return self.dir / f"{start:020d}"
 
     def _open(self, start: int) -> mmap.mmap:
-        fd = os.open(self._path(start), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_allocated(self._path(start), self.file_size)
         try:
-            if os.fstat(fd).st_size != self.file_size:
-                os.ftruncate(fd, self.file_size)
             m = mmap.mmap(fd, self.file_size)
         except BaseException:
             os.close(fd)

@@ -37,16 +37,19 @@ class Group:
         self.ns.start()
 
     def broker(self, label: str, broker_id: int, role: str, *, serve: bool = False, mqtt_port: int = 0,
-               grpc_port: int = 0, **keys) -> ServeProcess:
-        """A broker process (not started); ``keys`` go to its [broker] table; ``grpc_port``
-        0: no RocketMQ 5 gRPC endpoint."""
+               grpc_port: int = 0, mqtt: dict | None = None, **keys) -> ServeProcess:
+        """A broker process (not started); ``keys`` go to its [broker] table,
+        ``mqtt`` to its [mqtt] table; ``grpc_port`` 0: no RocketMQ 5 gRPC endpoint."""
         port = free_port()
         while free_port_pair(port) is False:
             port = free_port()
         table = {"brokerName": self.name, "brokerId": broker_id, "brokerRole": role,
                  "mappedFileSizeCommitLog": SEGMENT, **keys}
         toml = self.root / f"{label}.toml"
-        toml.write_text("[broker]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items()))
+        text = "[broker]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items())
+        if mqtt:
+            text += "[mqtt]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in mqtt.items())
+        toml.write_text(text)
         args = ["--config", str(toml), "--broker-port", str(port), "--namesrv", self.namesrv,
                 "--grpc-port", str(grpc_port)]
         if serve:

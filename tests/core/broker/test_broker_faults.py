@@ -1,4 +1,4 @@
-"""A disk that refuses new files: sends answer SYSTEM_ERROR, the broker keeps serving."""
+"""A disk that refuses new files: sends answer SERVICE_NOT_AVAILABLE ("the broker's disk is full"), the broker keeps serving."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from core.store.message import Message
 SEG = 1 << 20
 
 
-async def test_send_on_a_full_disk_answers_system_error(broker_config, store_config):
+async def test_send_on_a_full_disk_answers_service_not_available(broker_config, store_config):
     cfg = broker_config.replace(flush_disk_type=FlushDiskType.SYNC_FLUSH)
     async with open_broker(cfg, store_config) as broker:
         body = b"x" * 10_000
@@ -23,10 +23,11 @@ async def test_send_on_a_full_disk_answers_system_error(broker_config, store_con
             refused = []
             for _ in range(3):
                 refused.append(await broker.send(Message(topic="T", body=body), queue_id=0))
-            assert refused[-1].status is SendStatus.SYSTEM_ERROR and not refused[-1].ok
-            assert "create mapped file failed" in refused[-1].remark
+            assert refused[-1].status is SendStatus.SERVICE_NOT_AVAILABLE and not refused[-1].ok
+            assert "the broker's disk is full" in refused[-1].remark  # RocketMQ's wording, with the file
+            assert "00000000000001048576" in refused[-1].remark
             batch = await broker.send_batch([Message(topic="T", body=body) for _ in range(3)], queue_id=0)
-            assert batch.status is SendStatus.SYSTEM_ERROR
+            assert batch.status is SendStatus.SERVICE_NOT_AVAILABLE
         ok = await broker.send(Message(topic="T", body=body), queue_id=0)
         assert ok.status is SendStatus.SEND_OK
         stored = [r for r in refused if r.ok]

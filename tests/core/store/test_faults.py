@@ -34,9 +34,9 @@ def test_segment_creation_failure_answers_a_status_and_keeps_data(tmp_path):
     end = s.max_phy_offset
     with max_file_size(SEG // 2):
         r = s.append(Message(topic="T", body=b"b" * 1000))
-        assert r.status is PutStatus.CREATE_MAPEDFILE_FAILED
+        assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
         rb = s.append_batch([Message(topic="T", body=b"c" * 1000) for _ in range(3)])
-        assert rb.status is PutStatus.CREATE_MAPEDFILE_FAILED
+        assert rb.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert s.max_phy_offset == end  # nothing half-written
         assert s.max_offset("T", 0) == len(before)
         s.flush()
@@ -61,9 +61,9 @@ def test_consume_queue_file_failure_writes_no_entry(tmp_path):
     end = s.max_phy_offset
     with max_file_size(32 * 1024):
         r = s.append(Message(topic="New", body=b"y"))
-        assert r.status is PutStatus.CREATE_MAPEDFILE_FAILED
+        assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
         r2 = s.append(Message(topic="Old", body=b"z", properties={"INNER_MULTI_DISPATCH": "session-1"}))
-        assert r2.status is PutStatus.CREATE_MAPEDFILE_FAILED
+        assert r2.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert s.max_phy_offset == end  # no log entry without its units
         assert s.append(Message(topic="Old", body=b"w")).ok  # existing queues still take messages
     r = s.append(Message(topic="New", body=b"y"))
@@ -184,7 +184,7 @@ def test_second_start_is_refused_and_leaks_no_lock(tmp_path):
 def test_append_many_reserves_the_reference_records_of_long_dispatch_lists(tmp_path):
     """A message whose multi-dispatch list needs reference records, in a batch
     where the main entries fit the segment but the records do not, and the
-    next segment cannot be made: the batch answers CREATE_MAPEDFILE_FAILED and
+    next segment cannot be made: the batch answers SERVICE_NOT_AVAILABLE and
     nothing is written (the records were left out of the reservation once, and
     the OSError escaped half-way through the batch)."""
     from core.store.message import PROPERTY_INNER_MULTI_DISPATCH, EncodedMessage
@@ -203,7 +203,7 @@ def test_append_many_reserves_the_reference_records_of_long_dispatch_lists(tmp_p
     end, units = s.max_phy_offset, s.max_offset("T", 0)
     with max_file_size(SEG // 2):
         status, rows, _ = s.append_many([small(), big()])
-    assert status is PutStatus.CREATE_MAPEDFILE_FAILED and rows == []
+    assert status is PutStatus.SERVICE_NOT_AVAILABLE and rows == []
     assert (s.max_phy_offset, s.max_offset("T", 0)) == (end, units)
     assert s.max_offset("%LMQ%session-000999", 0) == 1
     status, rows, _ = s.append_many([small(), big()])  # room again: both stored, records and all

@@ -79,7 +79,9 @@ def test_commitlog_and_consume_queue_bytes(tmp_path):
     assert len(cp) == 4096
     physic, logics, index = struct.unpack(">qqq", cp[:24])
     assert physic == logics == index == r2.store_timestamp
-    assert cp[24:] == bytes(4096 - 24)
+    assert cp[24:40] == bytes(16)  # RocketMQ 5's masterFlushedOffset, confirmPhyOffset: unused
+    assert struct.unpack(">qq", cp[40:56]) == (244, 0x4D51_4754_464C_5348)  # ours: the flushed log offset, magic
+    assert cp[56:] == bytes(4096 - 56)
     assert not os.path.exists(tmp_path / "abort")
 
     (name,) = os.listdir(tmp_path / "index")
