@@ -30,6 +30,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
 from gateway.auth import is_loopback
+from gateway.http import connection_guard
 from gateway.http.app import AdminApi, make_app
 from gateway.http.dashboard import Dashboard, DashboardReads, RateSampler
 from gateway.http.metrics import BrokerView, make_registry
@@ -113,4 +114,5 @@ async def run_http(gw, settings: HttpSettings, *, broker: BrokerView | None = No
 
 
 async def _serve(app, config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    connection_guard.install()  # a fuzzed request must not end the process
     await hypercorn_serve(app, config, task_status=task_status)
