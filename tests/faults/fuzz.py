@@ -200,7 +200,8 @@ MQTT, REMOTING, HTTP = mqtt_corpus(), remoting_corpus(), http_corpus()
 class Canary:
     """A well-behaved paho client: QoS 1 round trips every 0.2 s, each within 5 s."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, topic: str = "canary/t"):
+        self.topic = topic
         self.sent: dict[int, float] = {}
         self.got: set[int] = set()
         self.failures = 0
@@ -213,7 +214,7 @@ class Canary:
         self.client.on_message = self._on_message
         self.client.connect("127.0.0.1", port, keepalive=30)
         self.client.loop_start()
-        self.client.subscribe("canary/t", qos=1)
+        self.client.subscribe(topic, qos=1)
         if not ready.wait(10):
             raise RuntimeError("the canary could not subscribe")
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -236,7 +237,7 @@ class Canary:
                 for k in overdue:
                     self.got.add(k)  # counted once
                 self.failures += len(overdue)
-            self.client.publish("canary/t", str(n).encode(), qos=1)
+            self.client.publish(self.topic, str(n).encode(), qos=1)
 
     def close(self) -> dict:
         self._stop.set()

@@ -1,0 +1,198 @@
+"""Hostile clients that speak well-formed MQTT: slowloris, churn, topic floods, ACL bypass.
+
+Rules it keeps (each attack returns its figures; the campaign judges them):
+- slowloris: `n` sockets send half a CONNECT and stop; the server must close
+  each within `connectTimeout` (+ slack), keep serving a canary, RSS bounded.
+- connection churn: `n` raw CONNECT/DISCONNECT pairs, RSS before/after.
+- topic flood: one client subscribes to `n` distinct topics in batches and
+  unsubscribes them; RSS at the peak and after.
+- ACL bypass: an anonymous client allowed only ``open/#`` tries to reach
+  ``secret/#`` through ``$share``, ``$SYS``, a topic alias, a will and
+  retained messages; a victim allowed everything watches.  `leaks` must be 0.
+"""
+
+from __future__ import annotations
+
+import resource
+import socket
+import struct
+import threading
+import time
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.properties import Properties
+from paho.mqtt.packettypes import PacketTypes
+
+from fuzz import Canary, connect_packet
+
+ACL_FILE = """\
+topic readwrite open/#
+
+user victim
+topic readwrite #
+"""
+
+
+def raise_nofile() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def _wait(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def slowloris(server, n: int, connect_timeout: float) -> dict:
+    port = server.ports["mqtt"]
+    canary = Canary(port, topic="open/canary")  # the ACL lets anonymous clients use open/# only
+    rss0 = server.sample()["rss_kib"]
+    socks, refused = [], 0
+    t0 = time.monotonic()
+    for i in range(n):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(connect_packet(4, b"slow%d" % i)[:5])  # header and part of the protocol name
+            socks.append(s)
+        except OSError:
+            refused += 1
+    opened_s = time.monotonic() - t0
+    peak = server.sample()
+    closed = 0
+    deadline = t0 + connect_timeout + 15
+    for s in socks:
+        s.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            if s.recv(16) == b"":
+                closed += 1
+        except OSError as e:
+            closed += isinstance(e, ConnectionResetError)
+        s.close()
+    after = server.sample()
+    return {"connections": n, "opened": len(socks), "refused": refused, "open_s": round(opened_s, 1),
+            "closed_by_server": closed, "rss_before_mib": round(rss0 / 1024, 1),
+            "rss_peak_mib": round(peak["rss_kib"] / 1024, 1), "fds_peak": peak["fds"],
+            "rss_after_mib": round(after["rss_kib"] / 1024, 1), "canary": canary.close()}
+
+
+def churn(server, n: int) -> dict:
+    port = server.ports["mqtt"]
+    rss0 = server.sample()["rss_kib"]
+    t0 = time.monotonic()
+    failed = 0
+    for i in range(n):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(connect_packet(4, b"churn%d" % (i % 1000)))
+                if s.recv(4)[:1] != b"\x20":
+                    failed += 1
+                s.sendall(b"\xe0\x00")
+        except OSError:
+            failed += 1
+    return {"connects": n, "failed": failed, "per_s": round(n / (time.monotonic() - t0)),
+            "rss_before_mib": round(rss0 / 1024, 1), "rss_after_mib": round(server.sample()["rss_kib"] / 1024, 1)}
+
+
+def topic_flood(server, n: int, batch: int = 500) -> dict:
+    port = server.ports["mqtt"]
+    rss0 = server.sample()["rss_kib"]
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="topic-flood")
+    c.username_pw_set("victim")  # allowed everything by ACL_FILE
+    acks = []
+    c.on_subscribe = lambda *a: acks.append(1)
+    c.on_unsubscribe = lambda *a: acks.append(1)
+    c.connect("127.0.0.1", port, keepalive=60)
+    c.loop_start()
+    t0 = time.monotonic()
+    try:
+        sent = 0
+        for start in range(0, n, batch):
+            c.subscribe([(f"flood/{i}/x", 0) for i in range(start, min(n, start + batch))])
+            sent += 1
+            _wait(lambda: len(acks) >= sent - 20, 30)  # at most 20 batches in flight
+        _wait(lambda: len(acks) >= sent, 60)
+        peak = server.sample()["rss_kib"]
+        for start in range(0, n, batch):
+            c.unsubscribe([f"flood/{i}/x" for i in range(start, min(n, start + batch))])
+            sent += 1
+            _wait(lambda: len(acks) >= sent - 20, 30)
+        _wait(lambda: len(acks) >= sent, 60)
+    finally:
+        c.disconnect()
+        c.loop_stop()
+    return {"topics": n, "seconds": round(time.monotonic() - t0, 1), "rss_before_mib": round(rss0 / 1024, 1),
+            "rss_peak_mib": round(peak / 1024, 1), "rss_after_mib": round(server.sample()["rss_kib"] / 1024, 1)}
+
+
+def _v5(client_id: str, port: int, username: str | None = None, will: tuple | None = None) -> mqtt.Client:
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+    if username:
+        c.username_pw_set(username)
+    if will:
+        c.will_set(*will)
+    c.suback: list = []
+    c.got: list = []
+    c.on_subscribe = lambda cl, ud, mid, codes, props: c.suback.append([int(getattr(x, "value", x)) for x in codes])
+    c.on_message = lambda cl, ud, m: c.got.append((m.topic, bytes(m.payload)))
+    c.connect("127.0.0.1", port, keepalive=30)
+    c.loop_start()
+    return c
+
+
+def acl_bypass(server) -> dict:
+    """``server`` runs with ACL_FILE as its aclFile."""
+    port = server.ports["mqtt"]
+    victim = _v5("victim", port, "victim")
+    victim.subscribe("secret/#", qos=1)
+    victim.publish("secret/r2", b"victim-retained", qos=1, retain=True)
+    _wait(lambda: victim.suback, 10)
+    attempts = {}
+    mallory = _v5("mallory", port, will=("secret/will", b"from-will", 1, False))
+    try:
+        for name, flt in (("share", "$share/g/secret/#"), ("sys", "$SYS/#"), ("wildcard_retained", "+/r2")):
+            n = len(mallory.suback)
+            mallory.subscribe(flt, qos=1)
+            _wait(lambda: len(mallory.suback) > n, 10)
+            attempts[name] = {"filter": flt, "suback": mallory.suback[-1] if len(mallory.suback) > n else None}
+        props = Properties(PacketTypes.PUBLISH)
+        props.TopicAlias = 1
+        mallory.publish("open/a", b"via-open", qos=1, properties=props)
+        mallory.publish("secret/x", b"alias-set", qos=1, properties=props)  # refused: alias must not map to it
+        mallory.publish("", b"via-alias", qos=1, properties=props)
+        mallory.publish("secret/r", b"mallory-retained", qos=1, retain=True)
+        victim.publish("secret/y", b"victim-live", qos=1)
+        _wait(lambda: any(p == b"victim-live" for _, p in victim.got), 10)
+        # the will: drop the socket without DISCONNECT
+        sock = mallory.socket()  # None: the server closed it already (a refused alias is a protocol error)
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+        mallory.loop_stop()
+        late = _v5("late-reader", port, "victim")
+        late.subscribe("secret/#", qos=1)
+        _wait(lambda: late.suback, 10)
+        _wait(lambda: any(p == b"victim-retained" for _, p in late.got), 10)
+        # the will would come at once (no delay); give the server the time the victim's own message took
+        t_live = time.monotonic()
+        _wait(lambda: any(p == b"from-will" for _, p in victim.got), 3)
+        leaked_to_victim = [p.decode() for _, p in victim.got if p in (b"alias-set", b"via-alias", b"mallory-retained", b"from-will")]
+        leaked_retained = [p.decode() for _, p in late.got if p == b"mallory-retained"]
+        leaked_to_mallory = [(t, p.decode()) for t, p in mallory.got if t.startswith(("secret", "$SYS"))]
+        late.disconnect()
+        late.loop_stop()
+    finally:
+        victim.disconnect()
+        victim.loop_stop()
+        try:
+            mallory.disconnect()
+        except Exception:  # noqa: BLE001 - its socket is gone on purpose
+            pass
+    refused = {k: (v["suback"] is not None and all(c >= 0x80 for c in v["suback"])) for k, v in attempts.items()}
+    # a granted wildcard is not a leak by itself (delivery is filtered per topic); a delivered message is
+    leaks = len(leaked_to_victim) + len(leaked_retained) + len(leaked_to_mallory)
+    return {"subscribe_refused": refused, "attempts": attempts, "leaked_to_victim": leaked_to_victim, "leaked_retained": leaked_retained,
+            "leaked_to_attacker": leaked_to_mallory, "leaks": leaks, "waited_s": round(time.monotonic() - t_live, 1)}
