@@ -46,6 +46,7 @@ class KillParams:
     load_max: float = 8.0
     seed: int = 17
     drain_timeout: float = 60.0
+    tx_settle: float = 20.0  # seconds to wait for open transactions to be checked after the last round
 
 
 def _wait(pred, timeout: float, interval: float = 0.05) -> bool:
@@ -127,7 +128,7 @@ def run(work: Path, params: KillParams, log=print) -> dict:
         workers[0].wait(60)
         result = {"rounds": rounds, "first_start_s": round(first_ready, 3), "mqtt": verdict(pubs, sub)}
         result.update(_native_verdict(server, files["native.jsonl"], params.drain_timeout))
-        result["transactions"] = _tx_verdict(server, files["tx.jsonl"], params.drain_timeout)
+        result["transactions"] = _tx_verdict(server, files["tx.jsonl"], params.tx_settle)
         result["tracebacks"] = server.tracebacks()
         result["lost"] = (sum(v["lost"] for v in result["mqtt"].values()) + result["native"]["lost"]
                           + result["timers"]["lost"] + result["transactions"]["lost"])
@@ -203,7 +204,7 @@ def _tx_verdict(server: CampaignServer, path: Path, timeout: float) -> dict:
         visible = Counter(int(m["key"][1:]) for m in _pull(server, TX_TOPIC))
         return want <= set(visible)
 
-    _wait(settled, min(timeout, 20.0), interval=1.0)
+    _wait(settled, timeout, interval=1.0)
     committed = {r["seq"] for r in lines if r["kind"] == "commit"}
     # A transaction left open ends by the broker's check; when the checks find no
     # producer to ask (transactionCheckMax of them), the broker rolls it back:
