@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
+import shutil
 import time
 from pathlib import Path
 
@@ -102,46 +102,47 @@ def run(args, log=print) -> dict:
     rep: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "params": vars(args).copy()}
     rep["params"]["out"] = str(args.out)
     t_all = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="mqgate-faults-") as tmp:
-        work = Path(tmp)
-        if "kills" in kinds:
-            t0 = time.monotonic()
-            rep["kills"] = kills.run(work, kills.KillParams(rounds=args.rounds, load_min=args.load_min,
-                                                            load_max=args.load_max, seed=args.seed), log=log)
-            rep["kills"]["seconds"] = round(time.monotonic() - t0, 1)
-        if "fuzz" in kinds:
-            server = CampaignServer(work / "fuzz", http=True)
-            server.start()
-            try:
-                rep["fuzz"] = fuzz.run(server, args.fuzz_frames, seed=args.seed, log=log)
-            finally:
-                server.stop()
-        if "hostile" in kinds:
-            acl = work / "acl"
-            acl.write_text(hostile.ACL_FILE)
-            server = CampaignServer(work / "hostile", mqtt_extra=f'connectTimeout = 5.0\naclFile = "{acl}"')
-            server.start()
-            try:
-                h = {"slowloris": hostile.slowloris(server, args.slowloris, 5.0)}
-                log(f"slowloris: {h['slowloris']}")
-                h["churn"] = hostile.churn(server, args.churn)
-                log(f"churn: {h['churn']}")
-                h["topics"] = hostile.topic_flood(server, args.topics)
-                log(f"topics: {h['topics']}")
-                h["acl"] = hostile.acl_bypass(server)
-                log(f"acl: {h['acl']}")
-                h["tracebacks"] = server.tracebacks()
-                h["server_alive"] = server.alive()
-                rep["hostile"] = h
-            finally:
-                server.stop()
-        if "soak" in kinds and args.soak_minutes > 0:
-            server = CampaignServer(work / "soak", flush="ASYNC_FLUSH")
-            server.start()
-            try:
-                rep["soak"] = soak.run(server, args.soak_minutes, log=log)
-            finally:
-                server.stop()
+    work = args.out / "work"  # data directories and server logs, kept for a post-mortem
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    if "kills" in kinds:
+        t0 = time.monotonic()
+        rep["kills"] = kills.run(work, kills.KillParams(rounds=args.rounds, load_min=args.load_min,
+                                                        load_max=args.load_max, seed=args.seed), log=log)
+        rep["kills"]["seconds"] = round(time.monotonic() - t0, 1)
+    if "fuzz" in kinds:
+        server = CampaignServer(work / "fuzz", http=True)
+        server.start()
+        try:
+            rep["fuzz"] = fuzz.run(server, args.fuzz_frames, seed=args.seed, log=log)
+        finally:
+            server.stop()
+    if "hostile" in kinds:
+        acl = work / "acl"
+        acl.write_text(hostile.ACL_FILE)
+        server = CampaignServer(work / "hostile", mqtt_extra=f'connectTimeout = 5.0\naclFile = "{acl}"')
+        server.start()
+        try:
+            h = {"slowloris": hostile.slowloris(server, args.slowloris, 5.0)}
+            log(f"slowloris: {h['slowloris']}")
+            h["churn"] = hostile.churn(server, args.churn)
+            log(f"churn: {h['churn']}")
+            h["topics"] = hostile.topic_flood(server, args.topics)
+            log(f"topics: {h['topics']}")
+            h["acl"] = hostile.acl_bypass(server)
+            log(f"acl: {h['acl']}")
+            h["tracebacks"] = server.tracebacks()
+            h["server_alive"] = server.alive()
+            rep["hostile"] = h
+        finally:
+            server.stop()
+    if "soak" in kinds and args.soak_minutes > 0:
+        server = CampaignServer(work / "soak", flush="ASYNC_FLUSH")
+        server.start()
+        try:
+            rep["soak"] = soak.run(server, args.soak_minutes, log=log)
+        finally:
+            server.stop()
     rep["seconds"] = round(time.monotonic() - t_all, 1)
     rep["failures"] = verdict(rep)
     return rep

@@ -98,7 +98,16 @@ class CampaignServer:
         return self.proc.output() if self.proc else ""
 
     def tracebacks(self) -> list[str]:
-        """The first line after each 'Traceback' in the whole log (every run of the process)."""
+        """One line per traceback in the whole log (every run of the process):
+        the log line before it and the exception it ends with."""
         lines = self.log().splitlines()
-        return [lines[i - 1][:300] + " | " + (lines[i + 1][:200] if i + 1 < len(lines) else "")
-                for i, line in enumerate(lines) if line.startswith("Traceback")]
+        out = []
+        for i, line in enumerate(lines):
+            if not line.startswith("Traceback"):
+                continue
+            end = next((j for j in range(i + 1, len(lines)) if lines[j] and not lines[j].startswith((" ", "\t"))), None)
+            exc = lines[end] if end is not None else "?"
+            if exc.startswith(("During handling", "The above exception")):
+                continue  # a chained traceback: the last one of the chain is counted
+            out.append((lines[i - 1][:200] if i else "") + " | " + exc[:300])
+        return out

@@ -139,8 +139,18 @@ def _v5(client_id: str, port: int, username: str | None = None, will: tuple | No
     c.got: list = []
     c.on_subscribe = lambda cl, ud, mid, codes, props: c.suback.append([int(getattr(x, "value", x)) for x in codes])
     c.on_message = lambda cl, ud, m: c.got.append((m.topic, bytes(m.payload)))
+    connected = threading.Event()
+    c.connack = None
+
+    def on_connect(cl, ud, flags, reason_code, props):
+        c.connack = int(getattr(reason_code, "value", reason_code))
+        connected.set()
+
+    c.on_connect = on_connect
     c.connect("127.0.0.1", port, keepalive=30)
     c.loop_start()
+    if not connected.wait(10):  # paho drops a SUBSCRIBE sent before the CONNACK
+        raise RuntimeError(f"{client_id} did not connect")
     return c
 
 
@@ -152,7 +162,14 @@ def acl_bypass(server) -> dict:
     victim.publish("secret/r2", b"victim-retained", qos=1, retain=True)
     _wait(lambda: victim.suback, 10)
     attempts = {}
-    mallory = _v5("mallory", port, will=("secret/will", b"from-will", 1, False))
+    # a will on a denied topic: refused at CONNECT, or accepted and never published
+    willer = _v5("mallory-will", port, will=("secret/will", b"from-will", 1, False))
+    will_connack = willer.connack
+    sock = willer.socket()  # None: the server refused the CONNECT and closed
+    if sock is not None:
+        sock.shutdown(socket.SHUT_RDWR)  # gone without DISCONNECT: the will would be due now
+    willer.loop_stop()
+    mallory = _v5("mallory", port)
     try:
         for name, flt in (("share", "$share/g/secret/#"), ("sys", "$SYS/#"), ("wildcard_retained", "+/r2")):
             n = len(mallory.suback)
@@ -167,11 +184,6 @@ def acl_bypass(server) -> dict:
         mallory.publish("secret/r", b"mallory-retained", qos=1, retain=True)
         victim.publish("secret/y", b"victim-live", qos=1)
         _wait(lambda: any(p == b"victim-live" for _, p in victim.got), 10)
-        # the will: drop the socket without DISCONNECT
-        sock = mallory.socket()  # None: the server closed it already (a refused alias is a protocol error)
-        if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)
-        mallory.loop_stop()
         late = _v5("late-reader", port, "victim")
         late.subscribe("secret/#", qos=1)
         _wait(lambda: late.suback, 10)
@@ -194,5 +206,5 @@ def acl_bypass(server) -> dict:
     refused = {k: (v["suback"] is not None and all(c >= 0x80 for c in v["suback"])) for k, v in attempts.items()}
     # a granted wildcard is not a leak by itself (delivery is filtered per topic); a delivered message is
     leaks = len(leaked_to_victim) + len(leaked_retained) + len(leaked_to_mallory)
-    return {"subscribe_refused": refused, "attempts": attempts, "leaked_to_victim": leaked_to_victim, "leaked_retained": leaked_retained,
+    return {"subscribe_refused": refused, "attempts": attempts, "will_connack": will_connack, "leaked_to_victim": leaked_to_victim, "leaked_retained": leaked_retained,
             "leaked_to_attacker": leaked_to_mallory, "leaks": leaks, "waited_s": round(time.monotonic() - t_live, 1)}

@@ -173,9 +173,13 @@ def _native_verdict(server: CampaignServer, path: Path, timeout: float) -> dict:
         return set(timers) <= {int(m["key"][1:]) for m in fired}
 
     _wait(all_fired, timeout, interval=1.0)
-    uniq_by_seq = defaultdict(set)
+    # The C++ client resends a timed-out send as a new message (new UNIQ_KEY,
+    # new born time): a second UNIQ_KEY is the broker's doing only when it
+    # has no send of its own.
+    uniq_by_seq, born_by_seq = defaultdict(set), defaultdict(set)
     for m in fired:
         uniq_by_seq[int(m["key"][1:])].add(m["uniq"])
+        born_by_seq[int(m["key"][1:])].add(m["born"])
     fired_count = Counter(int(m["key"][1:]) for m in fired)
     return {
         "native": {"acked": len(acked), "lost": len(set(acked) - set(seen)),
@@ -186,7 +190,9 @@ def _native_verdict(server: CampaignServer, path: Path, timeout: float) -> dict:
         "timers": {"acked": len(timers), "lost": len(set(timers) - set(fired_count)),
                    "lost_sample": sorted(set(timers) - set(fired_count))[:10],
                    "duplicates": sum(n - 1 for n in fired_count.values() if n > 1),
-                   "duplicates_with_other_uniq_key": sum(1 for u in uniq_by_seq.values() if len(u) > 1)},
+                   "client_resends": sum(len(b) - 1 for b in born_by_seq.values()),
+                   "duplicates_with_other_uniq_key": sum(1 for s, u in uniq_by_seq.items()
+                                                         if len(u) > len(born_by_seq[s]))},
     }
 
 

@@ -26,8 +26,30 @@ import paho.mqtt.client as mqtt
 TOPICS = {1: "kq/one", 2: "kq/two"}
 
 
+class _PahoClient(mqtt.Client):
+    """paho-mqtt 2.2.0 with one client bug corrected.
+
+    Each reconnect attempt runs ``_messages_reconnect_reset_out``, which moves a
+    QoS 2 message waiting for PUBCOMP to "resend PUBREL" -- and, on the next
+    attempt (the server still down), from "resend PUBREL" back to "publish":
+    the client then sends the PUBLISH again after its PUBREL, which MQTT forbids
+    (3.1.1 4.3.3, "MUST NOT re-send the PUBLISH once it has sent the
+    corresponding PUBREL"), and the server, which released that packet id,
+    rightly stores a new message.  The first campaign runs counted these as
+    QoS 2 duplicates (the log held the PUBREL'd copy, then the resent one).
+    """
+
+    def _messages_reconnect_reset_out(self) -> None:
+        with self._out_message_mutex:
+            owed = [m for m in self._out_messages.values() if m.state == mqtt.mqtt_ms_resend_pubrel]
+        super()._messages_reconnect_reset_out()
+        with self._out_message_mutex:
+            for m in owed:
+                m.state = mqtt.mqtt_ms_resend_pubrel
+
+
 def _client(client_id: str, port: int) -> mqtt.Client:
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False,
+    c = _PahoClient(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False,
                     protocol=mqtt.MQTTv311)
     c.reconnect_delay_set(min_delay=0.1, max_delay=0.5)  # floats are fine: paho sleeps min(delay, max)
     c.max_inflight_messages_set(20)

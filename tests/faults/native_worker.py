@@ -1,6 +1,6 @@
 """The native side of the kill rounds: the PyPI ``rocketmq`` C++ client in its own process.
 
-``python native_worker.py send NAMESRV TOPIC TIMER_TOPIC GROUP OUT STOP``
+``python native_worker.py send NAMESRV TOPIC TIMER_TOPIC GROUP OUT STOP [RATE]``
     sends SYNC messages to TOPIC (keys ``n<seq>``) and, every fourth one, a
     timer message to TIMER_TOPIC (``TIMER_DELAY_MS`` 300..2000, keys
     ``t<seq>``), one at a time, across broker kills, until the file STOP
@@ -29,7 +29,8 @@ import time
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, SendStatus
 
 
-def send(namesrv: str, topic: str, timer_topic: str, group: str, out_path: str, stop_path: str) -> int:
+def send(namesrv: str, topic: str, timer_topic: str, group: str, out_path: str, stop_path: str,
+         rate: str = "0") -> int:
     out = open(out_path, "a", buffering=1)
     producer = Producer(group + "_P")
     producer.set_namesrv_addr(namesrv)
@@ -45,9 +46,13 @@ def send(namesrv: str, topic: str, timer_topic: str, group: str, out_path: str, 
     consumer.start()
     rng = random.Random(os.getpid())
     seq = 0
+    pace = 1.0 / float(rate) if float(rate) > 0 else 0.0  # 0: one send after the other, flat out
+    t0 = time.monotonic()
     try:
         while not os.path.exists(stop_path):
             seq += 1
+            if pace:
+                time.sleep(max(0.0, t0 + seq * pace - time.monotonic()))  # the schedule, not a wait for an event
             timer = seq % 4 == 0
             m = Message(timer_topic if timer else topic)
             m.set_keys(("t%d" if timer else "n%d") % seq)
@@ -78,7 +83,7 @@ def pull(namesrv: str, topic: str, group: str) -> int:
     try:
         for m in consumer.pull(topic, max_num=32):
             print(json.dumps({"key": m.keys.decode(), "queue": m.queue_id, "offset": m.queue_offset,
-                              "uniq": (m.get_property("UNIQ_KEY") or b"").decode(), "t": m.store_timestamp,
+                              "uniq": (m.get_property("UNIQ_KEY") or b"").decode(), "t": m.store_timestamp, "born": m.born_timestamp,
                               "body": m.body.decode(errors="replace"), "mqtt_topic": (m.get_property("mqttTopic") or b"").decode()}))
     finally:
         consumer.shutdown()

@@ -1,9 +1,10 @@
 """Soak: steady MQTT and native traffic for N minutes; drift of RSS, open files, p99 latency, disk.
 
 Rules it keeps:
-- The rate is a fixed fraction of a capacity measured in the same run (a
-  short flat-out QoS 1 burst by the same paho publisher), so the figure
-  means the same on any machine; `rate` overrides it.
+- The MQTT rate is half the capacity measured in the same run (a short
+  flat-out QoS 1 burst, publisher to subscriber, end to end), so the figure
+  means the same on any machine; `rate` overrides it.  The C++ client sends
+  SYNC messages and timers at `native_rate` (50/s) meanwhile and consumes.
 - Each sample (every `interval` s) records RSS, open files, disk bytes of the
   data directory and the p99 of the publish-to-delivery latency of the
   messages delivered since the previous sample.
@@ -33,20 +34,27 @@ def _client(cid: str, port: int) -> mqtt.Client:
 
 
 def _capacity(port: int, seconds: float = 5.0) -> float:
+    """Messages/s delivered end to end (QoS 1 publisher -> QoS 1 subscriber), flat out."""
+    sub = _client("soak-cap-sub", port)
+    got = []
+    subscribed = threading.Event()
+    sub.on_subscribe = lambda *a: subscribed.set()
+    sub.on_message = lambda *a: got.append(1)
+    sub.subscribe("soakcap/t", qos=1)
+    subscribed.wait(10)
     pub = _client("soak-cap", port)
-    acked = []
-    pub.on_publish = lambda *a: acked.append(1)
     t0 = time.monotonic()
     sent = 0
     while time.monotonic() - t0 < seconds:
-        if sent - len(acked) < 200:
+        if sent - len(got) < 200:  # the window is end to end: the subscriber paces it
             pub.publish("soakcap/t", b"x" * 64, qos=1)
             sent += 1
         else:
             time.sleep(0.001)
-    rate = len(acked) / (time.monotonic() - t0)
-    pub.disconnect()
-    pub.loop_stop()
+    rate = len(got) / (time.monotonic() - t0)
+    for c in (pub, sub):
+        c.disconnect()
+        c.loop_stop()
     return rate
 
 
@@ -60,7 +68,8 @@ def _drift(values: list[float]) -> float | None:
     return round((sum(q4) / len(q4)) / base - 1, 4) if base else None
 
 
-def run(server, minutes: float, interval: float = 5.0, rate: float | None = None, log=print) -> dict:
+def run(server, minutes: float, interval: float = 5.0, rate: float | None = None, native_rate: float = 50.0,
+        log=print) -> dict:
     port = server.ports["mqtt"]
     capacity = _capacity(port)
     rate = rate or capacity / 2
@@ -89,7 +98,7 @@ def run(server, minutes: float, interval: float = 5.0, rate: float | None = None
 
     native = subprocess.Popen([sys.executable, str(HERE / "native_worker.py"), "send", server.namesrv, "SoakNative",
                                "SoakTimer", "SoakG", str(server.work / "soak-native.jsonl"),
-                               str(server.work / "soak-stop")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               str(server.work / "soak-stop"), str(native_rate)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t = threading.Thread(target=publish, daemon=True)
     t.start()
     samples = []
@@ -122,5 +131,6 @@ def run(server, minutes: float, interval: float = 5.0, rate: float | None = None
                        if '"native"' in line or '"timer"' in line)
     drift = {k: _drift([s[k] for s in samples if s[k] is not None]) for k in ("rss_mib", "fds", "p99_ms", "disk_mib")}
     return {"minutes": minutes, "capacity_msgs_per_s": round(capacity), "rate_msgs_per_s": round(rate),
+            "native_rate_msgs_per_s": native_rate,
             "native_acked": native_acked, "samples": samples, "drift": drift,
             "tracebacks": server.tracebacks(), "server_alive": server.alive()}

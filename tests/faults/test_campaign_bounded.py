@@ -43,10 +43,8 @@ def test_kill_rounds_lose_no_acknowledged_message(kill_result):
     assert r["tracebacks"] == []
 
 
-@pytest.mark.xfail(reason="found by the campaign, not fixed yet: a QoS 2 PUBLISH resent (DUP) by paho after a "
-                          "SIGKILL is sometimes stored a second time (the inbound packet id is not known after "
-                          "recovery); issue 17 report", strict=False)
 def test_kill_rounds_deliver_qos2_exactly_once(kill_result):
+    # with paho's own resend-PUBLISH-after-PUBREL bug corrected (mqtt_load._PahoClient)
     assert kill_result["mqtt"]["qos2"]["duplicates"] == 0, kill_result["mqtt"]["qos2"]
 
 
