@@ -33,6 +33,16 @@ maxQueuedMessages = 1000000
 """
 
 
+def wait_for(pred, timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``pred`` until true or ``timeout``; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
+
+
 class CampaignServer:
     def __init__(self, work: Path, *, flush: str = "SYNC_FLUSH", mqtt_extra: str = "", http: bool = False):
         self.work = Path(work)

@@ -157,7 +157,8 @@ class Counters:
             return sum(self.frames.values())
 
 
-def _one_connection(rng: random.Random, target: str, port: int, counters: Counters, per_conn: int) -> None:
+def one_connection(rng: random.Random, target: str, port: int, counters: Counters, per_conn: int) -> None:
+    """One connection to ``target``: an opening or not, ``per_conn`` mutated frames, a reset."""
     corpus = {"mqtt": MQTT, "ws": MQTT, "remoting": REMOTING, "http": HTTP}[target]
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=2)
@@ -270,7 +271,7 @@ def run(server, frames: int, seed: int = 1, threads: int = 8, per_conn: int = 8,
         rng = random.Random(seed * 1000 + k)
         while not stop.is_set() and counters.total() < frames:
             target = targets[rng.randrange(len(targets))]
-            _one_connection(rng, target, ports[target], counters, per_conn)
+            one_connection(rng, target, ports[target], counters, per_conn)
 
     pool = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(threads)]
     for t in pool:

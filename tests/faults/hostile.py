@@ -23,6 +23,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
 
+from campaign_server import wait_for
 from fuzz import Canary, connect_packet
 
 ACL_FILE = """\
@@ -37,15 +38,6 @@ def raise_nofile() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return hard
-
-
-def _wait(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def slowloris(server, n: int, connect_timeout: float) -> dict:
@@ -114,14 +106,14 @@ def topic_flood(server, n: int, batch: int = 500) -> dict:
         for start in range(0, n, batch):
             c.subscribe([(f"flood/{i}/x", 0) for i in range(start, min(n, start + batch))])
             sent += 1
-            _wait(lambda: len(acks) >= sent - 20, 30)  # at most 20 batches in flight
-        _wait(lambda: len(acks) >= sent, 60)
+            wait_for(lambda: len(acks) >= sent - 20, 30)  # at most 20 batches in flight
+        wait_for(lambda: len(acks) >= sent, 60)
         peak = server.sample()["rss_kib"]
         for start in range(0, n, batch):
             c.unsubscribe([f"flood/{i}/x" for i in range(start, min(n, start + batch))])
             sent += 1
-            _wait(lambda: len(acks) >= sent - 20, 30)
-        _wait(lambda: len(acks) >= sent, 60)
+            wait_for(lambda: len(acks) >= sent - 20, 30)
+        wait_for(lambda: len(acks) >= sent, 60)
     finally:
         c.disconnect()
         c.loop_stop()
@@ -160,7 +152,7 @@ def acl_bypass(server) -> dict:
     victim = _v5("victim", port, "victim")
     victim.subscribe("secret/#", qos=1)
     victim.publish("secret/r2", b"victim-retained", qos=1, retain=True)
-    _wait(lambda: victim.suback, 10)
+    wait_for(lambda: victim.suback, 10)
     attempts = {}
     # a will on a denied topic: refused at CONNECT, or accepted and never published
     willer = _v5("mallory-will", port, will=("secret/will", b"from-will", 1, False))
@@ -174,7 +166,7 @@ def acl_bypass(server) -> dict:
         for name, flt in (("share", "$share/g/secret/#"), ("sys", "$SYS/#"), ("wildcard_retained", "+/r2")):
             n = len(mallory.suback)
             mallory.subscribe(flt, qos=1)
-            _wait(lambda: len(mallory.suback) > n, 10)
+            wait_for(lambda: len(mallory.suback) > n, 10)
             attempts[name] = {"filter": flt, "suback": mallory.suback[-1] if len(mallory.suback) > n else None}
         props = Properties(PacketTypes.PUBLISH)
         props.TopicAlias = 1
@@ -183,14 +175,14 @@ def acl_bypass(server) -> dict:
         mallory.publish("", b"via-alias", qos=1, properties=props)
         mallory.publish("secret/r", b"mallory-retained", qos=1, retain=True)
         victim.publish("secret/y", b"victim-live", qos=1)
-        _wait(lambda: any(p == b"victim-live" for _, p in victim.got), 10)
+        wait_for(lambda: any(p == b"victim-live" for _, p in victim.got), 10)
         late = _v5("late-reader", port, "victim")
         late.subscribe("secret/#", qos=1)
-        _wait(lambda: late.suback, 10)
-        _wait(lambda: any(p == b"victim-retained" for _, p in late.got), 10)
+        wait_for(lambda: late.suback, 10)
+        wait_for(lambda: any(p == b"victim-retained" for _, p in late.got), 10)
         # the will would come at once (no delay); give the server the time the victim's own message took
         t_live = time.monotonic()
-        _wait(lambda: any(p == b"from-will" for _, p in victim.got), 3)
+        wait_for(lambda: any(p == b"from-will" for _, p in victim.got), 3)
         leaked_to_victim = [p.decode() for _, p in victim.got if p in (b"alias-set", b"via-alias", b"mallory-retained", b"from-will")]
         leaked_retained = [p.decode() for _, p in late.got if p == b"mallory-retained"]
         leaked_to_mallory = [(t, p.decode()) for t, p in mallory.got if t.startswith(("secret", "$SYS"))]

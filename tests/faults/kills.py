@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from campaign_server import CampaignServer
+from campaign_server import CampaignServer, wait_for
 from mqtt_load import Publisher, Subscriber, missing, verdict
 
 HERE = Path(__file__).resolve().parent
@@ -47,15 +47,6 @@ class KillParams:
     seed: int = 17
     drain_timeout: float = 60.0
     tx_settle: float = 20.0  # seconds to wait for open transactions to be checked after the last round
-
-
-def _wait(pred, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -111,9 +102,9 @@ def run(work: Path, params: KillParams, log=print) -> dict:
             server.kill()
             ready_s = server.start()
             acked_before = {q: len(p.acked) for q, p in pubs.items()}
-            served = _wait(lambda: any(len(p.acked) > acked_before[q] for q, p in pubs.items()), 60)
+            served = wait_for(lambda: any(len(p.acked) > acked_before[q] for q, p in pubs.items()), 60)
             service_s = time.monotonic() - killed_at
-            drained = _wait(lambda: missing(pubs, sub, killed_at) == 0, params.drain_timeout)
+            drained = wait_for(lambda: missing(pubs, sub, killed_at) == 0, params.drain_timeout)
             rnd = {"round": n, "load_s": round(load, 2), "ready_s": round(ready_s, 3),
                    "service_s": round(service_s, 3) if served else None,
                    "drain_s": round(time.monotonic() - killed_at, 3),
@@ -123,8 +114,8 @@ def run(work: Path, params: KillParams, log=print) -> dict:
         files["stop"].touch()
         for p in pubs.values():
             p.stop_publishing()
-        _wait(lambda: all(p.unacked() == 0 for p in pubs.values()), params.drain_timeout)
-        _wait(lambda: missing(pubs, sub, time.monotonic()) == 0, params.drain_timeout)
+        wait_for(lambda: all(p.unacked() == 0 for p in pubs.values()), params.drain_timeout)
+        wait_for(lambda: missing(pubs, sub, time.monotonic()) == 0, params.drain_timeout)
         workers[0].wait(60)
         result = {"rounds": rounds, "first_start_s": round(first_ready, 3), "mqtt": verdict(pubs, sub)}
         result.update(_native_verdict(server, files["native.jsonl"], params.drain_timeout))
@@ -172,7 +163,7 @@ def _native_verdict(server: CampaignServer, path: Path, timeout: float) -> dict:
         fired = _pull(server, TIMER_TOPIC)
         return set(timers) <= {int(m["key"][1:]) for m in fired}
 
-    _wait(all_fired, timeout, interval=1.0)
+    wait_for(all_fired, timeout, interval=1.0)
     # The C++ client resends a timed-out send as a new message (new UNIQ_KEY,
     # new born time): a second UNIQ_KEY is the broker's doing only when it
     # has no send of its own.
@@ -210,7 +201,7 @@ def _tx_verdict(server: CampaignServer, path: Path, timeout: float) -> dict:
         visible = Counter(int(m["key"][1:]) for m in _pull(server, TX_TOPIC))
         return want <= set(visible)
 
-    _wait(settled, timeout, interval=1.0)
+    wait_for(settled, timeout, interval=1.0)
     committed = {r["seq"] for r in lines if r["kind"] == "commit"}
     # A transaction left open ends by the broker's check; when the checks find no
     # producer to ask (transactionCheckMax of them), the broker rolls it back:

@@ -62,24 +62,14 @@ def test_fuzzed_http_requests_do_not_end_the_server(tmp_path):
     process was gone, on the old tree within ~5,000 connections (1-2 s)."""
     http = free_port()
     rng = random.Random(1)
+    counters = fuzz.Counters()
     with ServeProcess(tmp_path / "data", "--mqtt-port", str(free_port()), "--ws-port", "0", "--namesrv-port", "0",
                       "--broker-port", "0", "--grpc-port", "0", "--http-port", str(http)) as server:
         deadline = time.monotonic() + 8
         n = 0
         while n < 12_000 and time.monotonic() < deadline:
             n += 1
-            data = b"".join(fuzz.mutate(rng, rng.choice(fuzz.HTTP), fuzz.HTTP) for _ in range(8))
-            try:
-                with socket.create_connection(("127.0.0.1", http), timeout=2) as s:
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset on close
-                    s.sendall(data)
-                    s.settimeout(0.05)
-                    try:
-                        s.recv(65536)
-                    except OSError:
-                        pass
-            except OSError:
-                pass
+            fuzz.one_connection(rng, "http", http, counters, 8)
             assert server.proc.poll() is None, f"the server died after {n} connections:\n{server.output()[-3000:]}"
         with socket.create_connection(("127.0.0.1", http), timeout=5) as s:
             s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
