@@ -94,11 +94,13 @@ class CampaignServer:
         return None
 
     def sample(self) -> dict:
-        """RSS (KiB), open files and threads of the live server."""
+        """RSS (KiB; anon = the heap, file = mapped files such as commit-log
+        segments, which the kernel may drop), open files and threads of the live server."""
         pid = self.pid
         status = Path(f"/proc/{pid}/status").read_text()
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        return {"rss_kib": int(fields["VmRSS"].split()[0]), "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        return {"rss_kib": int(fields["VmRSS"].split()[0]), "rss_anon_kib": int(fields["RssAnon"].split()[0]),
+                "rss_file_kib": int(fields["RssFile"].split()[0]), "fds": len(os.listdir(f"/proc/{pid}/fd")),
                 "threads": int(fields["Threads"])}
 
     def disk_bytes(self) -> int:

@@ -65,7 +65,7 @@ def write_html(rep: dict, out: Path) -> Path:
     if s and s["samples"]:
         xs = [x["t"] / 60 for x in s["samples"]]
         img = _plot(out / "soak.png", "soak", xs, {k2: [x[k2] for x in s["samples"]] for k2 in
-                                                 ("rss_mib", "fds", "p99_ms", "disk_mib", "delivered_per_s")}, "minutes")
+                                                 ("rss_mib", "rss_anon_mib", "fds", "p99_ms", "disk_mib", "delivered_per_s")}, "minutes")
         parts.append("<h2>Soak</h2>" + _table(s) + f"<img src='{img}'>")
     page = ("<!doctype html><meta charset=utf-8><title>mqgate fault campaign</title><style>"
             "body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse;margin:1em 0}"

@@ -5,7 +5,8 @@ Rules it keeps:
   flat-out QoS 1 burst, publisher to subscriber, end to end), so the figure
   means the same on any machine; `rate` overrides it.  The C++ client sends
   SYNC messages and timers at `native_rate` (50/s) meanwhile and consumes.
-- Each sample (every `interval` s) records RSS, open files, disk bytes of the
+- Each sample (every `interval` s) records RSS (and its anonymous part, the
+  heap: the rest is mapped commit-log pages), open files, disk bytes of the
   data directory and the p99 of the publish-to-delivery latency of the
   messages delivered since the previous sample.
 - Drift = (mean of the last quarter of samples) / (mean of the second
@@ -110,6 +111,7 @@ def run(server, minutes: float, interval: float = 5.0, rate: float | None = None
                 window, lat[:] = sorted(lat), []
             s = server.sample()
             samples.append({"t": round(time.monotonic() - t0, 1), "rss_mib": round(s["rss_kib"] / 1024, 1),
+                            "rss_anon_mib": round(s["rss_anon_kib"] / 1024, 1),
                             "fds": s["fds"], "disk_mib": round(server.disk_bytes() / 2 ** 20, 1),
                             "p99_ms": round(window[int(len(window) * 0.99) - 1] * 1000, 2) if window else None,
                             "delivered_per_s": round(len(window) / interval)})
@@ -129,7 +131,7 @@ def run(server, minutes: float, interval: float = 5.0, rate: float | None = None
             c.loop_stop()
     native_acked = sum(1 for line in (server.work / "soak-native.jsonl").read_text().splitlines()
                        if '"native"' in line or '"timer"' in line)
-    drift = {k: _drift([s[k] for s in samples if s[k] is not None]) for k in ("rss_mib", "fds", "p99_ms", "disk_mib")}
+    drift = {k: _drift([s[k] for s in samples if s[k] is not None]) for k in ("rss_mib", "rss_anon_mib", "fds", "p99_ms", "disk_mib")}
     return {"minutes": minutes, "capacity_msgs_per_s": round(capacity), "rate_msgs_per_s": round(rate),
             "native_rate_msgs_per_s": native_rate,
             "native_acked": native_acked, "samples": samples, "drift": drift,
