@@ -95,6 +95,15 @@ def run(work: Path, params: KillParams, log=print) -> dict:
         workers.append(subprocess.Popen([sys.executable, str(HERE / "tx_worker.py"), f"127.0.0.1:{server.ports['grpc']}",
                                          TX_TOPIC, str(files["tx.jsonl"]), str(files["stop"]), str(files["exit"])],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # every client is under way before the first kill (the 5.x client's start takes seconds)
+        def warm() -> bool:
+            text = files["native.jsonl"].read_text() if files["native.jsonl"].exists() else ""
+            tx = files["tx.jsonl"].read_text() if files["tx.jsonl"].exists() else ""
+            return ('"native"' in text and '"timer"' in text and '"half"' in tx
+                    and all(p.acked for p in pubs.values()))
+
+        if not wait_for(warm, 60, interval=0.1):
+            raise RuntimeError("the clients did not all get a message acknowledged within 60 s")
         for n in range(1, params.rounds + 1):
             load = rng.uniform(params.load_min, params.load_max)
             time.sleep(load)  # the load runs meanwhile; the kill lands at a random moment of it

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(240)
 @pytest.fixture(scope="module")
 def kill_result(tmp_path_factory):
     return kills.run(tmp_path_factory.mktemp("kills"), kills.KillParams(rounds=2, load_min=1.0, load_max=2.0, seed=3,
-                                                                        drain_timeout=30, tx_settle=3))
+                                                                        drain_timeout=30, tx_settle=1))
 
 
 def test_kill_rounds_lose_no_acknowledged_message(kill_result):
