@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--churn", type=int, default=FULL["churn"], help="connects and disconnects")
     p.add_argument("--topics", type=int, default=FULL["topics"], help="distinct topics subscribed and unsubscribed")
     p.add_argument("--soak-minutes", type=float, default=FULL["soak_minutes"])
+    p.add_argument("--tx-settle", type=float, default=330.0,
+                   help="seconds to wait after the last kill for open transactions to be checked")
     p.add_argument("--only", default="", help="comma-separated kinds: kills,fuzz,hostile,soak")
     p.add_argument("--seed", type=int, default=17)
     return p
@@ -67,6 +69,9 @@ def verdict(rep: dict) -> list[str]:
                 bad.append(f"kills: {k['mqtt'][q]['order_violations']} order violations ({q})")
         if k["timers"]["duplicates_with_other_uniq_key"]:
             bad.append("kills: a timer fired twice with different UNIQ_KEYs")
+        if k["transactions"]["rolled_back_after_unanswered_checks"]:
+            bad.append(f"kills: {k['transactions']['rolled_back_after_unanswered_checks']} transactions the "
+                       "application wanted committed are not visible (their checks found no producer)")
         if k["transactions"]["rolled_back_but_visible"]:
             bad.append("kills: a rolled-back transaction is visible")
         if k["tracebacks"]:
@@ -108,7 +113,8 @@ def run(args, log=print) -> dict:
     if "kills" in kinds:
         t0 = time.monotonic()
         rep["kills"] = kills.run(work, kills.KillParams(rounds=args.rounds, load_min=args.load_min,
-                                                        load_max=args.load_max, seed=args.seed), log=log)
+                                                        load_max=args.load_max, seed=args.seed,
+                                                    tx_settle=args.tx_settle), log=log)
         rep["kills"]["seconds"] = round(time.monotonic() - t0, 1)
     if "fuzz" in kinds:
         server = CampaignServer(work / "fuzz", http=True)

@@ -26,7 +26,11 @@ CONFIG = """\
 [broker]
 flushDiskType = "{flush}"
 transactionTimeOut = 1000
-transactionCheckInterval = 1000
+transactionCheckInterval = 2000
+# the 5.x Python client reopens its telemetry stream (the way checks reach it)
+# only at its settings sync, every 300 s: a transaction left open by a kill
+# is checked until then, not rolled back after 15 checks
+transactionCheckMax = 1000
 [mqtt]
 maxQueuedMessages = 1000000
 {mqtt_extra}

@@ -46,7 +46,9 @@ class KillParams:
     load_max: float = 8.0
     seed: int = 17
     drain_timeout: float = 60.0
-    tx_settle: float = 20.0  # seconds to wait for open transactions to be checked after the last round
+    # seconds to wait for open transactions to be checked after the last round: the 5.x
+    # client is reachable again at its next settings sync (every 300 s)
+    tx_settle: float = 330.0
 
 
 def _read_jsonl(path: Path) -> list[dict]:
