@@ -27,9 +27,9 @@ CONFIG = """\
 flushDiskType = "{flush}"
 transactionTimeOut = 1000
 transactionCheckInterval = 2000
-# the 5.x Python client reopens its telemetry stream (the way checks reach it)
-# only at its settings sync, every 300 s: a transaction left open by a kill
-# is checked until then, not rolled back after 15 checks
+# a transaction left open by a kill is checked until its 5.x producer is
+# reachable again (its telemetry stream: not within 330 s in our runs,
+# docs/RELIABILITY.md), not rolled back after 15 checks
 transactionCheckMax = 1000
 [mqtt]
 maxQueuedMessages = 1000000

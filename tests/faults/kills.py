@@ -46,8 +46,8 @@ class KillParams:
     load_max: float = 8.0
     seed: int = 17
     drain_timeout: float = 60.0
-    # seconds to wait for open transactions to be checked after the last round: the 5.x
-    # client is reachable again at its next settings sync (every 300 s)
+    # seconds to wait for open transactions to be checked after the last round (the 5.x
+    # client's settings sync, which could reopen its check stream, is every 300 s)
     tx_settle: float = 330.0
 
 
