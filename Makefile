@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 ARGS   ?=
 
-.PHONY: run test test-pure build bench install install-dev system-deps test-deps node-deps clean
+.PHONY: run test test-pure build bench faults install install-dev system-deps test-deps node-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,13 @@ test-pure: install-dev
 
 bench: install-dev
 	$(PY) -m loadtest bench $(ARGS)
+
+# The fault campaign (issue 17, docs/RELIABILITY.md): kill rounds under mixed
+# load, fuzzing, hostile clients and a soak; writes faults-report/report.json
+# and faults-report/index.html; exit 1 when a verdict fails. ARGS narrows it,
+# e.g. ARGS="--rounds 5 --fuzz-frames 200000 --soak-minutes 5".
+faults: install-dev build
+	$(PY) tests/faults/campaign.py --out faults-report $(ARGS)
 
 clean:
 	rm -rf $(VENV) .deps build *.egg-info .pytest_cache

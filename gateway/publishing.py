@@ -90,10 +90,11 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
                         raise MappingError(f"broker topic {name!r} does not exist and may not be created",
                                            R.TOPIC_NAME_INVALID)
                 configs[name] = cfg
+            # a topic or property the store cannot keep (a control character) is refused here too
+            msg = publish_to_message(pub, name, conn.client_id, received, topic=topic)
         except MappingError as e:
             plan.append((pub, None, e.reason_code, str(e)))
             continue
-        msg = publish_to_message(pub, name, conn.client_id, received, topic=topic)
         if delay is not None:
             msg.properties[P_TIMER_DELAY] = str(delay)
         item = (msg, queue_for(topic, cfg.write_queue_nums))

@@ -60,6 +60,12 @@ async def unsubscribe(conn: Connection, ev: Unsubscribe) -> None:
     sess = conn.session
     codes = []
     for text in ev.topic_filters:
+        try:
+            parse_filter(text)
+        except TopicError as e:  # no subscription can have it: answered, not raised (fault campaign, issue 17)
+            log.info("client %s: bad filter %r in UNSUBSCRIBE: %s", conn.client_id, text, e)
+            codes.append(R.TOPIC_FILTER_INVALID)
+            continue
         existed = sess.unsubscribe(text)
         gw.router.trie.unsubscribe(sess.client_id, text)
         codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)

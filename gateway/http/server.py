@@ -30,6 +30,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
 from gateway.auth import is_loopback
+from gateway.http import connection_guard
 from gateway.http.app import AdminApi, make_app
 from gateway.http.dashboard import Dashboard, DashboardReads, RateSampler
 from gateway.http.metrics import BrokerView, make_registry
@@ -78,6 +79,7 @@ def hypercorn_config(sock: socket.socket, cert_file: str = "", key_file: str = "
 
 async def serve_app(app, config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Hypercorn's trio worker serving ``app`` until cancelled (``started`` once it accepts)."""
+    connection_guard.install()  # a fuzzed request must not end the process
     await hypercorn_serve(app, config, task_status=task_status)
 
 

@@ -267,7 +267,7 @@ async def test_an_fsync_error_is_reported_and_nothing_unflushed_is_acknowledged(
     # Acknowledged while the device was already failing, missing after the restart:
     # seen in about half the runs (one message, the last acknowledged before the
     # failed fsync; with or without e2fsck). Not explained yet, so reported here
-    # and in docs/RELIABILITY-store.md rather than asserted.
+    # and in docs/RELIABILITY.md rather than asserted.
     lost = sorted(set(acked) - seen)
     print(f"acked before the fsync error: {len(acked)} ({len(healthy)} before the device filled); "
           f"missing after fsck and restart: {lost}; the C++ client saw: {err}")

@@ -1,0 +1,129 @@
+"""One `mqgate serve` under attack: fixed ports across restarts, its config, its samples.
+
+Rules it keeps:
+
+- The ports are chosen once (free on 127.0.0.1) and kept across restarts, so
+  clients that reconnect by themselves find the server again.
+- `restart` measures the recovery time: from the new process's spawn to its
+  "ready" line (recovery of the store and the gateway's records included).
+- `sample` reads RSS, open files and threads from /proc of the live process.
+- `tracebacks` counts the unhandled tracebacks the server logged since start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+
+from serve_process import ServeProcess, free_port  # noqa: E402
+
+CONFIG = """\
+[broker]
+flushDiskType = "{flush}"
+transactionTimeOut = 1000
+transactionCheckInterval = 2000
+# a transaction left open by a kill is checked until its 5.x producer is
+# reachable again (its telemetry stream: not within 330 s in our runs,
+# docs/RELIABILITY.md), not rolled back after 15 checks
+transactionCheckMax = 1000
+[mqtt]
+maxQueuedMessages = 1000000
+{mqtt_extra}
+"""
+
+
+def wait_for(pred, timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``pred`` until true or ``timeout``; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
+
+
+class CampaignServer:
+    def __init__(self, work: Path, *, flush: str = "SYNC_FLUSH", mqtt_extra: str = "", http: bool = False):
+        self.work = Path(work)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.config = self.work / "mqgate.toml"
+        self.config.write_text(CONFIG.format(flush=flush, mqtt_extra=mqtt_extra))
+        self.ports = {"mqtt": free_port(), "ws": free_port(), "namesrv": free_port(), "broker": free_port(),
+                      "grpc": free_port(), "http": free_port() if http else 0}
+        self.proc: ServeProcess | None = None
+        self.starts = 0
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.ports['namesrv']}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.work / "data"
+
+    def start(self) -> float:
+        """Start; the seconds from spawn to ready."""
+        p = self.ports
+        self.proc = ServeProcess(self.data_dir, "--config", str(self.config), "--mqtt-port", str(p["mqtt"]),
+                                 "--ws-port", str(p["ws"]), "--namesrv-port", str(p["namesrv"]),
+                                 "--broker-port", str(p["broker"]), "--grpc-port", str(p["grpc"]),
+                                 "--http-port", str(p["http"]))
+        t0 = time.monotonic()
+        self.proc.start(timeout=120)
+        self.starts += 1
+        return time.monotonic() - t0
+
+    @property
+    def pid(self) -> int:
+        assert self.proc and self.proc.proc
+        return self.proc.proc.pid
+
+    def alive(self) -> bool:
+        return bool(self.proc and self.proc.proc and self.proc.proc.poll() is None)
+
+    def kill(self) -> None:
+        """SIGKILL, and wait for the process to be gone."""
+        if self.proc:
+            self.proc.kill()
+
+    def stop(self) -> int | None:
+        if self.alive():
+            return self.proc.stop(signal.SIGTERM, timeout=60)
+        self.kill()
+        return None
+
+    def sample(self) -> dict:
+        """RSS (KiB; anon = the heap, file = mapped files such as commit-log
+        segments, which the kernel may drop), open files and threads of the live server."""
+        pid = self.pid
+        status = Path(f"/proc/{pid}/status").read_text()
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        return {"rss_kib": int(fields["VmRSS"].split()[0]), "rss_anon_kib": int(fields["RssAnon"].split()[0]),
+                "rss_file_kib": int(fields["RssFile"].split()[0]), "fds": len(os.listdir(f"/proc/{pid}/fd")),
+                "threads": int(fields["Threads"])}
+
+    def disk_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.data_dir.rglob("*") if f.is_file())
+
+    def log(self) -> str:
+        return self.proc.output() if self.proc else ""
+
+    def tracebacks(self) -> list[str]:
+        """One line per traceback in the whole log (every run of the process):
+        the log line before it and the exception it ends with."""
+        lines = self.log().splitlines()
+        out = []
+        for i, line in enumerate(lines):
+            if not line.startswith("Traceback"):
+                continue
+            end = next((j for j in range(i + 1, len(lines)) if lines[j] and not lines[j].startswith((" ", "\t"))), None)
+            exc = lines[end] if end is not None else "?"
+            if exc.startswith(("During handling", "The above exception")):
+                continue  # a chained traceback: the last one of the chain is counted
+            out.append((lines[i - 1][:200] if i else "") + " | " + exc[:300])
+        return out
