@@ -62,9 +62,15 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     qos2 = False
     error = None
     configs = {}  # broker topic -> config, resolved once per batch
+    # MQTT topic -> (topic, broker topic, delay, queue) of an accepted publish:
+    # the checks (ACL, mapping) run once per topic and batch. Retained ones
+    # and refusals are checked each time (a refusal is logged and counted).
+    checked = {}
+    client_id = conn.client_id
+    stats = gw.stats
     for pub in batch:
-        gw.stats.received += 1
-        gw.stats.received_qos[pub.qos] += 1
+        stats.received += 1
+        stats.received_qos[pub.qos] += 1
         try:
             action = inbound.on_publish(pub)
         except RemoteProtocolError as e:
@@ -79,24 +85,31 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
             gw.stats.quota_exceeded += 1
             plan.append((pub, None, R.QUOTA_EXCEEDED, f"quota exceeded: at most {quota.rate} messages/s"))
             continue
-        try:
-            topic, name, delay = check_publish(conn, pub)
-            cfg = configs.get(name)
-            if cfg is None:
-                cfg = gw.broker.get_topic(name)
-                if cfg is None:  # not there yet: auto-create (the only await, once per topic)
-                    cfg = await gw.topic_config(name)
-                    if cfg is None:
-                        raise MappingError(f"broker topic {name!r} does not exist and may not be created",
-                                           R.TOPIC_NAME_INVALID)
-                configs[name] = cfg
-        except MappingError as e:
-            plan.append((pub, None, e.reason_code, str(e)))
-            continue
-        msg = publish_to_message(pub, name, conn.client_id, received, topic=topic)
+        known = None if pub.retain else checked.get(pub.topic)
+        if known is None:
+            try:
+                topic, name, delay = check_publish(conn, pub)
+                cfg = configs.get(name)
+                if cfg is None:
+                    cfg = gw.broker.get_topic(name)
+                    if cfg is None:  # not there yet: auto-create (the only await, once per topic)
+                        cfg = await gw.topic_config(name)
+                        checked.clear()  # the ACL may have been reloaded meanwhile
+                        if cfg is None:
+                            raise MappingError(f"broker topic {name!r} does not exist and may not be created",
+                                               R.TOPIC_NAME_INVALID)
+                    configs[name] = cfg
+            except MappingError as e:
+                plan.append((pub, None, e.reason_code, str(e)))
+                continue
+            known = (topic, name, delay, queue_for(topic, cfg.write_queue_nums))
+            if not pub.retain:
+                checked[pub.topic] = known
+        topic, name, delay, queue = known
+        msg = publish_to_message(pub, name, client_id, received, topic=topic)
         if delay is not None:
             msg.properties[P_TIMER_DELAY] = str(delay)
-        item = (msg, queue_for(topic, cfg.write_queue_nums))
+        item = (msg, queue)
         plan.append((pub, len(items), 0, None))
         items.append(item)
         if pub.qos == 2 and sess.persistent:
