@@ -29,8 +29,8 @@ import trio
 
 from core.broker import SendStatus
 from core.store import PROPERTY_TIMER_OUT_MS
-from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_to_message,
-                             queue_for, split_delayed)
+from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_properties,
+                             publish_to_message, queue_for, split_delayed)
 from gateway.meta import record
 from gateway.mqtt import InboundAction, InboundStage, Publish, ReasonCode, RemoteProtocolError
 
@@ -66,6 +66,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     # the checks (ACL, mapping) run once per topic and batch. Retained ones
     # and refusals are checked each time (a refusal is logged and counted).
     checked = {}
+    bases = {}  # (MQTT topic, QoS, retain) -> publish_properties, made once per read
     client_id = conn.client_id
     stats = gw.stats
     for pub in batch:
@@ -106,7 +107,11 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
             if not pub.retain:
                 checked[pub.topic] = known
         topic, name, delay, queue = known
-        msg = publish_to_message(pub, name, client_id, received, topic=topic)
+        key = (topic, pub.qos, pub.retain)
+        base = bases.get(key)
+        if base is None:
+            base = bases[key] = publish_properties(topic, pub.qos, pub.retain, client_id, received)
+        msg = publish_to_message(pub, name, client_id, received, topic=topic, base=base)
         if delay is not None:
             msg.properties[P_TIMER_DELAY] = str(delay)
         item = (msg, queue)
