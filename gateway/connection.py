@@ -220,7 +220,19 @@ class Connection:
         has checked that the message has no expiry, that no tracer runs and
         that nothing waits in the session's ``pending``. The same limits and
         counters apply."""
-        if self.can_send and self._admit_qos0(sess, None):
+        if self.closing or self.mq.state is not _CONNECTED:
+            return
+        out = self.out
+        if out and not self._writing and self.out_bytes <= self.gw.settings.session.max_outbound_bytes:
+            # the common case of a burst, inline: output waits already and no write is under way
+            stats = self.gw.stats
+            stats.sent += 1
+            stats.sent_qos[0] += 1
+            out.append(data)
+            self.out_bytes += len(data)
+            if self._writer_of == _NOBODY:
+                self.wake()
+        elif self._admit_qos0(sess, None):
             self._append_publish(data, 0)
 
     def _admit_qos0(self, sess, out) -> bool:
