@@ -308,7 +308,7 @@ def _deliver_v4_qos0(pub: Publish, topic: str, targets: list) -> list:
         conn = sess.conn
         if conn is None:
             continue
-        if ((t[1] and pub.qos) or sess.pending or not conn.live or conn.mq.protocol_version == 5
+        if ((t[1] and pub.qos) or sess.pending.items or not conn.live or conn.mq.protocol_version == 5
                 or conn.mq.peer_max_packet_size is not None):
             if rest is None:
                 rest = []
