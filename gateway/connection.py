@@ -194,17 +194,8 @@ class Connection:
             if gw.tracer is not None:
                 gw.tracer.ended(sess.client_id, out, d.qos, DeliveryOutcome.EXPIRED)
             return
-        if not d.qos:
-            if self.out_bytes > gw.settings.session.max_outbound_bytes:
-                gw.stats.dropped += 1
-                sess.dropped += 1
-                if gw.tracer is not None:
-                    gw.tracer.ended(sess.client_id, out, 0, DeliveryOutcome.DROPPED)
-                return
-            if self._writing and not self._behind_write(sess):
-                if gw.tracer is not None:
-                    gw.tracer.ended(sess.client_id, out, 0, DeliveryOutcome.DROPPED)
-                return
+        if not d.qos and not self._admit_qos0(sess, out):
+            return
         pid = None
         if d.qos:
             pid = sess.flows.start(d.qos, ref if (ref is None or type(ref) is int or isinstance(ref, list)) else None)
@@ -219,16 +210,56 @@ class Connection:
                                   else PubRec(packet_id=pid, reason_code=0x80))
                 sess.untrack(pid)
             return
-        gw.stats.sent += 1
-        gw.stats.sent_qos[d.qos] += 1
+        self._append_publish(data, d.qos)
+        if gw.tracer is not None:
+            gw.tracer.delivered(sess.client_id, out, d.qos, pid)
+
+    def deliver_qos0_v4(self, sess, data: bytes) -> None:
+        """``deliver`` of a QoS 0 message already encoded as a 3.1.1 PUBLISH
+        (``encode_publish_v4_qos0``), for the router's fast path: the caller
+        has checked that the message has no expiry, that no tracer runs and
+        that nothing waits in the session's ``pending``. The same limits and
+        counters apply."""
+        if self.closing or self.mq.state is not _CONNECTED:
+            return
+        out = self.out
+        if out and not self._writing and self.out_bytes <= self.gw.settings.session.max_outbound_bytes:
+            # the common case of a burst, inline: output waits already and no write is under way
+            stats = self.gw.stats
+            stats.sent += 1
+            stats.sent_qos[0] += 1
+            out.append(data)
+            self.out_bytes += len(data)
+            if self._writer_of == _NOBODY:
+                self.wake()
+        elif self._admit_qos0(sess, None):
+            self._append_publish(data, 0)
+
+    def _admit_qos0(self, sess, out) -> bool:
+        """Whether a QoS 0 PUBLISH may join the output; False: dropped and
+        counted (``maxOutboundBytes``, or the queue limit behind a write)."""
+        gw = self.gw
+        if self.out_bytes > gw.settings.session.max_outbound_bytes:
+            gw.stats.dropped += 1
+            sess.dropped += 1
+        elif self._writing and not self._behind_write(sess):
+            pass
+        else:
+            return True
+        if gw.tracer is not None:
+            gw.tracer.ended(sess.client_id, out, 0, DeliveryOutcome.DROPPED)
+        return False
+
+    def _append_publish(self, data: bytes, qos: int) -> None:
+        stats = self.gw.stats
+        stats.sent += 1
+        stats.sent_qos[qos] += 1
         if self.out is _NO_OUTPUT:
             self.out = []
-        if not d.qos and self._writing:
+        if not qos and self._writing:
             self._behind.append(len(self.out))
         self.out.append(data)
         self.out_bytes += len(data)
-        if gw.tracer is not None:
-            gw.tracer.delivered(sess.client_id, out, d.qos, pid)
         self.wake()
 
     def _behind_write(self, sess) -> bool:

@@ -144,17 +144,30 @@ def _text(value: str, what: str) -> str:
     return value
 
 
-def publish_to_message(pub: Publish, broker_topic: str, client_id: str, received_ms: int,
-                       *, topic: str | None = None) -> Message:
-    """The broker message for an inbound PUBLISH (queue id set by the caller)."""
-    mqtt_topic = pub.topic if topic is None else topic
-    props = {
+def publish_properties(mqtt_topic: str, qos: int, retain: bool, client_id: str, received_ms: int) -> dict:
+    """The properties every message of a PUBLISH starts with (MQTT topic, QoS,
+    retain flag, client, receive time); MappingError if the store cannot keep
+    the topic or client id. The same for every PUBLISH of a read with the
+    same topic, QoS and retain flag: see ``publish_to_message``'s ``base``."""
+    return {
         P_TOPIC: _text(mqtt_topic, "topic"),
-        P_QOS: str(pub.qos),
-        P_RETAIN: "true" if pub.retain else "false",
+        P_QOS: str(qos),
+        P_RETAIN: "true" if retain else "false",
         P_CLIENT: _text(client_id, "client id"),
         P_TIME: str(received_ms),
     }
+
+
+def publish_to_message(pub: Publish, broker_topic: str, client_id: str, received_ms: int,
+                       *, topic: str | None = None, base: dict | None = None) -> Message:
+    """The broker message for an inbound PUBLISH (queue id set by the caller).
+    ``base``: ``publish_properties`` of this PUBLISH (topic, QoS, retain flag,
+    client, time), made once for several; it is copied, never changed."""
+    mqtt_topic = pub.topic if topic is None else topic
+    if base is None:
+        props = publish_properties(mqtt_topic, pub.qos, pub.retain, client_id, received_ms)
+    else:
+        props = base.copy()
     if pub.message_expiry_interval is not None:
         props[P_EXPIRY] = str(pub.message_expiry_interval)
     if pub.payload_format_indicator is not None:

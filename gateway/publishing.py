@@ -29,8 +29,8 @@ import trio
 
 from core.broker import SendStatus
 from core.store import PROPERTY_TIMER_OUT_MS
-from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_to_message,
-                             queue_for, split_delayed)
+from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_properties,
+                             publish_to_message, queue_for, split_delayed)
 from gateway.meta import record
 from gateway.mqtt import InboundAction, InboundStage, Publish, ReasonCode, RemoteProtocolError
 
@@ -62,9 +62,16 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     qos2 = False
     error = None
     configs = {}  # broker topic -> config, resolved once per batch
+    # MQTT topic -> (topic, broker topic, delay, queue) of an accepted publish:
+    # the checks (ACL, mapping) run once per topic and batch. Retained ones
+    # and refusals are checked each time (a refusal is logged and counted).
+    checked = {}
+    bases = {}  # (MQTT topic, QoS, retain) -> publish_properties, made once per read
+    client_id = conn.client_id
+    stats = gw.stats
     for pub in batch:
-        gw.stats.received += 1
-        gw.stats.received_qos[pub.qos] += 1
+        stats.received += 1
+        stats.received_qos[pub.qos] += 1
         try:
             action = inbound.on_publish(pub)
         except RemoteProtocolError as e:
@@ -79,25 +86,40 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
             gw.stats.quota_exceeded += 1
             plan.append((pub, None, R.QUOTA_EXCEEDED, f"quota exceeded: at most {quota.rate} messages/s"))
             continue
+        known = None if pub.retain else checked.get(pub.topic)
+        if known is None:
+            try:
+                topic, name, delay = check_publish(conn, pub)
+                cfg = configs.get(name)
+                if cfg is None:
+                    cfg = gw.backend.get_topic(name)
+                    if cfg is None:  # not there yet: auto-create (the only await, once per topic)
+                        cfg = await gw.topic_config(name)
+                        checked.clear()  # the ACL may have been reloaded meanwhile
+                        if cfg is None:
+                            raise MappingError(f"broker topic {name!r} does not exist and may not be created",
+                                               R.TOPIC_NAME_INVALID)
+                    configs[name] = cfg
+            except MappingError as e:
+                plan.append((pub, None, e.reason_code, str(e)))
+                continue
+            known = (topic, name, delay, queue_for(topic, cfg.write_queue_nums))
+            if not pub.retain:
+                checked[pub.topic] = known
+        topic, name, delay, queue = known
+        key = (topic, pub.qos, pub.retain)
         try:
-            topic, name, delay = check_publish(conn, pub)
-            cfg = configs.get(name)
-            if cfg is None:
-                cfg = gw.backend.get_topic(name)
-                if cfg is None:  # not there yet: auto-create (the only await, once per topic)
-                    cfg = await gw.topic_config(name)
-                    if cfg is None:
-                        raise MappingError(f"broker topic {name!r} does not exist and may not be created",
-                                           R.TOPIC_NAME_INVALID)
-                configs[name] = cfg
             # a topic or property the store cannot keep (a control character) is refused here too
-            msg = publish_to_message(pub, name, conn.client_id, received, topic=topic)
+            base = bases.get(key)
+            if base is None:
+                base = bases[key] = publish_properties(topic, pub.qos, pub.retain, client_id, received)
+            msg = publish_to_message(pub, name, client_id, received, topic=topic, base=base)
         except MappingError as e:
             plan.append((pub, None, e.reason_code, str(e)))
             continue
         if delay is not None:
             msg.properties[P_TIMER_DELAY] = str(delay)
-        item = (msg, queue_for(topic, cfg.write_queue_nums))
+        item = (msg, queue)
         plan.append((pub, len(items), 0, None))
         items.append(item)
         if pub.qos == 2 and sess.persistent:

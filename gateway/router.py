@@ -43,7 +43,7 @@ from core.broker import LMQ_TOPIC_PREFIX
 from core.store import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Message, decode_message
 from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, Outbound, is_deliverable,
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
-from gateway.mqtt import Publish
+from gateway.mqtt import Publish, encode_publish_v4_qos0
 from gateway.nodes import P_SHARE_PICKS, node_queue_name
 from gateway.sessions import Delivery, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
@@ -67,7 +67,7 @@ class Router:
         self._decoded: OrderedDict[int, Outbound | None] = OrderedDict()
         self._fired_retained: dict[int, tuple] = {}  # id(message) -> (MQTT topic, message), until stored
         self._expired: OrderedDict[int, Outbound] = OrderedDict()  # counted already (kept: ids stay unique)
-        # topic -> (trie match, sessions generation, targets): see `targets`
+        # topic -> (trie generation, sessions generation, targets): see `targets`
         self._targets: dict[str, tuple] = {}
         self._sessions_gen = 0
 
@@ -92,19 +92,21 @@ class Router:
     def targets(self, topic: str, publisher: str | None) -> list[Delivery | tuple]:
         """[(session, qos, retain_as_published, sub ids, group)] for a topic.
 
-        Kept per topic while the trie's match and the sessions are the same
-        (the trie returns its cached match object until a subscription
-        changes), unless the match holds ``$share`` groups (round robin) or
-        No Local subscriptions (they depend on the publisher)."""
+        Kept per topic while the trie's generation and the sessions are the
+        same (equal generations mean equal subscriptions: the trie is not
+        asked again), unless the match holds ``$share`` groups (round robin)
+        or No Local subscriptions (they depend on the publisher)."""
+        trie = self.trie
+        generation = trie.generation
+        known = self._targets.get(topic)
+        if known is not None and known[0] == generation and known[1] == self._sessions_gen:
+            return known[2]
         try:
-            match = self.trie.match(topic)
+            match = trie.match(topic)
         except TopicError:
             return []
         if not match:
             return []
-        known = self._targets.get(topic)
-        if known is not None and known[0] is match and known[1] == self._sessions_gen:
-            return known[2]
         sessions = self.sessions
         agg: dict[str, list] = {}
         keep = not match.shared
@@ -143,7 +145,7 @@ class Router:
         if keep:
             if len(self._targets) >= _CACHE:
                 self._targets.clear()
-            self._targets[topic] = (match, self._sessions_gen, out)
+            self._targets[topic] = (generation, self._sessions_gen, out)
         return out
 
     def _pick(self, group) -> tuple | None:
@@ -224,7 +226,12 @@ class Router:
         if p is None or not result.ok:
             return
         pub = msg.note
+        targets = p[1]
         if pub.__class__ is Publish:  # from our own PUBLISH path: no need to parse the properties back
+            if pub.message_expiry_interval is None and self.gw.tracer is None:
+                targets = _deliver_v4_qos0(pub, p[0], targets)
+                if not targets:
+                    return
             out = outbound_from_publish(pub, p[0], msg.properties.get(P_CLIENT), msg.born_timestamp)
         else:
             out = outbound_from_message(msg, p[0])
@@ -232,7 +239,7 @@ class Router:
             return
         if self.gw.tracer is not None:
             self.gw.tracer.remember(out, msg.properties)
-        for sess, qos, rap, ids, group in p[1]:
+        for sess, qos, rap, ids, group in targets:
             if sess.conn is not None:
                 sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
 
@@ -298,3 +305,29 @@ class Router:
                                out.expiry, out.props, ref=list(ref))
             return out
         return None
+
+
+def _deliver_v4_qos0(pub: Publish, topic: str, targets: list) -> list:
+    """The QoS 0 fast path of ``stored_hook`` (no expiry, no tracer): each
+    target that would take the message at QoS 0 straight into a live 3.1.1
+    connection's output (``Session.enqueue``'s direct case) gets the PUBLISH
+    bytes, encoded once per message and retain flag, with no ``Outbound`` or
+    ``Delivery`` built. Returns the targets left for the general path."""
+    rest = None
+    data = None
+    for t in targets:
+        sess = t[0]
+        conn = sess.conn
+        if conn is None:
+            continue
+        if ((t[1] and pub.qos) or sess.pending.items or not conn.live or conn.mq.protocol_version == 5
+                or conn.mq.peer_max_packet_size is not None):
+            if rest is None:
+                rest = []
+            rest.append(t)
+            continue
+        retain = t[2] and pub.retain
+        if data is None or retain != data[0]:
+            data = (retain, encode_publish_v4_qos0(topic, pub.payload, retain))
+        conn.deliver_qos0_v4(sess, data[1])
+    return rest

@@ -35,6 +35,9 @@ class SendStatus(enum.Enum):
         return self.value[1]
 
 
+_SEND_OK = SendStatus.SEND_OK
+
+
 @dataclass(slots=True)
 class SendResult:
     """One send's outcome. ``msg_id`` is the offset id (comma-joined for a
@@ -53,7 +56,10 @@ class SendResult:
 
     @property
     def ok(self) -> bool:
-        return self.status.stored
+        # SEND_OK by identity first: an Enum property is two Python-level
+        # descriptor calls (stored, value), and this runs for every message
+        status = self.status
+        return status is _SEND_OK or status.stored
 
     @property
     def msg_id(self) -> str:

@@ -64,7 +64,7 @@ from ._reasons import (
 from ._state import ConnectionState
 from ._topic_alias import InboundTopicAliases, OutboundTopicAliases
 from ._wire import PacketType
-from .fanout import PublishTemplate
+from .fanout import PublishTemplate, encode_publish_v4_qos0
 from .qos import (
     InboundAction,
     InboundFlows,
@@ -89,7 +89,7 @@ __all__ = [
     "ReasonCode", "ConnectReturnCode", "ProtocolError", "RemoteProtocolError",
     "LocalProtocolError", "PacketTooLarge",
     # topic aliases, fan-out, QoS flows
-    "InboundTopicAliases", "OutboundTopicAliases", "PublishTemplate",
+    "InboundTopicAliases", "OutboundTopicAliases", "PublishTemplate", "encode_publish_v4_qos0",
     "OutboundFlows", "OutboundStage", "OutboundAck", "Redelivery",
     "InboundFlows", "InboundStage", "InboundAction",
 ]

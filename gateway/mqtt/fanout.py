@@ -13,7 +13,10 @@ Rules kept here:
   at a fixed offset (``packet_id_offset``) right after the topic name, and
   the remaining length does not depend on its value, so ``render`` splices
   two bytes (and the DUP bit of the first byte) without re-encoding.
-* QoS 0 has no packet identifier: ``data`` is the finished packet.
+* QoS 0 has no packet identifier: ``data`` is the finished packet. A 3.1.1
+  QoS 0 PUBLISH is topic and payload only: ``encode_publish_v4_qos0``
+  builds it in one join, with no template object (the gateway's QoS 0
+  fast path, gateway/router.py).
 * Topic aliases are per connection and so do not mix with templates; the
   template always carries the full topic name and no alias.
 * Send rendered bytes through ``MQTTConnection.send_encoded_publish``,
@@ -107,6 +110,14 @@ class PublishTemplate:
             raise LocalProtocolError(f"packet id {packet_id!r}")
         first = _FIRST[self._first | (dup << 3)]
         return b"".join((first, self._head, _U16(packet_id), self._tail))
+
+
+def encode_publish_v4_qos0(topic: str, payload: bytes, retain: bool) -> bytes:
+    """The 3.1.1 QoS 0 PUBLISH of ``topic`` (a valid, non-empty topic name)
+    and ``payload``: the bytes ``PublishTemplate(..., 4, qos=0).data`` holds."""
+    name = topic.encode("utf-8")
+    return b"".join((_FIRST[0x31 if retain else 0x30], encode_varint(2 + len(name) + len(payload)),
+                     _U16(len(name)), name, payload))
 
 
 _FIRST = [bytes((i,)) for i in range(256)]

@@ -5,7 +5,10 @@
   message's properties back gives (`outbound_from_message`);
 * the router keeps each topic's targets while subscriptions and sessions
   stay the same, and must see every change at once: a new subscriber, an
-  unsubscribe, a session that leaves or comes back, No Local and ``$share``.
+  unsubscribe, a session that leaves or comes back, No Local and ``$share``;
+* the properties a PUBLISH starts with are made once per read and topic
+  (``publish_properties``), and QoS 0 deliveries to 3.1.1 subscribers skip
+  the per-message delivery chain: same messages, flags, order and counters.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from gateway.mapping import outbound_from_message, outbound_from_publish, publish_to_message
-from gateway.mqtt import Publish, Subscription, UnsubAck, Unsubscribe
+from gateway.mapping import outbound_from_message, outbound_from_publish, publish_properties, publish_to_message
+from gateway.mqtt import Publish, Subscription, UnsubAck, Unsubscribe, encode
 
 _SLOTS = ("topic", "payload", "qos", "retain", "client_id", "publish_ms", "expiry", "props")
 
@@ -32,6 +35,38 @@ def test_the_outbound_of_a_publish_is_what_its_stored_properties_give(pub):
     parsed = outbound_from_message(msg, pub.topic)
     assert msg.note is pub
     assert {s: getattr(direct, s) for s in _SLOTS} == {s: getattr(parsed, s) for s in _SLOTS}
+
+
+def test_a_message_built_on_shared_base_properties_is_the_same_message():
+    pub = Publish(topic="a/b", payload=b"x", qos=1, packet_id=3, retain=True, user_properties=(("k", "v"),))
+    base = publish_properties("a/b", 1, True, "client-1", 1_700_000_000_123)
+    kept = dict(base)
+    one = publish_to_message(pub, "a", "client-1", 1_700_000_000_123)
+    two = publish_to_message(pub, "a", "client-1", 1_700_000_000_123, base=base)
+    assert list(two.properties.items()) == list(one.properties.items())
+    two.properties["extra"] = "1"
+    assert base == kept
+
+
+async def test_qos0_fan_in_reaches_311_and_50_subscribers_alike(gateway_factory, client_cls):
+    """One read of QoS 0 publishes on two topics: the 3.1.1 subscriber (fast
+    path) and the 5.0 one get every message in order, with their RETAIN flag
+    (Retain As Published for 5.0; a 3.1.1 live forward has it clear), and
+    each delivery is counted once."""
+    async with gateway_factory() as (broker, gw, port):
+        old, _ = await client_cls.connect(port, "old", version=4)
+        new, _ = await client_cls.connect(port, "new")
+        await old.subscribe("in/#", qos=1)
+        await new.subscribe(Subscription(topic_filter="in/#", qos=0, retain_as_published=True))
+        pub, _ = await client_cls.connect(port, "pub", version=4)
+        sent = gw.stats.sent
+        events = [Publish(topic=f"in/{i % 2}", payload=b"%d" % i, qos=0, retain=(i == 5)) for i in range(40)]
+        await pub.send_raw(b"".join(encode(e, 4) for e in events))
+        for client in (old, new):
+            got = [await client.expect(Publish) for _ in events]
+            assert [(e.topic, e.payload, e.qos) for e in got] == [(e.topic, e.payload, 0) for e in events]
+            assert [e.retain for e in got] == [client is new and e.retain for e in events]
+        assert gw.stats.sent - sent == 2 * len(events)
 
 
 async def _got(client, n: int = 1) -> list[bytes]:
