@@ -44,14 +44,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import msgpack
 import trio
 
 from core.broker import PullStatus
 from core.store import decode_message
 from gateway.mapping import now_ms
 from gateway.membership import Membership
-from gateway.meta import KINDS, META_TOPIC
+from gateway.meta import META_TOPIC, SNAP, decode_record
 from gateway.nodes import P_NODE, P_SHARE_PICKS, node_queue_name
 from gateway.remote_backend import returned_after_waiting
 from gateway.sessions import Delivery, Session, SubOptions
@@ -136,9 +135,9 @@ class ClusterSync:
             msg = decode_message(raw)
             if msg.properties.get(P_NODE) == self.node_id:
                 return
-            kind, key, value = msgpack.unpackb(msg.body, raw=False, strict_map_key=False)
-            if kind not in KINDS or not isinstance(key, str):
-                raise ValueError(f"not a record: kind {kind!r}")
+            kind, key, value = decode_record(msg.body)
+            if kind == SNAP:  # a compaction's marker (gateway.meta_log): its records repeat live values
+                return
             self.apply(kind, key, value)
         except Exception:  # noqa: BLE001 - one bad record must not stop the tail
             log.exception("gateway meta record from another node not applied")
