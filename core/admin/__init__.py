@@ -26,9 +26,9 @@ broker for the rest); the rules of each verb are in its module (`topics`,
 line in `cli`.
 """
 
-from core.admin.actions import create_topic, reset_group_offset, trace_message
+from core.admin.actions import cluster_overview, create_topic, reset_group_offset, trace_message
 from core.admin.base import AdminError
 from core.admin.cli import admin_main, run_admin
 from core.admin.render import table
 
-__all__ = ["AdminError", "admin_main", "create_topic", "reset_group_offset", "run_admin", "table", "trace_message"]
+__all__ = ["AdminError", "admin_main", "cluster_overview", "create_topic", "reset_group_offset", "run_admin", "table", "trace_message"]

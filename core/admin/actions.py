@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
 
 from core.admin.base import UNREACHABLE, Admin, AdminError
+from core.admin.cluster import cluster_list, cluster_status
 from core.admin.groups import group_reset_offset
 from core.admin.topics import topic_create
 from core.admin.trace import trace_one
@@ -51,3 +52,15 @@ async def reset_group_offset(namesrvs: list[str], group: str, topic: str, when: 
 async def trace_message(namesrvs: list[str], msg_id: str, trace_topic: str = TRACE_TOPIC) -> dict:
     """``mqgate admin trace MSGID``: the message's path from its trace records."""
     return await _run(namesrvs, lambda admin: trace_one(admin, trace_topic, msg_id))
+
+
+async def cluster_overview(namesrvs: list[str]) -> dict:
+    """``mqgate admin cluster list`` and ``cluster status`` together: every broker of the
+    cluster with its role and log, and the gateway nodes with their clients."""
+    async def both(admin: Admin) -> dict:
+        listed = await cluster_list(admin, SimpleNamespace())
+        status = await cluster_status(admin, SimpleNamespace())
+        for row in listed["brokers"]:
+            row.pop("runtime", None)
+        return {"brokers": listed["brokers"], "nodes": status["nodes"]}
+    return await _run(namesrvs, both)

@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from core.admin import AdminError, create_topic, reset_group_offset, trace_message
+from core.admin import AdminError, cluster_overview, create_topic, reset_group_offset, trace_message
 from gateway.http.dashboard.charts import RateSampler, svg_chart
 from gateway.http.dashboard.login import Forbidden, WebSessions
 from gateway.http.dashboard.reads import MAX_TIME_RESULTS, DashboardReads, local_time
@@ -287,7 +287,14 @@ class Dashboard:
         return (f"Offsets of {group} on {topic} reset to {when}: {len(result['queues'])} queues, {how}.", back)
 
     async def replication(self, request: Request) -> dict:
-        return {"title": "Replication", "ha": self.reads.replication()}
+        cluster, cluster_error = None, ""
+        if self.namesrv:
+            try:
+                cluster = await cluster_overview(self.namesrv)
+            except AdminError as e:
+                cluster_error = str(e)
+        return {"title": "Replication and cluster", "ha": self.reads.replication(), "cluster": cluster,
+                "cluster_error": cluster_error}
 
     async def event_rules(self, request: Request) -> dict:
         svc = self.events

@@ -263,6 +263,9 @@ def test_admin_finds_a_client_kicks_it_finds_a_message_and_logs_out(server, brow
         assert '"order": 42' in b.one("section.message pre.body").text
         b.go("/dashboard/replication")
         assert b.one("#role").text == "ASYNC_MASTER"  # the default brokerRole
+        cluster = b.one("#cluster").text  # every broker the name server knows, as `admin cluster list`
+        assert "broker-a" in cluster and "ASYNC_MASTER" in cluster, cluster
+        assert "No mqgate gateway nodes" in b.one("#gateway-nodes").text
         b.shot("replication")
         # log out: back to the login page, and the old cookie no longer works
         cookie = b.d.get_cookie("mqgate-session")["value"]
