@@ -18,9 +18,10 @@ may use ``MQTTGateway`` directly to look at its state::
 Rules kept here:
 
 * The gateway installs one put hook and one dispatch listener on the broker
-  (``gateway.router``) and replays its meta records (``gateway.meta``)
-  before the listeners open: offline sessions, their subscriptions, inbound
-  QoS 2 state, pending wills and the retained index are back first.
+  (``gateway.router``) and replays its meta records (``gateway.meta``,
+  ``gateway.restore``) before the listeners open: offline sessions, their
+  subscriptions, inbound QoS 2 state, pending wills and the retained index
+  are back first.
 * A client id has at most one connection: a new CONNECT closes the old one
   (5.0 DISCONNECT 0x8E) and waits for its clean-up before taking the session.
 * Wills: a normal DISCONNECT (0x00) discards the will; otherwise it is
@@ -29,7 +30,8 @@ Rules kept here:
   publishes it at once when the will has no delay or the new connection
   starts a clean session. At shutdown wills are neither published nor
   dropped: their records stay, and after a restart a will whose client has
-  not come back is published once its delay has passed.
+  not come back is published once its delay has passed. Their records,
+  timers and publication are ``gateway.wills``'.
 * A session ends when its expiry interval passes while disconnected (or at
   disconnect for expiry 0): its subscriptions leave the trie, its records
   are deleted and its queue is dropped.
@@ -53,17 +55,15 @@ import trio
 from core.broker import Broker, SendStatus
 from gateway.backend import BrokerBackend, backend_for
 from gateway.cluster import ClusterSync
-from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
-from gateway.mapping import (P_TIMER_DELAY, Outbound, broker_topic_for, MappingError, now_ms, publish_to_message,
-                             queue_for, split_delayed)
-from gateway.mapping import session_queue_name
-from gateway.meta import META_TOPIC, record, replay_to_end
+from gateway.mapping import Outbound, now_ms, session_queue_name
+from gateway.meta import record
 from gateway.meta_log import MetaLog
 from gateway.nodes import live_key
-from gateway.mqtt import InboundFlows, Publish, ReasonCode, Will
+from gateway.mqtt import InboundFlows, Publish, ReasonCode
 from gateway.readiness import Readiness
+from gateway.restore import restore_gateway
 from gateway.retained import RetainedIndex
 from gateway.router import Router
 from gateway.tracing import MqttTracer
@@ -71,31 +71,12 @@ from gateway.connection import Connection
 from gateway.sessions import Delivery, Session, SubOptions, inbound_window
 from gateway.settings import GatewaySettings
 from gateway.sys_topics import GatewayStats, sys_values
+from gateway.wills import NotStored, Wills, store_server_publish
 
 log = logging.getLogger("mqgate.gateway")
 NEVER = 0xFFFFFFFF
 SAVE_TIMEOUT = 5.0
-_WILL_FIELDS = ("topic", "payload", "qos", "retain", "payload_format_indicator", "message_expiry_interval",
-                "content_type", "response_topic", "correlation_data", "will_delay_interval")
 
-
-def _will_record(will: Will, gone: int | None, node: str | None) -> dict:
-    rec = {name: getattr(will, name) for name in _WILL_FIELDS}
-    rec["user_properties"] = [list(p) for p in will.user_properties]
-    rec["gone"] = gone
-    rec["node"] = node
-    return rec
-
-
-def _will_from_record(rec: dict) -> Will:
-    fields = {name: rec.get(name) for name in _WILL_FIELDS}
-    fields["user_properties"] = tuple(tuple(p) for p in rec.get("user_properties", ()))
-    return Will(**fields)
-
-
-
-class _NotStored(Exception):
-    """The broker refused a PUBLISH the server made (a will, an event target's)."""
 
 class MQTTGateway:
     def __init__(self, broker: Broker | BrokerBackend, settings: GatewaySettings | Mapping[str, Any],
@@ -120,7 +101,7 @@ class MQTTGateway:
         self.started_at = 0.0
         self.shutting_down = False
         self.draining = False  # a gateway node stopping: no new CONNECT, connections told to go
-        self._will_keys: set[str] = set()
+        self.wills = Wills(self.backend, self.set_retained, self.node_id)
         self._retained_dirty: set[str] = set()  # topics whose "ret" record is behind the index
         self._retained_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -132,13 +113,14 @@ class MQTTGateway:
         self.started_at = trio.current_time()
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+                self._nursery = self.wills.nursery = nursery
                 await self._run(nursery, listeners, task_status)
         finally:
             self.shutting_down = True
+            self.wills.nursery = None
 
     async def _run(self, nursery, listeners, task_status) -> None:
-        meta_end = await self._restore()
+        meta_end = await restore_gateway(self)
         if self.cluster is not None:
             await nursery.start(self.cluster.run, self, meta_end)
         else:
@@ -362,12 +344,7 @@ class MQTTGateway:
         items = []
         if sess.persistent:
             items.append(record("sess", cid, sess.to_record(gone=None)))
-        if conn.will is not None:
-            self._will_keys.add(cid)
-            items.append(record("will", cid, _will_record(conn.will, None, self.node_id)))
-        elif cid in self._will_keys:
-            self._will_keys.discard(cid)
-            items.append(record("will", cid, None))
+        items.append(self.wills.record_item(cid, conn.will))
         await self.write_records(items)
         return sess, present
 
@@ -395,7 +372,7 @@ class MQTTGateway:
         if conn.taken_over:
             if will is not None and (conn.takeover_ends_session or sess.expiry == 0
                                      or not will.will_delay_interval):
-                await self.publish_will(cid, will)
+                await self.wills.publish(cid, will)
             elif will is not None:
                 await self.write_records([record("will", cid, None)])
             if sess.expiry == 0:
@@ -405,28 +382,25 @@ class MQTTGateway:
             return
         if sess.expiry == 0:
             if will is not None:
-                await self.publish_will(cid, will)
+                await self.wills.publish(cid, will)
             await self.end_session(sess)
             return
         sess.pending.clear()
         items = [record("sess", cid, sess.to_record(gone=now))]
         delay = 0 if will is None else (will.will_delay_interval or 0)
-        if will is not None and delay:
-            items.append(record("will", cid, _will_record(will, now, self.node_id)))
-        elif will is None and cid in self._will_keys:
-            self._will_keys.discard(cid)
-            items.append(record("will", cid, None))
+        if will is None or delay:  # a will without delay is published below, which deletes its record
+            items.append(self.wills.record_item(cid, will, now))
         sess.commit()
         # Timers first: the save below is bounded in time (SAVE_TIMEOUT) and a
         # slow disk must not leave a will or an expiry unscheduled. The records
         # still reach the log first: send_many appends before its first await.
         if will is not None and delay:
-            self._schedule_will(sess, will, min(delay, sess.expiry))
+            self.wills.schedule(sess, will, min(delay, sess.expiry))
         if sess.expiry != NEVER:
-            self._schedule_expiry(sess, sess.expiry)
+            self.schedule_expiry(sess, sess.expiry)
         await self.write_records(items)
         if will is not None and not delay:
-            await self.publish_will(cid, will)
+            await self.wills.publish(cid, will)
 
     async def end_session(self, sess: Session) -> None:
         if sess.ended:
@@ -438,15 +412,14 @@ class MQTTGateway:
         self.router.remove_session(sess)
         self._redispatch_shared(sess)
         if will is not None:
-            await self.publish_will(sess.client_id, will)
+            await self.wills.publish(sess.client_id, will)
         items = []
         if sess.persistent:
             items += [record("sess", sess.client_id, None), record("in2", sess.client_id, None)]
         elif self.cluster is not None and sess.subs:
             items.append(record("live", live_key(self.node_id, sess.client_id), None))
-        if sess.client_id in self._will_keys and sess.conn is None:
-            self._will_keys.discard(sess.client_id)
-            items.append(record("will", sess.client_id, None))
+        if sess.conn is None:
+            items.append(self.wills.record_item(sess.client_id, None))
         await self.write_records(items)
         if sess.queue is not None:
             try:
@@ -468,7 +441,7 @@ class MQTTGateway:
                 scope.cancel()
         sess.expiry_scope = sess.will_scope = None
 
-    def _schedule_expiry(self, sess: Session, seconds: float) -> None:
+    def schedule_expiry(self, sess: Session, seconds: float) -> None:
         if self.shutting_down:
             return
         scope = sess.expiry_scope = trio.CancelScope()
@@ -482,53 +455,6 @@ class MQTTGateway:
                 sess.expiry_scope = None
                 await self.end_session(sess)
 
-    def _schedule_will(self, sess: Session | None, will: Will, seconds: float, cid: str | None = None) -> None:
-        if self.shutting_down:
-            return
-        scope = trio.CancelScope()
-        if sess is not None:
-            sess.will_scope = scope
-            sess.pending_will = will
-        self._nursery.start_soon(self._will_later, sess, cid or sess.client_id, will, max(0.0, seconds), scope)
-
-    async def _will_later(self, sess: Session | None, cid: str, will: Will, seconds: float,
-                          scope: trio.CancelScope) -> None:
-        with scope:
-            await trio.sleep(seconds)
-            if sess is not None:
-                if sess.conn is not None or sess.pending_will is not will:
-                    return
-                sess.pending_will = None
-                sess.will_scope = None
-        if scope.cancelled_caught:
-            return
-        # Due: publish it whole even if the session ends meanwhile (that would
-        # cancel the timer's scope mid-publish and lose the will).
-        with trio.CancelScope(shield=True):
-            await self.publish_will(cid, will)
-
-    @staticmethod
-    def will_from_record(rec: dict) -> Will:
-        return _will_from_record(rec)
-
-    async def publish_will(self, cid: str, will: Will) -> None:
-        pub = Publish(topic=will.topic, payload=will.payload, qos=will.qos, retain=will.retain,
-                      packet_id=1 if will.qos else None, payload_format_indicator=will.payload_format_indicator,
-                      message_expiry_interval=will.message_expiry_interval, content_type=will.content_type,
-                      response_topic=will.response_topic, correlation_data=will.correlation_data,
-                      user_properties=will.user_properties)
-        if cid in self._will_keys:
-            self._will_keys.discard(cid)
-        try:
-            await self._store_publish(cid, pub, [record("will", cid, None)])
-        except MappingError as e:
-            log.warning("will of %s on %r not published: %s", cid, will.topic, e)
-            return
-        except _NotStored as e:
-            log.warning("will of %s on %r not stored: %s", cid, will.topic, e)
-            return
-        log.info("will of %s published on %r", cid, will.topic)
-
     async def publish_from_server(self, topic: str, payload: bytes, qos: int, retain: bool,
                                   content_type: str | None = None, *, client_id: str = "$events") -> None:
         """A PUBLISH the server itself makes (event rules' MQTT targets): mapped, stored,
@@ -537,111 +463,9 @@ class MQTTGateway:
         pub = Publish(topic=topic, payload=payload, qos=qos, retain=retain, packet_id=1 if qos else None,
                       content_type=content_type)
         try:
-            await self._store_publish(client_id, pub, [])
-        except _NotStored as e:
+            await store_server_publish(self.backend, self.set_retained, client_id, pub, [])
+        except NotStored as e:
             raise RuntimeError(str(e)) from None
-
-    async def _store_publish(self, cid: str, pub: Publish, extra: list) -> None:
-        """Store ``pub`` (``$delayed/`` parked) with the ``extra`` records in one
-        ``send_many``, then set its retained message; `_NotStored` if refused."""
-        items = []
-        topic = pub.topic
-        error = None
-        try:
-            delay = None
-            if topic.startswith("$delayed/"):
-                delay, topic = split_delayed(topic)
-                if not self.timers_supported():
-                    raise MappingError("the broker has no timer support for $delayed",
-                                       ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR)
-            name = broker_topic_for(topic)
-            cfg = await self.topic_config(name)
-            if cfg is None:
-                raise MappingError(f"broker topic {name!r} does not exist and may not be created",
-                                   ReasonCode.TOPIC_NAME_INVALID)
-            msg = publish_to_message(pub, name, cid, now_ms(), topic=topic)
-            if delay is not None:
-                msg.properties[P_TIMER_DELAY] = str(delay)
-            items.append((msg, queue_for(topic, cfg.write_queue_nums)))
-        except MappingError as e:
-            error = e  # the extra records are stored all the same
-        items += extra
-        results = await self.backend.send_many(items) if items else []
-        if error is not None:
-            raise error
-        if len(results) < len(items):
-            raise _NotStored("the broker is stopping")
-        if results[0].status is not SendStatus.SEND_OK:
-            raise _NotStored(f"{results[0].status.name} {results[0].remark or ''}".strip())
-        if pub.retain and PROPERTY_TIMER_OUT_MS not in items[0][0].properties:  # a parked one: when it fires
-            await self.set_retained([(topic, pub.payload, results[0].physical_offset)])
-
-    # ---- restart ---------------------------------------------------------------------------
-
-    async def _restore(self) -> int:
-        """Rebuild from the meta records; the meta queue offset read to."""
-        if self.cluster is not None:
-            state, meta_end = await replay_to_end(self.backend)
-            self._restore_cluster(state)
-            return meta_end
-        state = await self.meta.replay()
-        meta_end = self.backend.max_offset(META_TOPIC, 0)
-        now = now_ms()
-        lim = self.settings.limits
-        sessions = []
-        for (kind, key), value in state.items():
-            try:
-                if kind == "ret":
-                    self.retained.set(key, int(value[0]), int(value[1]))
-                elif kind == "sess":
-                    sess = Session(self, key, expiry=float(value["exp"]), version=int(value["v"]))
-                    gone = float(value.get("gone") or now)
-                    sess.restore(value)
-                    self.router.add_session(sess)
-                    for text, (_flt, opts) in sess.subs.items():
-                        self.router.trie.subscribe(key, text, opts)
-                    in2 = state.get(("in2", key))
-                    if in2:
-                        sess.inbound = InboundFlows.from_state(
-                            {"receive_maximum": lim.max_inflight_messages, "flows": [[int(p), 3] for p in in2]})
-                    sessions.append((sess, gone))
-            except Exception as e:  # noqa: BLE001 - decoded, but not a shape we wrote: the rest still holds
-                _unusable(kind, key, e)
-        for sess, gone in sessions:
-            if sess.expiry != NEVER:
-                self._schedule_expiry(sess, sess.expiry - (now - gone) / 1000)
-        for (kind, key), value in state.items():
-            if kind != "will":
-                continue
-            try:
-                will = _will_from_record(value)
-                gone = float(value.get("gone") or now)
-                delay = (will.will_delay_interval or 0) - (now - gone) / 1000
-            except Exception as e:  # noqa: BLE001 - as above
-                _unusable(kind, key, e)
-                continue
-            self._will_keys.add(key)
-            sess = self.router.sessions.get(key)
-            if sess is not None:
-                delay = min(delay, sess.expiry - (now - gone) / 1000)
-            self._schedule_will(sess, will, delay, cid=key)
-        if sessions or self.retained.stored:
-            r = self.meta.last_replay
-            log.info("gateway state restored: %d sessions, %d retained messages (%s at offset %d: %d records "
-                     "read in %.3f s)", len(sessions), len(self.retained.stored),
-                     "the whole history" if r.full else "from the checkpoint", r.start, r.read, r.seconds)
-        return meta_end
-
-    def _restore_cluster(self, state: dict) -> None:
-        """On a node of a cluster every session in the records is another
-        node's (a node's id is new at each start): stubs, no timers."""
-        for (kind, key), value in state.items():
-            try:
-                self.cluster.apply(kind, key, value)
-            except Exception as e:  # noqa: BLE001 - as in _restore
-                _unusable(kind, key, e)
-        log.info("gateway node %s: %d sessions of the cluster, %d retained messages", self.node_id,
-                 len(self.router.sessions), len(self.retained.stored))
 
     # ---- $SYS ---------------------------------------------------------------------------------
 
@@ -655,11 +479,6 @@ class MQTTGateway:
                 self.retained.local[topic] = out
                 self.router.publish_local(out)
             await trio.sleep(interval)
-
-
-def _unusable(kind: str, key: str, e: Exception) -> None:
-    log.error("gateway meta record %s:%r in %s is not usable (%s: %s); skipped, the others are restored",
-              kind, key, META_TOPIC, type(e).__name__, e)
 
 
 def _specs(settings: Mapping[str, Any], host: str, mqtt_port: int, ws_port: int) -> list[ListenerSpec]:

@@ -54,6 +54,7 @@ from gateway.meta import META_TOPIC, SNAP, decode_record
 from gateway.nodes import P_NODE, P_SHARE_PICKS, node_queue_name
 from gateway.remote_backend import returned_after_waiting
 from gateway.sessions import Delivery, Session, SubOptions
+from gateway.wills import will_from_record
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
@@ -220,7 +221,7 @@ class ClusterSync:
             del self.wills[cid]
             log.info("client %s: will published for dead gateway node %s", cid, value.get("node"))
             with trio.CancelScope(shield=True):
-                await self.gw.publish_will(cid, self.gw.will_from_record(value))
+                await self.gw.wills.publish(cid, will_from_record(value))
         finally:
             self._wills_due.discard(cid)
 
@@ -234,7 +235,7 @@ class ClusterSync:
                 return  # resumed somewhere, or its node lives after all
             will = self.wills.pop(cid, None)
             if will is not None:
-                sess.pending_will = self.gw.will_from_record(will)
+                sess.pending_will = will_from_record(will)
             log.info("session %s of dead gateway node %s expired", cid, sess.node)
             with trio.CancelScope(shield=True):
                 await self.gw.end_session(sess)

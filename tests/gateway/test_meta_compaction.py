@@ -61,7 +61,7 @@ def _restored(gw) -> dict:
     """What a gateway holds of the meta state: sessions with their
     subscriptions, retained topics, will keys."""
     return {"sess": {cid: sorted(s.subs) for cid, s in gw.router.sessions.items()},
-            "ret": dict(gw.retained.stored), "will": sorted(gw._will_keys)}
+            "ret": dict(gw.retained.stored), "will": sorted(gw.wills.keys)}
 
 
 def _expected(state: dict) -> dict:

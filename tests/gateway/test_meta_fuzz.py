@@ -64,7 +64,7 @@ RAW = st.one_of(
 
 def gw_keys(gw) -> list:
     """(kind, key) of what the gateway restored: sessions and wills."""
-    return [("sess", k) for k in gw.router.sessions] + [("will", k) for k in gw._will_keys]
+    return [("sess", k) for k in gw.router.sessions] + [("will", k) for k in gw.wills.keys]
 
 
 async def _scenario(tmp_path, bodies: list[bytes]) -> None:
