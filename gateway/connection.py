@@ -15,12 +15,9 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
 * A write blocks only the writer of this connection (a slow client slows
   its own reads, never others'); every write is bounded by
   ``writeTimeout``, then the connection is dropped. QoS 0 messages that
-  arrive while a write is under way wait behind it; once
-  ``maxQueuedMessages`` of them wait and the client's socket has no room
-  (a slow subscriber, not a busy gateway), ``queueOverflow`` drops the
-  oldest waiting one or the new one; with ``maxOutboundBytes`` waiting,
-  new QoS 0 messages are dropped. Each drop is counted (session and
-  ``$SYS``).
+  arrive while a write is under way wait behind it, within the limits
+  ``gateway.publish_output`` keeps (``maxQueuedMessages``,
+  ``queueOverflow``, ``maxOutboundBytes``: drops are counted).
 * Every complete packet of a read is decoded and acted on before the next
   read. Consecutive PUBLISHes are stored with one ``send_many`` (one flush
   wait, SYNC_FLUSH); their acks go out in arrival order. Any other packet
@@ -50,9 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
-import select
-from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -64,6 +59,7 @@ from gateway.mqtt import (
     Auth, Connect, ConnectionClosed, ConnectionState, Disconnect, InboundStage, MQTTConnection, PingReq, PingResp,
     PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, Subscribe, Unsubscribe,
 )
+from gateway.publish_output import NO_OUTPUT, NOBODY, READER, TASK, PublishOutput
 from gateway.publishing import publish_batch
 from gateway.quota import PublishQuota
 from gateway.sessions import Delivery, encode_delivery
@@ -81,14 +77,9 @@ _CLIENT_ACKS = (PubAck, PubRec, PubComp)
 LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
 
 
-# Who writes what ``out`` holds (``Connection._writer_of``).
-_NOBODY = 0  # a new output starts a writer task
-_READER = 1  # the reader is acting on a read or writing after it
-_TASK = 2  # a writer task runs
-_NO_OUTPUT: Any = ()  # Connection.out while nothing waits (a tuple: appending to it would fail)
 
 
-class Connection:
+class Connection(PublishOutput):
     __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "live", "_held", "_held_rel", "closing", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
                  "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery",
@@ -101,7 +92,7 @@ class Connection:
         self.info = info
         lim = gw.settings.limits
         self.mq = MQTTConnection(max_packet_size=lim.max_packet_size, topic_alias_maximum=lim.max_topic_alias)
-        self.out: list[bytes] = _NO_OUTPUT  # a list of its own while output waits
+        self.out: list[bytes] = NO_OUTPUT  # a list of its own while output waits
         self.out_bytes = 0
         self.live = False  # CONNACK and redelivery done: new messages may go out
         self._held: list | None = None  # PUBCOMPs waiting for an "in2" record (see _handle)
@@ -122,7 +113,7 @@ class Connection:
         self._reader_scope: trio.CancelScope | None = None
         self._nursery = nursery
         self._acting = False  # the reader is acting on a read (it writes after it)
-        self._writer_of = _NOBODY
+        self._writer_of = NOBODY
         self._writing = False  # a send_all is under way
         self._behind = None  # deque: indexes in ``out`` of QoS 0 PUBLISHes waiting behind a write
         self._room: bool | None = None  # whether the socket had room during this write (asked when needed)
@@ -153,13 +144,13 @@ class Connection:
 
     def wake(self) -> None:
         """Output is queued, or the session's pump is due: see that someone writes."""
-        if self._writer_of == _NOBODY and not self._acting and not self.closing:
-            self._writer_of = _TASK
+        if self._writer_of == NOBODY and not self._acting and not self.closing:
+            self._writer_of = TASK
             self._nursery.start_soon(self._writer)
 
     def write(self, data: bytes) -> None:
         if data:
-            if self.out is _NO_OUTPUT:
+            if self.out is NO_OUTPUT:
                 self.out = []
             self.out.append(data)
             self.out_bytes += len(data)
@@ -214,77 +205,6 @@ class Connection:
         if gw.tracer is not None:
             gw.tracer.delivered(sess.client_id, out, d.qos, pid)
 
-    def deliver_qos0_v4(self, sess, data: bytes) -> None:
-        """``deliver`` of a QoS 0 message already encoded as a 3.1.1 PUBLISH
-        (``encode_publish_v4_qos0``), for the router's fast path: the caller
-        has checked that the message has no expiry, that no tracer runs and
-        that nothing waits in the session's ``pending``. The same limits and
-        counters apply."""
-        if self.closing or self.mq.state is not _CONNECTED:
-            return
-        out = self.out
-        if out and not self._writing and self.out_bytes <= self.gw.settings.session.max_outbound_bytes:
-            # the common case of a burst, inline: output waits already and no write is under way
-            stats = self.gw.stats
-            stats.sent += 1
-            stats.sent_qos[0] += 1
-            out.append(data)
-            self.out_bytes += len(data)
-            if self._writer_of == _NOBODY:
-                self.wake()
-        elif self._admit_qos0(sess, None):
-            self._append_publish(data, 0)
-
-    def _admit_qos0(self, sess, out) -> bool:
-        """Whether a QoS 0 PUBLISH may join the output; False: dropped and
-        counted (``maxOutboundBytes``, or the queue limit behind a write)."""
-        gw = self.gw
-        if self.out_bytes > gw.settings.session.max_outbound_bytes:
-            gw.stats.dropped += 1
-            sess.dropped += 1
-        elif self._writing and not self._behind_write(sess):
-            pass
-        else:
-            return True
-        if gw.tracer is not None:
-            gw.tracer.ended(sess.client_id, out, 0, DeliveryOutcome.DROPPED)
-        return False
-
-    def _append_publish(self, data: bytes, qos: int) -> None:
-        stats = self.gw.stats
-        stats.sent += 1
-        stats.sent_qos[qos] += 1
-        if self.out is _NO_OUTPUT:
-            self.out = []
-        if not qos and self._writing:
-            self._behind.append(len(self.out))
-        self.out.append(data)
-        self.out_bytes += len(data)
-        self.wake()
-
-    def _behind_write(self, sess) -> bool:
-        """A QoS 0 PUBLISH is about to wait behind a write under way: False if
-        the queue limit drops it (dropNew), else it may wait (room was made
-        by dropOldest if needed). The limit holds only while the client's
-        socket has no room: a write that is merely not finished (this task
-        has not run again yet) is no slow subscriber."""
-        behind = self._behind
-        if behind is None:
-            behind = self._behind = deque()
-        limit = self.gw.settings.limits.max_queued_messages
-        if not limit or len(behind) < limit:
-            return True
-        if self._room is None:  # asked once per write
-            self._room = socket_has_room(self.stream)
-        if self._room:
-            return True
-        if sess.cut():
-            return False
-        i = behind.popleft()
-        self.out_bytes -= len(self.out[i])
-        self.out[i] = b""
-        return True
-
     def resend(self, sess, d: Delivery, pid: int) -> None:
         if not self.can_send:
             return  # stays in flight; resent on the next connection
@@ -310,7 +230,7 @@ class Connection:
         # packet would garble the stream, and pump's record must precede its
         # QoS 2 PUBLISHes. It sees ``closing`` as soon as it is done.
         scope = self._reader_scope
-        if scope is not None and (self._writer_of != _READER or self._acting):
+        if scope is not None and (self._writer_of != READER or self._acting):
             scope.cancel()
 
     async def _flush(self) -> None:
@@ -325,7 +245,7 @@ class Connection:
             if not out:
                 return
             data = b"".join(out)
-            self.out = _NO_OUTPUT
+            self.out = NO_OUTPUT
             self.out_bytes = 0
             self._behind = self._room = None
             self._writing = True
@@ -349,7 +269,7 @@ class Connection:
             self.closing = True
             self._stop_reader()
         finally:
-            self._writer_of = _NOBODY
+            self._writer_of = NOBODY
             if self._writer_done is not None:
                 self._writer_done.set()
 
@@ -444,15 +364,15 @@ class Connection:
         written, all of it within ``writeTimeout``."""
         with trio.move_on_after(self.gw.settings.session.write_timeout):
             try:
-                if self._writer_of == _TASK:
+                if self._writer_of == TASK:
                     self._writer_done = trio.Event()
                     await self._writer_done.wait()
                 if self.out:
-                    self._writer_of = _READER
+                    self._writer_of = READER
                     try:
                         await self._flush()
                     finally:
-                        self._writer_of = _NOBODY
+                        self._writer_of = NOBODY
             except (trio.TooSlowError, *_STREAM_ERRORS):
                 pass
 
@@ -492,17 +412,17 @@ class Connection:
             self._acting = False
         if not more:
             self.closing = True
-        if self.closing or self._writer_of != _NOBODY:
+        if self.closing or self._writer_of != NOBODY:
             return
         sess = self.session
         if self.out or (sess is not None and sess.due):
-            self._writer_of = _READER
+            self._writer_of = READER
             try:
                 await self._flush()
             except (trio.TooSlowError, *_STREAM_ERRORS):
                 self.closing = True
             finally:
-                self._writer_of = _NOBODY
+                self._writer_of = NOBODY
 
     async def _feed(self, data: bytes) -> bool:
         mq = self.mq
@@ -604,18 +524,3 @@ class Connection:
             self.session.expiry = self.gw.settings.limits.effective_session_expiry(ev.session_expiry_interval)
         self.closing = True
 
-
-def socket_has_room(stream: trio.abc.Stream) -> bool:
-    """Whether the kernel would take more output on the TCP socket under
-    ``stream`` now (TLS and WebSocket streams wrap one). False when there is
-    no socket to ask (memory streams)."""
-    while not isinstance(stream, trio.SocketStream):
-        stream = getattr(stream, "transport_stream", None) or getattr(stream, "transport", None)
-        if stream is None:
-            return False
-    try:
-        poll = select.poll()
-        poll.register(stream.socket.fileno(), select.POLLOUT)
-        return bool(poll.poll(0))
-    except (OSError, ValueError):  # closed meanwhile: the write fails on its own
-        return False
