@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import logging
 
-import msgpack
-
-from core.broker import PERM_READ, PERM_WRITE, record_message, replay_records
+from core.broker import PERM_READ, PERM_WRITE, parse_record, record_message, replay_records
 from core.store import Message
 from gateway.backend import BrokerBackend
 
@@ -42,6 +40,7 @@ log = logging.getLogger("mqgate.gateway")
 META_TOPIC = "rmq_sys_mqtt_meta"
 KINDS = ("sess", "in2", "will", "ret", "live")
 SNAP = "snap"  # compaction's marker kind (gateway.meta_log)
+_KINDS_AND_SNAP = (*KINDS, SNAP)
 
 
 def record(kind: str, key: str, value) -> tuple[Message, int]:
@@ -60,7 +59,7 @@ async def replay_to_end(broker: BrokerBackend) -> tuple[dict[tuple[str, str], ob
     await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
     await broker.prepare_queue(META_TOPIC)  # a remote backend's offsets of the queue
     end = broker.max_offset(META_TOPIC, 0)
-    state, bad = await replay_records(broker, META_TOPIC, (*KINDS, SNAP))
+    state, bad = await replay_records(broker, META_TOPIC, _KINDS_AND_SNAP)
     if bad:
         log.error("%d gateway meta record(s) in %s did not decode and were skipped", bad, META_TOPIC)
     state.pop((SNAP, ""), None)  # a compaction's marker (gateway.meta_log), no state of its own
@@ -76,7 +75,4 @@ def decode_record(body: bytes) -> tuple[str, str, object]:
     """``(kind, key, value)`` of a record body; ValueError (or msgpack's own
     errors) when it is not one. Kind ``"snap"`` is compaction's marker
     (``gateway.meta_log``), the others are ``KINDS``."""
-    kind, key, value = msgpack.unpackb(body, raw=False, strict_map_key=False)
-    if (kind not in KINDS and kind != SNAP) or not isinstance(key, str):
-        raise ValueError(f"not a record: kind {kind!r}, key {key!r}")
-    return kind, key, value
+    return parse_record(body, _KINDS_AND_SNAP)

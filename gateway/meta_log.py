@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import msgpack
 import trio
 
-from core.broker import PERM_READ, PERM_WRITE, Broker, PullStatus, SendStatus
+from core.broker import PERM_READ, PERM_WRITE, Broker, SendStatus, queue_entries
 from core.store import Message, decode_message
 from gateway.meta import KINDS, META_TOPIC, SNAP, decode_record, record_of_body
 
@@ -122,55 +122,52 @@ class MetaLog:
         low, end = broker.min_offset(META_TOPIC, 0), broker.max_offset(META_TOPIC, 0)
         checkpoint = None if full else broker.query_offset(CHECKPOINT_GROUP, META_TOPIC, 0)
         stats = ReplayStats()
+        state = None
         if checkpoint is not None and low < checkpoint <= end:
             stats.start, stats.full = checkpoint, False
-            if not await self._read(checkpoint, end, stats):
+            state = await self._read(checkpoint, end, stats)
+            if state is None:
                 log.warning("gateway meta records: no complete snapshot at the checkpoint (offset %d of %s, "
                             "queue %d..%d); replaying the whole queue", checkpoint, META_TOPIC, low, end)
                 stats = ReplayStats()
-                checkpoint = None
         if stats.full:
             stats.start = low
-            await self._read(low, end, stats)
+            state = await self._read(low, end, stats)
         if stats.bad:
             log.error("%d gateway meta record(s) in %s did not decode and were skipped", stats.bad, META_TOPIC)
         self.start = stats.start
         stats.live = len(self.image)
         stats.seconds = time.perf_counter() - t0
         self.last_replay = stats
-        return {k: msgpack.unpackb(body, raw=False, strict_map_key=False)[2] for k, body in self.image.items()}
+        return state
 
-    async def _read(self, offset: int, end: int, stats: ReplayStats) -> bool:
-        """Replay ``offset..end`` into a new image; True if a marker naming
-        ``offset`` was read (always True for a full replay)."""
+    async def _read(self, offset: int, end: int, stats: ReplayStats) -> dict[tuple[str, str], object] | None:
+        """Replay ``offset..end`` into a new image; the live values, if a
+        marker naming ``offset`` was read (always for a full replay), else
+        None (and the image is left as it was)."""
         image: dict[tuple[str, str], bytes] = {}
+        state: dict[tuple[str, str], object] = {}  # the decoded values of ``image``
         marked = stats.full
-        start = offset
-        while offset < end:
-            result = await self.broker.read_queue(META_TOPIC, 0, offset, 256)
-            if result.status is not PullStatus.FOUND:
-                if result.next_begin_offset <= offset:
-                    break
-                offset = result.next_begin_offset
+        async for raw in queue_entries(self.broker, META_TOPIC, offset, end):
+            stats.read += 1
+            try:
+                body = decode_message(raw).body
+                kind, key, value = decode_record(body)
+            except Exception:  # noqa: BLE001 - a bad record is logged, the rest still counts
+                stats.bad += 1
                 continue
-            for raw in result.entries:
-                stats.read += 1
-                try:
-                    body = decode_message(raw).body
-                    kind, key, value = decode_record(body)
-                except Exception:  # noqa: BLE001 - a bad record is logged, the rest still counts
-                    stats.bad += 1
-                    continue
-                if kind == SNAP:
-                    marked = marked or value == start
-                elif value is None:
-                    image.pop((kind, key), None)
-                else:
-                    image[(kind, key)] = body
-            offset = result.next_begin_offset
-        if marked:
-            self.image = image
-        return marked
+            if kind == SNAP:
+                marked = marked or value == offset
+            elif value is None:
+                image.pop((kind, key), None)
+                state.pop((kind, key), None)
+            else:
+                image[(kind, key)] = body
+                state[(kind, key)] = value
+        if not marked:
+            return None
+        self.image = image
+        return state
 
     # ---- compaction -------------------------------------------------------------
 

@@ -60,6 +60,7 @@ broker.config_dir, broker.replicator (core/ha sets it on a SYNC_MASTER).
 Records (msgpack ``[kind, key, value]`` in queue 0 of a system topic; gateway metadata, event rules)::
 
     record_message(topic, kind, key, value) -> Message;  await replay_records(broker, topic, kinds) -> (state, skipped)
+    async for raw in queue_entries(broker, topic, start, end): ...;  parse_record(body, kinds) -> (kind, key, value)
 
 Names: `validate_topic`, `mqtt_level_to_topic`, `mqtt_topic_to_topic`, `topic_to_mqtt_level`,
 `retry_topic`, `dlq_topic`; tag and SQL92 expressions: `parse_subscription` -> `SubscriptionData`
@@ -73,7 +74,7 @@ from .config import (
     configs_from_dict, store_config_for,
 )
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
-from .records import record_message, replay_records
+from .records import parse_record, queue_entries, record_message, replay_records
 from .results import PullResult, PullStatus, QueryResult, SendResult, SendStatus
 from .sql92 import Sql92Error, Sql92Filter, compile_sql92
 from .subscription import (
@@ -100,5 +101,5 @@ __all__ = [
     "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC",
     "mqtt_level_to_topic", "mqtt_topic_to_topic", "topic_to_mqtt_level",
     "SubscriptionGroupConfig", "SubscriptionGroupTable", "ConsumerOffsetTable",
-    "record_message", "replay_records",
+    "record_message", "replay_records", "queue_entries", "parse_record",
 ]
