@@ -97,14 +97,27 @@ def parse_bus(spec: Any) -> Bus:
     return Bus(_name(spec, "name"), _typed(spec, "description", str, ""), spec)
 
 
-@dataclass(frozen=True)
-class Source:
+@dataclass(frozen=True, kw_only=True)
+class _OnBus:
+    """What a source and a rule share: a name, the bus they feed or read, the JSON they came from."""
     name: str
     bus: str
+    spec: dict = field(default_factory=dict, compare=False)
+
+
+def _parse_on_bus(spec: Any, what: str, keys: set[str]) -> dict:
+    """``name``, ``bus`` and ``spec`` (the keyword arguments of `_OnBus`) of a
+    source's or rule's ``spec``, which has no key outside ``keys``."""
+    spec = _obj(spec, what)
+    _known(spec, keys)
+    return {"name": _name(spec, "name"), "bus": _name(spec, "bus"), "spec": spec}
+
+
+@dataclass(frozen=True)
+class Source(_OnBus):
     kind: str
     mqtt_topic: str
     type: str
-    spec: dict = field(default_factory=dict, compare=False)
 
     @property
     def group(self) -> str:
@@ -116,8 +129,8 @@ class Source:
 
 
 def parse_source(spec: Any) -> Source:
-    spec = _obj(spec, "source")
-    _known(spec, {"name", "bus", "kind", "mqttTopic", "type", "description"})
+    on_bus = _parse_on_bus(spec, "source", {"name", "bus", "kind", "mqttTopic", "type", "description"})
+    spec = on_bus["spec"]
     kind = spec.get("kind", "mqtt")
     if kind != "mqtt":
         raise SpecError(f"kind: only \"mqtt\" sources are declared (PutEvents and native sends to the bus topic "
@@ -130,8 +143,7 @@ def parse_source(spec: Any) -> Source:
     if levels[0] in ("+", "#") or levels[0].startswith("$"):
         raise SpecError(f"mqttTopic: the first level must be a plain name (the source reads the broker topic "
                         f"of that level), not {levels[0]!r}")
-    return Source(_name(spec, "name"), _name(spec, "bus"), kind, flt,
-                  _typed(spec, "type", str, "mqgate.mqtt.publish") or "mqgate.mqtt.publish", spec)
+    return Source(kind, flt, _typed(spec, "type", str, "mqgate.mqtt.publish") or "mqgate.mqtt.publish", **on_bus)
 
 
 @dataclass(frozen=True)
@@ -195,9 +207,7 @@ def _parse_target(spec: Any, i: int) -> Target:
 
 
 @dataclass(frozen=True)
-class Rule:
-    name: str
-    bus: str
+class Rule(_OnBus):
     enabled: bool
     pattern: Pattern
     transform: Transform
@@ -206,7 +216,6 @@ class Rule:
     dead_letter_topic: str
     ordered: bool
     concurrency: int
-    spec: dict = field(default_factory=dict, compare=False)
 
     @property
     def group(self) -> str:
@@ -222,9 +231,8 @@ RULE_KEYS = {"name", "bus", "enabled", "pattern", "transform", "targets", "maxRe
 
 
 def parse_rule(spec: Any) -> Rule:
-    spec = _obj(spec, "rule")
-    _known(spec, RULE_KEYS)
-    name, bus = _name(spec, "name"), _name(spec, "bus")
+    on_bus = _parse_on_bus(spec, "rule", RULE_KEYS)
+    spec, name, bus = on_bus["spec"], on_bus["name"], on_bus["bus"]
     try:
         pattern = compile_pattern(spec.get("pattern"))
     except PatternError as e:
@@ -248,5 +256,5 @@ def parse_rule(spec: Any) -> Rule:
     if not 1 <= concurrency <= 256:
         raise SpecError(f"concurrency: 1..256 events at a time, not {concurrency!r}")
     _typed(spec, "description", str, "")
-    return Rule(name, bus, _typed(spec, "enabled", bool, True), pattern, transform, parsed, retries, dlq,
-                _typed(spec, "ordered", bool, False), concurrency, spec)
+    return Rule(_typed(spec, "enabled", bool, True), pattern, transform, parsed, retries, dlq,
+                _typed(spec, "ordered", bool, False), concurrency, **on_bus)

@@ -59,6 +59,20 @@ class Conflict(ValueError):
     """The name is taken, or the thing is still in use."""
 
 
+def _existing(table: dict, key: str, missing: str, *names: str):
+    """``table[key]``, else `NotFound` (``missing`` formatted with ``names``)."""
+    found = table.get(key)
+    if found is None:
+        raise NotFound(missing.format(*names))
+    return found
+
+
+def _unused(table: dict, key: str, taken: str, *names: str) -> None:
+    """`Conflict` (``taken`` formatted with ``names``) when ``key`` is in ``table``."""
+    if key in table:
+        raise Conflict(taken.format(*names))
+
+
 class _Running:
     """A rule's or source's task: its part, its state for ``show``, whether it has started."""
 
@@ -200,16 +214,12 @@ class EventService:
     # ---- buses -------------------------------------------------------------------------------
 
     def bus(self, name: str) -> Bus:
-        bus = self.buses.get(name)
-        if bus is None:
-            raise NotFound(f"no event bus {name!r}")
-        return bus
+        return _existing(self.buses, name, "no event bus {0!r}", name)
 
     async def create_bus(self, spec: Any) -> Bus:
         bus = parse_bus(spec)
         async with self._lock:
-            if bus.name in self.buses:
-                raise Conflict(f"event bus {bus.name!r} exists")
+            _unused(self.buses, bus.name, "event bus {0!r} exists", bus.name)
             await self.broker.ensure_topic(bus.topic, self.bus_queues)
             await self.registry.write("bus", bus.name, bus.spec)
             self.buses[bus.name] = bus
@@ -230,17 +240,13 @@ class EventService:
     # ---- sources -----------------------------------------------------------------------------
 
     def source(self, name: str) -> Source:
-        source = self.sources.get(name)
-        if source is None:
-            raise NotFound(f"no event source {name!r}")
-        return source
+        return _existing(self.sources, name, "no event source {0!r}", name)
 
     async def create_source(self, spec: Any) -> Source:
         source = parse_source(spec)
         async with self._lock:
             self.bus(source.bus)
-            if source.name in self.sources:
-                raise Conflict(f"event source {source.name!r} exists")
+            _unused(self.sources, source.name, "event source {0!r} exists", source.name)
             await self.broker.ensure_topic(source_topic(source), self.broker.config.default_topic_queue_nums)
             self._commit_at_end(source.group, source_topic(source))
             await self.registry.write("source", source.name, source.spec)
@@ -262,10 +268,7 @@ class EventService:
     # ---- rules -------------------------------------------------------------------------------
 
     def rule(self, bus: str, name: str) -> Rule:
-        rule = self.rules.get(f"{bus}/{name}")
-        if rule is None:
-            raise NotFound(f"no rule {name!r} on event bus {bus!r}")
-        return rule
+        return _existing(self.rules, f"{bus}/{name}", "no rule {0!r} on event bus {1!r}", name, bus)
 
     def rule_state(self, rule: Rule) -> str:
         running = self._running.get(f"rule:{rule.key}")
@@ -277,8 +280,7 @@ class EventService:
         rule = parse_rule(spec)
         async with self._lock:
             self.bus(rule.bus)
-            if rule.key in self.rules:
-                raise Conflict(f"rule {rule.name!r} exists on event bus {rule.bus!r}")
+            _unused(self.rules, rule.key, "rule {0!r} exists on event bus {1!r}", rule.name, rule.bus)
             await self.registry.write("rule", rule.key, rule.spec)
             self.rules[rule.key] = rule
             self.counts[rule.key] = RuleCounts()
