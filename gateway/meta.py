@@ -49,13 +49,11 @@ def record(kind: str, key: str, value) -> tuple[Message, int]:
     return record_message(META_TOPIC, kind, key, value), 0
 
 
-async def replay(broker: BrokerBackend) -> dict[tuple[str, str], object]:
-    """Every live (kind, key) -> value, as of the end of the meta topic."""
-    return (await replay_to_end(broker))[0]
-
-
 async def replay_to_end(broker: BrokerBackend) -> tuple[dict[tuple[str, str], object], int]:
-    """``replay``, and the queue offset it read to (where a tail goes on)."""
+    """Every live (kind, key) -> value as of the end of the meta topic, read
+    whole (a gateway node's start; ``mqgate serve`` reads from the compaction
+    checkpoint: ``gateway.meta_log``), and the queue offset it read to (where
+    a node's tail goes on)."""
     await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
     await broker.prepare_queue(META_TOPIC)  # a remote backend's offsets of the queue
     end = broker.max_offset(META_TOPIC, 0)
