@@ -30,8 +30,8 @@ Rules kept here:
   publishes it at once when the will has no delay or the new connection
   starts a clean session. At shutdown wills are neither published nor
   dropped: their records stay, and after a restart a will whose client has
-  not come back is published once its delay has passed. Their records,
-  timers and publication are ``gateway.wills``'.
+  not come back is published once its delay has passed. ``gateway.wills``
+  keeps their records, timers and publication.
 * A session ends when its expiry interval passes while disconnected (or at
   disconnect for expiry 0): its subscriptions leave the trie, its records
   are deleted and its queue is dropped.

@@ -118,7 +118,7 @@ class Wills:
         self.keys: set[str] = set()  # client ids with a "will" record in the meta log
         self.nursery: trio.Nursery | None = None  # the gateway's while it runs: the timers' tasks run there
 
-    def record_item(self, cid: str, will: Will | None, gone: int | None = None):
+    def record_item(self, cid: str, will: Will | None, gone: int | None = None) -> tuple | None:
         """The record that sets ``cid``'s will (``will``, its client gone at
         ``gone``), or deletes it (``will`` None; None when there is no record
         to delete): an item for ``write_records``."""
