@@ -121,15 +121,20 @@ class MQTTGateway:
 
     async def _run(self, nursery, listeners, task_status) -> None:
         meta_end = await restore_gateway(self)
+        # No await before the hooks are in: a will the restore found due is
+        # published at the first checkpoint, and its message must reach the
+        # subscribers' session queues (the router's put hook) and its record's
+        # deletion the compaction image (the meta log's stored hook).
+        if self.cluster is None:
+            self.backend.add_stored_hook(self.meta.stored_hook)
+        self.backend.add_put_hook(self.router.put_hook)
+        self.backend.add_stored_hook(self.router.stored_hook)
         if self.cluster is not None:
             await nursery.start(self.cluster.run, self, meta_end)
         else:
-            self.backend.add_stored_hook(self.meta.stored_hook)
             nursery.start_soon(self.meta.run)
         await nursery.start(self.readiness.run)
         nursery.start_soon(self._retained_records)
-        self.backend.add_put_hook(self.router.put_hook)
-        self.backend.add_stored_hook(self.router.stored_hook)
         if self.tracer is not None:
             await nursery.start(self.tracer.run)
             self.backend.add_stored_hook(self.tracer.stored_hook)
