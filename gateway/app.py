@@ -50,7 +50,7 @@ from typing import Any
 
 import trio
 
-from core.broker import Broker, SendStatus
+from core.broker import Broker
 from gateway.backend import BrokerBackend, backend_for
 from gateway.cluster import ClusterSync
 from core.store import PROPERTY_TIMER_OUT_MS
@@ -200,7 +200,7 @@ class MQTTGateway:
         if not items:
             return True
         results = await self.backend.send_many(items)
-        bad = [r for r in results if r.status is not SendStatus.SEND_OK]
+        bad = [r for r in results if not r.status.stored]
         if bad:
             log.error("gateway meta records not stored: %s %s", bad[0].status.name, bad[0].remark)
             return False
@@ -571,7 +571,7 @@ class MQTTGateway:
             raise error
         if len(results) < len(items):
             raise _NotStored("the broker is stopping")
-        if results[0].status is not SendStatus.SEND_OK:
+        if not results[0].status.stored:
             raise _NotStored(f"{results[0].status.name} {results[0].remark or ''}".strip())
         if pub.retain and PROPERTY_TIMER_OUT_MS not in items[0][0].properties:  # a parked one: when it fires
             await self.set_retained([(topic, pub.payload, results[0].physical_offset)])
