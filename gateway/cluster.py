@@ -315,7 +315,8 @@ class ClusterSync:
         self._applied.set()
         self._applied = trio.Event()
         if kind == "rel":
-            if self.owners is not None and value and value.get("node") == self.node_id and gw._nursery is not None:
+            if (self.owners is not None and isinstance(value, dict) and value.get("node") == self.node_id
+                    and gw._nursery is not None):
                 gw._nursery.start_soon(self._release_for, key, value)
         elif kind == "ret":
             if value is None:
