@@ -26,22 +26,11 @@ import pytest
 
 from gateway.mqtt import (ConnAck, Connect, Disconnect, PubComp, PubRec, PubRel, Publish, SubAck, Subscribe,
                           Subscription, decode_all, encode)
-from gateway.mqtt._decode import read_fixed_header
 from gateway.owners import OWNER_TTL
 from tests.gateway.test_gateway_nodes import WAIT, Mqtt
 from tests.support.etcd_process import EtcdProcess
+from tests.support.mqtt_packets import split_packets as _split
 from tests.support.serve_process import ServeProcess, free_port
-
-
-def _split(buf: bytes) -> tuple[bytes, bytes]:
-    """(the whole packets at the start of ``buf``, the partial rest)."""
-    pos = 0
-    while pos < len(buf):
-        header = read_fixed_header(buf, pos, len(buf))
-        if header is None or header[2] + header[1] > len(buf):
-            break
-        pos = header[2] + header[1]
-    return buf[:pos], buf[pos:]
 
 
 class Raw:
