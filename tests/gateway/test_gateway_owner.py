@@ -23,7 +23,11 @@ owner's session taken within the lease's TTL and a margin.
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 import selectors
+import urllib.request
 import signal
 import socket
 import threading
@@ -310,6 +314,49 @@ def test_sigkill_of_the_owner_the_session_resumes_elsewhere_after_the_lease(owne
         sub.close()
     finally:
         doomed.kill()
+
+
+PREFIX = "/mqgate/gateway/DefaultCluster/owner/"  # [broker] etcdKeyPrefix and brokerClusterName defaults
+
+
+def _etcd_call(endpoint: str, path: str, body: dict) -> dict:
+    req = urllib.request.Request(f"{endpoint}{path}", data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=WAIT) as r:
+        return json.loads(r.read())
+
+
+def _owned_by(endpoint: str, node_id: str) -> set[str]:
+    """The owner keys in etcd whose value is ``node_id``."""
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    kvs = _etcd_call(endpoint, "/v3/kv/range", {"key": b64(PREFIX.encode()),
+                                                "range_end": b64(PREFIX[:-1].encode() + b"0")}).get("kvs", [])
+    return {base64.b64decode(kv["key"]).decode() for kv in kvs if base64.b64decode(kv["value"]).decode() == node_id}
+
+
+def test_a_drained_node_leaves_no_owner_key_and_revokes_its_lease(owned):
+    etcd, namesrv, (a, _b), root = owned
+    node = ServeProcess(root / "drained", "--namesrv", namesrv, "--etcd", etcd.endpoint, "--mqtt-port",
+                        str(free_port()), "--ws-port", "0", role="gateway").start()
+    try:
+        port = node.ports["mqtt-tcp"]
+        dev = Raw(port, "own-drain-dev")
+        clean = Raw(port, "own-drain-clean", clean=True)
+        assert _connack(dev).reason_code == 0 and _connack(clean).reason_code == 0
+        node_id, lease = re.search(r"gateway node (gw\w+): client ids owned under etcd lease (\w+)",
+                                   node.output()).groups()
+        assert _owned_by(etcd.endpoint, node_id) == {PREFIX + "own-drain-dev", PREFIX + "own-drain-clean"}
+        assert node.stop(signal.SIGTERM) == 0
+        assert dev.read_until(lambda evs: any(isinstance(e, Disconnect) for e in evs))
+        assert _owned_by(etcd.endpoint, node_id) == set()
+        ttl = _etcd_call(etcd.endpoint, "/v3/lease/timetolive", {"ID": str(int(lease, 16))})
+        assert int(ttl.get("TTL", -1)) == -1  # revoked, not left to expire
+        again = Raw(a, "own-drain-dev")  # free for any node at once
+        assert _connack(again, timeout=OWNER_TTL - 1).session_present
+        again.send(Disconnect())
+        for c in (dev, clean, again):
+            c.close()
+    finally:
+        node.kill()
 
 
 def test_etcd_down_connects_are_refused_and_clients_closed_then_accepted_again(owned):
