@@ -32,7 +32,7 @@ import tempfile
 import time
 import urllib.request
 
-from loadtest.bench_nodes import _free_port, _start
+from loadtest.bench_nodes import _free_port, _start, _stop
 
 
 def _connect_packet(cid: str) -> bytes:
@@ -117,13 +117,7 @@ def run_mode(mode: str, count: int, takeovers: int, tmp: str, namesrv: str, etcd
                 "connect_disconnect_per_s": round(count / cycle_s, 1), "takeovers": takeovers,
                 "takeover": _pcts(takes), "loadavg_1m": os.getloadavg()[0]}
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
 
 
 def main(argv: list[str] | None = None) -> int:

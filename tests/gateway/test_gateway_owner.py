@@ -228,6 +228,13 @@ def test_qos1_in_flight_on_a_live_connection_moves_with_its_packet_ids(owned):
     pub.close()
 
 
+def _extra_node(owned, name: str) -> ServeProcess:
+    """A third gateway node with etcd, for a test that stops it."""
+    etcd, namesrv, _ports, root = owned
+    return ServeProcess(root / name, "--namesrv", namesrv, "--etcd", etcd.endpoint, "--mqtt-port", str(free_port()),
+                        "--ws-port", "0", role="gateway").start()
+
+
 def _race(a: int, b: int, cid: str) -> tuple[Raw, Raw, int]:
     """Two CONNECTs of ``cid`` sent to two nodes at the same moment; read both
     connections until one is accepted and the other closed or refused. Also
@@ -287,9 +294,8 @@ def test_two_connects_racing_on_two_nodes_never_both_run(owned):
 
 
 def test_sigkill_of_the_owner_the_session_resumes_elsewhere_after_the_lease(owned):
-    etcd, namesrv, (a, _b), root = owned
-    doomed = ServeProcess(root / "doomed", "--namesrv", namesrv, "--etcd", etcd.endpoint, "--mqtt-port",
-                          str(free_port()), "--ws-port", "0", role="gateway").start()
+    _etcd, _ns, (a, _b), _root = owned
+    doomed = _extra_node(owned, "doomed")
     try:
         d = doomed.ports["mqtt-tcp"]
         sub = Mqtt(d, "own-kill-sub", clean=False, version=4)
@@ -334,9 +340,8 @@ def _owned_by(endpoint: str, node_id: str) -> set[str]:
 
 
 def test_a_drained_node_leaves_no_owner_key_and_revokes_its_lease(owned):
-    etcd, namesrv, (a, _b), root = owned
-    node = ServeProcess(root / "drained", "--namesrv", namesrv, "--etcd", etcd.endpoint, "--mqtt-port",
-                        str(free_port()), "--ws-port", "0", role="gateway").start()
+    etcd, _ns, (a, _b), _root = owned
+    node = _extra_node(owned, "drained")
     try:
         port = node.ports["mqtt-tcp"]
         dev = Raw(port, "own-drain-dev")
