@@ -57,8 +57,7 @@ from core.broker import PullStatus
 from core.store import decode_message
 from gateway.mapping import now_ms
 from gateway.membership import Membership
-from gateway.meta import META_TOPIC, SNAP, decode_record
-from gateway.meta import record
+from gateway.meta import META_TOPIC, SNAP, decode_record, record
 from gateway.nodes import P_NODE, P_SHARE_PICKS, node_queue_name
 from gateway.owners import TAKE_WAIT, ClientOwners
 from gateway.remote_backend import returned_after_waiting
