@@ -93,7 +93,7 @@ run: install build system-deps
 # The whole suite with the compiled kernels, then the kernels' own suites
 # (codec, store, topic matching) as pure Python.
 test: install-dev build
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest --durations=30 $(ARGS)
 	$(MAKE) --no-print-directory test-pure
 
 PURE_SUITES := tests/gateway/mqtt tests/gateway/wildcard tests/core/store tests/kernels tests/core/broker/test_send_many.py tests/core/broker/test_send_batch_hooks.py

@@ -54,7 +54,14 @@ def _warn(why: str) -> None:
 
 
 class OptionalBuildExt(build_ext):
-    """A failed compile leaves the pure-Python install working, with one warning."""
+    """A failed compile leaves the pure-Python install working, with one warning.
+
+    The kernels compile in parallel, one per core, unless ``-j`` says otherwise."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
         self._failed: list[str] = []
@@ -81,7 +88,8 @@ def _extensions() -> list:
         _warn("Cython is not installed")
         return []
     try:
-        return cythonize(KERNELS, build_dir="build/cython", compiler_directives=DIRECTIVES, quiet=True)
+        return cythonize(KERNELS, build_dir="build/cython", compiler_directives=DIRECTIVES, quiet=True,
+                         nthreads=os.cpu_count() or 1)
     except Exception as e:  # noqa: BLE001 - a Cython error must not break the install
         _warn(f"{type(e).__name__}: {e}")
         return []

@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "name servers route to; run several for one cluster (docs/CLUSTER.md).")
     _add_serve_flags(p, mqtt=True, namesrv=False, broker=False)
     p.add_argument("--namesrv", metavar="ADDRS", help="name servers, host:port;host:port")
+    p.add_argument("--etcd", metavar="ENDPOINTS",
+                   help="etcd client URLs http://h:p;http://h:p: one owner node per client id, held in etcd "
+                        "(default [broker] etcdEndpoints; none = the meta records' order decides)")
     sub.add_parser("passwd", help="manage the password file", add_help=False)
     sub.add_parser("admin", help="administration over the native protocol", add_help=False)
     sub.add_parser("telemetry", help="Spark telemetry aggregation job", add_help=False)
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "spark.telemetry", *rest])
 
     args = build_parser().parse_args(argv)
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "log_level")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "log_level", "etcd")}
     try:
         file_data = load_file(args.config) if args.config else None
         cfg = build_serve_config(file_data, flags)
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         from .gateway_node import run_gateway_node
 
         try:
-            return run_gateway_node(cfg, args.namesrv)
+            return run_gateway_node(cfg, args.namesrv, args.etcd)
         except ConfigError as e:
             print(f"mqgate: {e}", file=sys.stderr)
             return 2

@@ -52,7 +52,7 @@ from typing import Any
 
 import trio
 
-from core.broker import Broker, SendStatus
+from core.broker import Broker
 from gateway.backend import BrokerBackend, backend_for
 from gateway.cluster import ClusterSync
 from gateway.auth import is_loopback
@@ -187,7 +187,7 @@ class MQTTGateway:
         if not items:
             return True
         results = await self.backend.send_many(items)
-        bad = [r for r in results if r.status is not SendStatus.SEND_OK]
+        bad = [r for r in results if not r.status.stored]
         if bad:
             log.error("gateway meta records not stored: %s %s", bad[0].status.name, bad[0].remark)
             return False
@@ -309,6 +309,15 @@ class MQTTGateway:
 
     async def open_session(self, conn: Connection, cid: str, *, clean_start: bool, expiry: int,
                            version: int) -> tuple[Session, bool]:
+        """The session of a CONNECT; on a node with etcd, only once the client id
+        is owned here (``gateway.owners.OwnerUnavailable`` when it cannot be)."""
+        if self.cluster is None:
+            return await self._open_session(conn, cid, clean_start=clean_start, expiry=expiry, version=version)
+        async with self.cluster.claim(cid, clean_start):
+            return await self._open_session(conn, cid, clean_start=clean_start, expiry=expiry, version=version)
+
+    async def _open_session(self, conn: Connection, cid: str, *, clean_start: bool, expiry: int,
+                            version: int) -> tuple[Session, bool]:
         router = self.router
         if self.cluster is not None:
             await self.cluster.catch_up()
@@ -364,6 +373,9 @@ class MQTTGateway:
         self.stats.connected -= 1
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
             await self._closed(conn, sess, shutdown)
+            owners = self.cluster.owners if self.cluster is not None else None
+            if owners is not None and sess.conn is None:  # the final record is written: free for any node
+                await owners.release(sess.client_id)
 
     async def _closed(self, conn: Connection, sess: Session, shutdown: bool) -> None:
         cid = sess.client_id
@@ -384,6 +396,10 @@ class MQTTGateway:
                 await self.end_session(sess)
             else:
                 sess.pending.clear()
+                if self.cluster is not None and self.cluster.owners is not None:
+                    # released to another node (etcd): it reads its flows in flight from this record
+                    sess.commit()
+                    await self.save_session(sess, gone=now)
             return
         if sess.expiry == 0:
             if will is not None:

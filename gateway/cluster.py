@@ -26,6 +26,12 @@ cluster:
   here (0x8E, a takeover: its will follows the specification), and the
   session becomes a stub; an offline session of this node that another
   node takes loses its expiry and will timers here.
+* With etcd (``gateway.owners``) the owner key decides instead: a
+  CONNECT runs inside ``claim``, a ``"rel"`` record naming this node asks it
+  to close that client's connection (0x8E) and release the key once the
+  session's final record is written, and a record of another node never
+  closes a connection here (that node wrote it without owning the id).
+  ``wait_release`` does not wait then.
 * A node's own records come back through the tail and are skipped
   (``mqgateNode`` property).
 * A node the brokers no longer list (``gateway.membership``) is dead: every
@@ -42,6 +48,7 @@ cluster:
 from __future__ import annotations
 
 import logging
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import trio
@@ -50,8 +57,9 @@ from core.broker import PullStatus
 from core.store import decode_message
 from gateway.mapping import now_ms
 from gateway.membership import Membership
-from gateway.meta import META_TOPIC, SNAP, decode_record
+from gateway.meta import META_TOPIC, SNAP, decode_record, record
 from gateway.nodes import P_NODE, P_SHARE_PICKS, node_queue_name
+from gateway.owners import TAKE_WAIT, ClientOwners
 from gateway.remote_backend import returned_after_waiting
 from gateway.sessions import Delivery, Session, SubOptions
 from gateway.wills import will_from_record
@@ -72,9 +80,10 @@ def _here(sess: Session) -> bool:
 
 
 class ClusterSync:
-    def __init__(self, backend: RemoteBackend, node_id: str) -> None:
+    def __init__(self, backend: RemoteBackend, node_id: str, owners: ClientOwners | None = None) -> None:
         self.backend = backend
         self.node_id = node_id
+        self.owners = owners  # etcd decides who owns a client id (else the meta records' order)
         self.node_queue = node_queue_name(node_id)
         self.gw: MQTTGateway | None = None
         self.meta_offset = 0
@@ -93,6 +102,8 @@ class ClusterSync:
         self.meta_offset = meta_end
         await self.backend.prepare_queue(self.node_queue)
         async with trio.open_nursery() as nursery:
+            if self.owners is not None:
+                await nursery.start(self.owners.run, self._lease_lost)
             await self.members.poll()
             await nursery.start(self.members.run)
             nursery.start_soon(self._act_for_dead_nodes)
@@ -250,6 +261,8 @@ class ClusterSync:
         record of it. A client that has just disconnected there is released
         within milliseconds (its record carries its flows in flight); one
         still connected there is taken over after the wait."""
+        if self.owners is not None:
+            return  # the owner key was taken: the old owner has written its final record
         deadline = trio.current_time() + RELEASE_WAIT
         router = self.gw.router
         while trio.current_time() < deadline:
@@ -261,12 +274,54 @@ class ClusterSync:
             with trio.move_on_at(deadline):
                 await applied.wait()
 
+    # ---- ownership in etcd --------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def claim(self, cid: str, clean_start: bool):
+        """Around a CONNECT: own ``cid`` first when etcd decides (``OwnerUnavailable``)."""
+        if self.owners is None:
+            yield
+            return
+
+        async def ask(cid: str, owner: str) -> None:
+            log.info("client %s: asking gateway node %s to release it", cid, owner)
+            try:  # not stored (logged): the key still goes with the owner's lease, or the CONNECT is refused
+                await self.gw.write_records([record("rel", cid, {"node": owner, "by": self.node_id,
+                                                                 "clean": clean_start})])
+            except Exception as e:  # noqa: BLE001 - the broker unreachable: as above
+                log.warning("client %s: release request to gateway node %s not stored: %s", cid, owner, e)
+
+        async with self.owners.claim(cid, ask):
+            yield
+
+    async def _release_for(self, cid: str, value: dict) -> None:
+        """Another node asks for ``cid``: close its connection here (its close
+        writes the final record and releases the key), or release at once."""
+        with trio.move_on_after(TAKE_WAIT):
+            await self.owners.claims_done(cid)  # a CONNECT under way here ends first
+        sess = self.gw.router.sessions.get(cid)
+        if sess is not None and sess.node is None and sess.conn is not None:
+            log.info("client %s: released to gateway node %s", cid, value.get("by", "?"))
+            sess.conn.kick(0x8E, ends_session=bool(value.get("clean")))
+        else:
+            await self.owners.release(cid)
+
+    def _lease_lost(self) -> None:
+        """The etcd lease is gone: the client ids may be owned elsewhere now."""
+        for sess in list(self.gw.router.sessions.values()):
+            if sess.node is None and sess.conn is not None:
+                sess.conn.kick(0x9C)  # Use another server
+
     def apply(self, kind: str, key: str, value) -> None:
         gw = self.gw
         self.applied += 1
         self._applied.set()
         self._applied = trio.Event()
-        if kind == "ret":
+        if kind == "rel":
+            if (self.owners is not None and isinstance(value, dict) and value.get("node") == self.node_id
+                    and gw._nursery is not None):
+                gw._nursery.start_soon(self._release_for, key, value)
+        elif kind == "ret":
             if value is None:
                 gw.retained.clear(key)
             else:
@@ -300,6 +355,10 @@ class ClusterSync:
         sess = router.sessions.get(cid)
         if sess is not None and sess.node is None:
             # ours: another node has the client id now
+            if sess.conn is not None and self.owners is not None:
+                log.warning("client %s: a record of gateway node %s ignored: the client id is owned here",
+                            cid, (value or {}).get("node", "?"))
+                return
             gw._cancel_timers(sess)
             sess.pending_will = None
             if sess.conn is not None:

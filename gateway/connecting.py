@@ -18,6 +18,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
+from gateway.owners import OwnerUnavailable
 from gateway.mqtt import Auth, ConnAck, Connect, Disconnect, ReasonCode, RemoteProtocolError
 from gateway.scram import ScramExchange, ScramFailed
 from gateway.wildcard import TopicError, validate_topic_name
@@ -169,7 +170,10 @@ async def _admit(conn: Connection, c: Connect, username: str | None, auth_data: 
     conn.client_id = cid
     conn.keepalive = keepalive
     conn.will = c.will
-    sess, present = await gw.open_session(conn, cid, clean_start=c.clean_start, expiry=expiry, version=v)
+    try:
+        sess, present = await gw.open_session(conn, cid, clean_start=c.clean_start, expiry=expiry, version=v)
+    except OwnerUnavailable as e:  # never two owners: the client tries again later
+        return _refuse(conn, R.SERVER_UNAVAILABLE, f"client {cid}: {e}", tell="server unavailable: try again")
     ack = dict(session_present=present)
     if v == 5:
         ack.update(receive_maximum=lim.max_inflight_messages, maximum_packet_size=lim.max_packet_size,

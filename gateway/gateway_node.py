@@ -13,6 +13,10 @@ Rules kept here:
   ``[mqtt] serverReference`` when set, sessions are saved for any node to
   resume), then stops and sends the queue offsets still to be committed; a
   second signal is ignored.
+* With etcd (``--etcd`` or ``[broker] etcdEndpoints``) each client id has
+  one owner node at a time, held in etcd (``gateway.owners``); the node's
+  lease is revoked after the drain. Without, the order of the meta records
+  decides (docs/CLUSTER.md says what each mode guarantees).
 * The HTTP server (``[http]``, ``--http-port``) serves /metrics, the admin
   API and the dashboard about this node's clients, without the broker's
   series (the broker serves its own /metrics).
@@ -21,6 +25,7 @@ Rules kept here:
 from __future__ import annotations
 
 import logging
+from contextlib import AsyncExitStack
 from functools import partial
 
 import trio
@@ -32,6 +37,7 @@ from .broker_node import _start_http
 from .cluster import ClusterSync
 from .config import ConfigError, ServeConfig
 from .nodes import new_node_id
+from .owners import ETCD_TIMEOUT, ClientOwners, owner_prefix
 from .remote_backend import RemoteBackend
 from .serve import _stop_on_signal, check_http_config, check_mqtt_config
 
@@ -39,15 +45,24 @@ log = logging.getLogger("mqgate")
 
 
 async def serve_gateway_node(cfg: ServeConfig, namesrv: list[str], *, node_id: str | None = None,
-                             stop: trio.Event | None = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
+                             etcd: list[str] = (), stop: trio.Event | None = None,
+                             task_status=trio.TASK_STATUS_IGNORED) -> None:
     node_id = node_id or new_node_id()
-    async with open_client_api() as api:
+    async with open_client_api() as api, AsyncExitStack() as stack:
+        owners = None
+        if etcd:
+            from core.ha import EtcdClient
+
+            client = await stack.enter_async_context(EtcdClient(list(etcd), timeout=ETCD_TIMEOUT))
+            prefix = owner_prefix(str(cfg.broker.get("etcdKeyPrefix", "/mqgate")),
+                                  str(cfg.broker.get("brokerClusterName", "DefaultCluster")))
+            owners = ClientOwners(client, prefix, node_id)
         backend = RemoteBackend(api, namesrv, node_id=node_id,
                                 default_queue_nums=int(cfg.broker.get("defaultTopicQueueNums", 4)))
         async with trio.open_nursery() as outer:
             await outer.start(backend.run)
             async with trio.open_nursery() as nursery:
-                cluster = ClusterSync(backend, node_id)
+                cluster = ClusterSync(backend, node_id, owners)
                 gw, specs = make_mqtt_gateway(backend, cfg.mqtt, host=cfg.host, mqtt_port=cfg.mqtt_port,
                                               ws_port=cfg.ws_port, cluster=cluster)
                 ports = await nursery.start(gw.run, specs)
@@ -59,19 +74,21 @@ async def serve_gateway_node(cfg: ServeConfig, namesrv: list[str], *, node_id: s
                 task_status.started(ports)
                 await (stop.wait() if stop is not None else trio.sleep_forever())
                 await gw.drain()
+                if owners is not None:
+                    await owners.close()
                 nursery.cancel_scope.cancel()
             outer.cancel_scope.cancel()
 
 
-async def _main(cfg: ServeConfig, namesrv: list[str]) -> None:
+async def _main(cfg: ServeConfig, namesrv: list[str], etcd: list[str]) -> None:
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(_stop_on_signal, stop)
-        await serve_gateway_node(cfg, namesrv, stop=stop)
+        await serve_gateway_node(cfg, namesrv, etcd=etcd, stop=stop)
         nursery.cancel_scope.cancel()
 
 
-def run_gateway_node(cfg: ServeConfig, namesrv: str | None) -> int:
+def run_gateway_node(cfg: ServeConfig, namesrv: str | None, etcd: str | None = None) -> int:
     text = namesrv or cfg.broker.get("namesrvAddr") or ""
     if not text.strip(" ;"):
         raise ConfigError("mqgate gateway needs name servers: --namesrv host:port[;host:port]")
@@ -79,11 +96,16 @@ def run_gateway_node(cfg: ServeConfig, namesrv: str | None) -> int:
         addrs = parse_namesrv(text)
     except ValueError as e:
         raise ConfigError(f"--namesrv {text!r}: {e}") from None
+    etcd_text = etcd if etcd is not None else str(cfg.broker.get("etcdEndpoints") or "")
+    endpoints = [e.strip() for e in etcd_text.replace(",", ";").split(";") if e.strip()]
+    bad = [e for e in endpoints if not e.startswith(("http://", "https://"))]
+    if bad:
+        raise ConfigError(f"--etcd {etcd_text!r}: {bad[0]!r} is not an etcd client URL (http://host:port)")
     check_mqtt_config(cfg)
     if cfg.http_port != 0:
         check_http_config(cfg)
     try:
-        trio.run(partial(_main, cfg, addrs))
+        trio.run(partial(_main, cfg, addrs, endpoints))
     except KeyboardInterrupt:
         pass
     log.info("stopped cleanly")

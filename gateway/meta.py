@@ -11,7 +11,9 @@ key. Kinds: ``"sess"`` (client id -> session state), ``"in2"`` (client id
 -> inbound QoS 2 packet ids awaiting PUBREL), ``"will"`` (client id ->
 will), ``"ret"`` (MQTT topic -> [physical offset, size] of the retained
 PUBLISH), ``"live"`` (``<node>/<client id>`` -> the subscriptions of a
-non-persistent session on that gateway node: ``gateway.cluster``). The key also goes into the ``KEYS`` property for ``mqgate admin``.
+non-persistent session on that gateway node: ``gateway.cluster``), ``"rel"``
+(client id -> ``{"node": owner, "by": asking node, "clean": bool}``: a node
+asks the etcd owner of a client id to release it, ``gateway.owners``). The key also goes into the ``KEYS`` property for ``mqgate admin``.
 
 Rules kept here:
 
@@ -38,7 +40,7 @@ from gateway.backend import BrokerBackend
 log = logging.getLogger("mqgate.gateway")
 
 META_TOPIC = "rmq_sys_mqtt_meta"
-KINDS = ("sess", "in2", "will", "ret", "live")
+KINDS = ("sess", "in2", "will", "ret", "live", "rel")
 SNAP = "snap"  # compaction's marker kind (gateway.meta_log)
 _KINDS_AND_SNAP = (*KINDS, SNAP)
 

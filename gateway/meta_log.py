@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import msgpack
 import trio
 
-from core.broker import PERM_READ, PERM_WRITE, Broker, SendStatus, queue_entries
+from core.broker import PERM_READ, PERM_WRITE, Broker, queue_entries
 from core.store import Message, decode_message
 from gateway.meta import KINDS, META_TOPIC, SNAP, decode_record, record_of_body
 
@@ -87,7 +87,7 @@ class MetaLog:
 
     def stored_hook(self, msg: Message, result) -> None:
         """Broker stored hook: every meta record appended updates the image."""
-        if msg.topic != META_TOPIC or result.status is not SendStatus.SEND_OK:
+        if msg.topic != META_TOPIC or not result.status.stored:
             return
         try:
             kind, key, value = decode_record(msg.body)
@@ -218,7 +218,7 @@ class MetaLog:
         """Store ``items``: the queue offset of the first, or None (logged) if
         any was refused."""
         results = await self.broker.send_many(items)
-        bad = [r for r in results if r.status is not SendStatus.SEND_OK]
+        bad = [r for r in results if not r.status.stored]
         if bad:
             log.error("gateway meta compaction stopped: %s %s; the checkpoint stays at offset %d",
                       bad[0].status.name, bad[0].remark, self.start)

@@ -33,7 +33,6 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from core.broker import SendStatus
 from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.backend import BrokerBackend
 from gateway.mapping import (P_TIMER_DELAY, MappingError, broker_topic_for, now_ms, publish_to_message, queue_for,
@@ -102,7 +101,7 @@ async def store_server_publish(backend: BrokerBackend, set_retained: SetRetained
         raise error
     if len(results) < len(items):
         raise NotStored("the broker is stopping")
-    if results[0].status is not SendStatus.SEND_OK:
+    if not results[0].status.stored:
         raise NotStored(f"{results[0].status.name} {results[0].remark or ''}".strip())
     if pub.retain and PROPERTY_TIMER_OUT_MS not in items[0][0].properties:  # a parked one: when it fires
         await set_retained([(topic, pub.payload, results[0].physical_offset)])

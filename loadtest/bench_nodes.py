@@ -163,13 +163,18 @@ def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str
                 "node_cpu_s": round(cpu, 2), "broker_cpu_s": round(broker_cpu, 2),
                 "loadavg_1m": os.getloadavg()[0]}
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each (the nodes drain), then wait, killing one that takes over 30 s."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,13 @@ _LAZY = {
     "ha_routes": "core.ha.node",
     "SlaveMetadataSync": "core.ha.metadata",
     "Controller": "core.ha.controller",
+    # the gateway nodes' client-id ownership (gateway.owners) holds its keys in etcd too
+    "EtcdClient": "core.ha.etcd",
+    "EtcdError": "core.ha.etcd",
+    "LeaseNotFound": "core.ha.etcd",
+    "Compare": "core.ha.etcd",
+    "Op": "core.ha.etcd",
+    "KeyValue": "core.ha.etcd",
 }
 __all__ = sorted(_LAZY)
 

@@ -46,6 +46,7 @@ class SlaveLink:
     addr: str
     acked: int = -1  # last reported log end; -1 before the first report
     next_offset: int = -1  # where the next frame starts
+    sent_end: int = -1  # the end of what has been handed to the socket (set before the send)
     connected_at: float = field(default_factory=time.time)
     last_report: float = field(default_factory=time.monotonic)
     servable: bool = True  # False: its offset is outside what the master holds
@@ -164,6 +165,10 @@ class HAService:
             link.last_report = time.monotonic()
             if link.acked < 0:
                 self._first_report(link, offset)
+            elif link.servable and offset > link.sent_end:
+                # an honest slave reports only what it received: taking this as
+                # replicated would let a SYNC_MASTER acknowledge bytes no slave has
+                raise HAProtocolError(f"slave reported offset {offset}, beyond the {link.sent_end} sent to it")
             if offset > link.acked:
                 link.acked = offset
                 self._wake_waiters()
@@ -176,7 +181,7 @@ class HAService:
             log.error("slave %s reports offset %d, outside this master's log %d..%d: it is not served "
                       "(a diverged or stale slave; truncate or empty its store)", link.addr, offset,
                       store.min_phy_offset, store.max_phy_offset)
-        link.next_offset = start
+        link.next_offset = link.sent_end = start
 
     def _wake_waiters(self) -> None:
         self._acked.set()
@@ -189,6 +194,7 @@ class HAService:
         while True:
             data = self.store.read_log(link.next_offset, self.batch_size) if link.servable else b""
             if data:
+                link.sent_end = link.next_offset + len(data)  # before: the slave may answer before send_all returns
                 with trio.fail_after(self.housekeeping_s):
                     await stream.send_all(encode_frame(link.next_offset, data))
                 link.next_offset += len(data)

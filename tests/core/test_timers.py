@@ -88,7 +88,7 @@ async def test_random_delays_fire_within_precision(autojump_clock, tmp_path):
         broker, service = await start(nursery, tmp_path)
         arrivals = Arrivals(broker)
         due = {}
-        n = 10_000
+        n = 2_000  # ~20 per 100 ms slot over the 10 s window
         for i in range(n):
             delay = rnd.randrange(1, 10_000)
             r = await broker.send(Message("T", b"x%d" % i, properties={"TIMER_DELAY_MS": str(delay)}))

@@ -266,8 +266,9 @@ async def test_an_fsync_error_is_reported_and_nothing_unflushed_is_acknowledged(
         server.kill()
     # Acknowledged while the device was already failing, missing after the restart:
     # seen in about half the runs (one message, the last acknowledged before the
-    # failed fsync; with or without e2fsck). Not explained yet, so reported here
-    # and in docs/RELIABILITY.md rather than asserted.
+    # failed fsync; with or without e2fsck). Its last pages read as zeros on the
+    # device while ext4 marks their blocks written (docs/RELIABILITY.md: narrowed,
+    # not explained), so reported here rather than asserted.
     lost = sorted(set(acked) - seen)
     print(f"acked before the fsync error: {len(acked)} ({len(healthy)} before the device filled); "
           f"missing after fsck and restart: {lost}; the C++ client saw: {err}")

@@ -36,6 +36,7 @@ TEMPLATES = {
     "in2": [1, 2],
     "ret": [0, 0],
     "live": {"subs": {"keep/#": [1, False, False, 0, None]}, "v": 5},
+    "rel": {"node": "gw00000000", "by": "gw11111111", "clean": False},
 }
 
 

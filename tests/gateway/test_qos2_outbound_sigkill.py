@@ -18,24 +18,13 @@ import pytest
 
 from gateway.mqtt import (ConnAck, Connect, Disconnect, PubComp, PubRec, PubRel, Publish, SubAck, Subscribe,
                           Subscription, decode_all, encode)
-from gateway.mqtt._decode import read_fixed_header
+from mqtt_packets import split_packets as _split
 from serve_process import ServeProcess, free_port
 
 V = 4
 N = 12
 SUB = "eo-subscriber"
 TOPIC = "eo/t"
-
-
-def _split(buf: bytes) -> tuple[bytes, bytes]:
-    """(the whole packets at the start of ``buf``, the partial rest)."""
-    pos = 0
-    while pos < len(buf):
-        header = read_fixed_header(buf, pos, len(buf))
-        if header is None or header[2] + header[1] > len(buf):
-            break
-        pos = header[2] + header[1]
-    return buf[:pos], buf[pos:]
 
 
 class Receiver:

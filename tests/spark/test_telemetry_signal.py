@@ -4,8 +4,9 @@ The job runs as its own process in its own process group, and the signal
 goes to the whole group, as a Ctrl-C in a terminal does (the Python workers
 of Spark get it too). Before the fix, PySpark's SIGINT handler cancelled
 every running job, so the micro-batch under way died with whatever its
-tasks were doing (SPARK_JOB_CANCELLED, an interrupted read, once
-java.io.OptionalDataException) and the job exited 1.
+tasks were doing (SPARK_JOB_CANCELLED, an interrupted read) and the job
+exited 1. A java.io.OptionalDataException seen here twice had another cause:
+the two queries shared one DataFrame (see run_stream).
 """
 
 import json

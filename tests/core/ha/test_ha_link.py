@@ -177,6 +177,86 @@ async def test_a_slave_reporting_past_the_masters_end_is_not_served(configs):
         nursery.cancel_scope.cancel()
 
 
+async def test_a_slave_acknowledging_bytes_it_was_never_sent_is_cut_off(configs):
+    """A peer on the HA port that reports a sane start, then an offset past
+    what it was sent (a bug, a fuzzer, a stranger), must not make a SYNC_MASTER
+    acknowledge messages as replicated: its link is closed with one line, and
+    sends answer SLAVE_NOT_AVAILABLE. A real slave connecting next is served."""
+    config, store_config = configs
+    async with open_broker(config, store_config) as broker, trio.open_nursery() as nursery:
+        ha = HAService.from_config(broker.store, config)
+        port = await nursery.start(ha.serve, "127.0.0.1", 0)
+        broker.add_dispatch_listener(ha.notify_written)
+        broker.replicator = ha
+        await broker.send(Message("T", b"x"))
+        liar = RawSlave(await trio.open_tcp_stream("127.0.0.1", port))
+        await liar.report(0)
+        await liar.take_frames(broker.store.max_phy_offset)
+        await liar.report(broker.store.max_phy_offset + 10**6)  # far past the end it was sent
+        with trio.fail_after(5):
+            while ha.links:
+                await trio.sleep(0.01)
+        assert ha.acked_offset == -1
+        assert (await broker.send(Message("T", b"not replicated"))).status is SendStatus.SLAVE_NOT_AVAILABLE
+
+        slave = RawSlave(await trio.open_tcp_stream("127.0.0.1", port))
+        await slave.report(0)
+
+        async def acknowledge():
+            while True:
+                await slave.take_frames(slave.end + 1)
+                await slave.report(slave.end)
+
+        nursery.start_soon(acknowledge)
+        with trio.fail_after(5):
+            while ha.acked_offset < broker.store.max_phy_offset:
+                await trio.sleep(0.01)
+        assert (await broker.send(Message("T", b"replicated"))).status is SendStatus.SEND_OK
+        nursery.cancel_scope.cancel()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(0, 400)), min_size=1, max_size=8),
+       st.integers(1, 9))
+def test_fuzz_the_ha_port_never_counts_a_stranger_as_a_replica_and_keeps_serving(offsets, step):
+    """Random reports on the HA port (after a sane first one, so that the link
+    is served), sent in pieces: whatever they say, a SYNC_MASTER's send never
+    answers SEND_OK for a message no slave received, and the port serves the
+    next peer."""
+    import tempfile
+
+    async def main():
+        with tempfile.TemporaryDirectory() as tmp:
+            config = BrokerConfig(listen_port=0, broker_role=BrokerRole.SYNC_MASTER, slave_timeout=100)
+            async with open_broker(config, StoreConfig(store_path_root_dir=tmp, mapped_file_size_commit_log=1 << 20)) \
+                    as broker, trio.open_nursery() as nursery:
+                ha = HAService.from_config(broker.store, config)
+                port = await nursery.start(ha.serve, "127.0.0.1", 0)
+                broker.add_dispatch_listener(ha.notify_written)
+                broker.replicator = ha
+                await broker.send(Message("T", b"x"))
+                peer = await trio.open_tcp_stream("127.0.0.1", port)
+                data = encode_report(0) + b"".join(struct.pack(">q", o) for o in offsets)
+                try:
+                    for i in range(0, len(data), step):
+                        await peer.send_all(data[i : i + step])
+                except trio.BrokenResourceError:
+                    pass  # the master closed the link already
+                with trio.fail_after(5):  # every report read: the link closed, or it holds the last one
+                    while ha.links and next(iter(ha.links)).acked != max([0, *offsets]):
+                        await trio.sleep(0.01)
+                r = await broker.send(Message("T", b"y"))
+                assert r.status is not SendStatus.SEND_OK, "acknowledged as replicated, but no slave received it"
+                await peer.aclose()
+                nxt = RawSlave(await trio.open_tcp_stream("127.0.0.1", port))
+                await nxt.report(0)
+                with trio.fail_after(5):
+                    await nxt.take_frames(broker.store.max_phy_offset)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
 async def test_a_promoted_master_recreates_topics_its_log_has_but_its_config_lacks(configs):
     config, store_config = configs
     async with open_broker(config.replace(broker_role=BrokerRole.ASYNC_MASTER), store_config) as broker:
