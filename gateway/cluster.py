@@ -88,7 +88,7 @@ class ClusterSync:
         self.gw: MQTTGateway | None = None
         self.meta_offset = 0
         self.applied = 0  # records of other nodes applied (for tests and status)
-        self.members = Membership(backend.api, lambda: backend.home_addr, node_id)
+        self.members = Membership(backend.api, lambda: backend.home_addr, node_id, backend.group_addrs)
         self.wills: dict[str, dict] = {}  # client id -> "will" record of another node
         self.in2: dict[str, list] = {}  # client id -> inbound QoS 2 packet ids awaiting PUBREL, on another node
         self._wills_due: set[str] = set()  # client ids whose will this node (the leader) will publish

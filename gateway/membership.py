@@ -7,7 +7,9 @@ RocketMQ consumer) and asks for the group's members
 client when its connection closes (a SIGKILLed node's socket is closed by
 its kernel) or after 120 s without a heartbeat (a node cut off), so no
 node guesses about another: a node is dead when the broker's list stops
-naming it.
+naming it. The node heartbeats to every other broker group's master too
+(only so that ``mqgate admin cluster status`` shows the groups it uses);
+only the home broker's list decides who is alive.
 
 Rules kept here:
 
@@ -41,9 +43,11 @@ GRACE = HEARTBEAT_INTERVAL * 1.5
 
 
 class Membership:
-    def __init__(self, api: ClientApi, addr_of: Callable[[], str], node_id: str) -> None:
+    def __init__(self, api: ClientApi, addr_of: Callable[[], str], node_id: str,
+                 others_of: Callable[[], list[str]] = list) -> None:
         self.api = api
         self.addr_of = addr_of
+        self.others_of = others_of  # the other groups' masters: heartbeats only, so they list the node too
         self.node_id = node_id
         self.alive: set[str] = {node_id}
         self.changed = trio.Event()
@@ -71,10 +75,14 @@ class Membership:
             await self.poll()
 
     async def _heartbeat(self) -> None:
-        try:
-            await self.api.heartbeat(self.addr_of(), self._heartbeat_body())
-        except Exception as e:  # noqa: BLE001 - the next beat tries again
-            log.warning("gateway node %s: heartbeat to %s failed: %s", self.node_id, self.addr_of(), e)
+        home = self.addr_of()
+        for addr in dict.fromkeys([home, *self.others_of()]):
+            try:
+                with trio.fail_after(5):
+                    await self.api.heartbeat(addr, self._heartbeat_body())
+            except Exception as e:  # noqa: BLE001 - the next beat tries again
+                log.log(logging.WARNING if addr == home else logging.INFO,
+                        "gateway node %s: heartbeat to %s failed: %s", self.node_id, addr, e)
 
     async def poll(self) -> None:
         addr = self.addr_of()

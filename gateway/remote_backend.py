@@ -9,14 +9,23 @@ UPDATE_AND_CREATE_TOPIC), so an Apache RocketMQ 4.9.3+ broker with
 
 Rules kept here:
 
-* One broker group serves the node: the *home* broker, the master of the
-  first broker name (sorted) in the name server's cluster table, the same
-  for every node (a node waits, up to 30 s, for that group to have a
-  master rather than take another group). Session
-  queues (``%LMQ%...``) exist only where a message was stored with
-  ``INNER_MULTI_DISPATCH`` naming them, so every MQTT topic is sent to its
-  queue on the home broker: a session queue is then one queue on one
-  broker. Spreading topics over several broker groups is not done yet.
+* The *home* broker group serves the node's MQTT traffic: the master of
+  the first broker name (sorted) in the name server's cluster table, the
+  same for every node (a node waits, up to 30 s, for that group to have a
+  master rather than take another group). Session queues (``%LMQ%...``)
+  exist only where a message was stored with ``INNER_MULTI_DISPATCH``
+  naming them, and sessions and node queues read them on the home group
+  only; so every message that names a light queue (it reaches an MQTT
+  subscriber), every retained or delayed one and every meta record is sent
+  to the home group.
+* Every other message (an MQTT publish that no subscriber's queue takes:
+  it is kept only for native RocketMQ consumers of its topic) is spread
+  over *all* broker groups of the cluster table by a hash of its MQTT
+  topic (``group_for``): one topic stays on one group, so its order in
+  its queue is kept. A group with no master now (failover) answers
+  SERVICE_NOT_AVAILABLE for its topics (the client resends); the other
+  groups go on. Sessions reading every group is not done yet
+  (docs/CLUSTER.md).
 * Sends of one ``send_many`` go one after the other, in order (meta
   records rely on the order of their writes); put hooks run on each
   message before its send, stored hooks after its answer. Every message
@@ -29,8 +38,8 @@ Rules kept here:
   at shutdown.
 * A send or read that fails at the connection level answers like a broker
   that is not available (SERVICE_NOT_AVAILABLE), never raises into the
-  gateway's paths, and makes the node ask the name servers for the home
-  broker's master at once (it also asks every ``HOME_CHECK_INTERVAL``):
+  gateway's paths, and makes the node ask the name servers for every
+  group's master at once (it also asks every ``HOME_CHECK_INTERVAL``):
   after a failover (docs/HA.md) the promoted master is used from then on.
 """
 
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -47,6 +57,7 @@ from core.broker import PERM_READ, PERM_WRITE, PullResult, PullStatus, SendResul
 from core.client import ClientApi, MessageQueue, MQClientError, UniqKeyFactory
 from core.remoting import RequestCode
 from core.store import PROPERTY_INNER_MULTI_DISPATCH, Message, encode_properties
+from gateway.mapping import P_RETAIN, P_TIMER_DELAY, P_TOPIC
 from gateway.nodes import P_NODE
 
 log = logging.getLogger("mqgate.gateway")
@@ -97,11 +108,13 @@ class RemoteBackend:
         self._timers = timers
         self.home_name = ""
         self.home_addr = ""
+        self.groups: dict[str, str | None] = {}  # every broker name of the cluster table -> its master now
         self._ids = UniqKeyFactory()
         self._put_hooks: list[Callable[[Message], None]] = []
         self._stored_hooks: list[Callable[[Message, Any], None]] = []
         self._listeners: list[Callable[[str, int, int], None]] = []
         self._topics: dict[str, RemoteTopic] = {}
+        self._write_queues: dict[tuple[str, str], int] = {}  # (broker name, topic) -> write queue nums
         self._max: dict[str, int] = {}
         self._min: dict[str, int] = {}
         self._committed: dict[tuple[str, str], int] = {}
@@ -141,6 +154,7 @@ class RemoteBackend:
                     if not table:
                         last = "no broker is registered"
                         continue
+                    self._set_groups(table)
                     # the first name, master or not yet: every node must choose the same group
                     name = sorted(table)[0]
                     addrs = (table[name] or {}).get("brokerAddrs") or {}
@@ -153,27 +167,54 @@ class RemoteBackend:
                 await trio.sleep(0.2)
         raise MQClientError(f"no broker found through name servers {';'.join(self.namesrv)}: {last}")
 
+    def _set_groups(self, table: dict) -> None:
+        groups = {}
+        for name, data in table.items():
+            addrs = (data or {}).get("brokerAddrs") or {}
+            groups[name] = addrs.get("0", addrs.get(0))
+        for name in sorted(set(groups) - set(self.groups)):
+            log.info("gateway node %s: broker group %s (master %s)", self.node_id, name, groups[name])
+        self.groups = groups
+
     async def _follow_home(self) -> None:
         while True:
             with trio.move_on_after(HOME_CHECK_INTERVAL):
                 await self._home_wake.wait()
             self._home_wake = trio.Event()
-            master = await self._master_of(self.home_name)
-            if master and master != self.home_addr:
-                log.warning("gateway node %s: broker %s now at %s (was %s)", self.node_id, self.home_name, master,
-                            self.home_addr)
-                self.home_addr = master
-            await trio.sleep(0.2)  # at most 5 lookups a second while the broker is away
+            table = await self._cluster_table()
+            if table:
+                self._set_groups(table)
+                master = self.groups.get(self.home_name)
+                if master and master != self.home_addr:
+                    log.warning("gateway node %s: broker %s now at %s (was %s)", self.node_id, self.home_name,
+                                master, self.home_addr)
+                    self.home_addr = master
+            await trio.sleep(0.2)  # at most 5 lookups a second while a broker is away
 
-    async def _master_of(self, name: str) -> str | None:
+    async def _cluster_table(self) -> dict | None:
         for ns in self.namesrv:
             try:
                 info = await self.api.get_cluster_info(ns)
             except Exception:  # noqa: BLE001 - the next name server
                 continue
-            addrs = ((info.get("brokerAddrTable") or {}).get(name) or {}).get("brokerAddrs") or {}
-            return addrs.get("0", addrs.get(0))
+            return info.get("brokerAddrTable") or None
         return None
+
+    def group_addrs(self) -> list[str]:
+        """The masters of every broker group now (the home one first)."""
+        others = [addr for name, addr in sorted(self.groups.items()) if addr and name != self.home_name]
+        return [self.home_addr, *others]
+
+    def group_for(self, msg: Message) -> str:
+        """The broker group a message goes to (module docstring): the home
+        group unless nothing of the gateway reads it back."""
+        props = msg.properties
+        topic = props.get(P_TOPIC)
+        if (topic is None or len(self.groups) < 2 or PROPERTY_INNER_MULTI_DISPATCH in props
+                or props.get(P_RETAIN) == "true" or P_TIMER_DELAY in props):
+            return self.home_name
+        names = sorted(self.groups)
+        return names[zlib.crc32(topic.encode()) % len(names)]
 
     def _unreachable(self) -> None:
         self._home_wake.set()
@@ -214,6 +255,16 @@ class RemoteBackend:
         return result
 
     async def _send(self, msg: Message, queue_id: int) -> SendResult:
+        group = self.group_for(msg)
+        if group == self.home_name:
+            addr = self.home_addr
+        else:
+            addr = self.groups.get(group)
+            if not addr:
+                self._unreachable()
+                return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=msg.topic,
+                                  remark=f"broker group {group} has no master now")
+            queue_id %= self._write_queues.get((group, msg.topic), self.default_queue_nums)
         props = dict(msg.properties)
         props.setdefault("UNIQ_KEY", self._ids.new())
         props.setdefault("WAIT", "true")
@@ -222,7 +273,7 @@ class RemoteBackend:
                   "f": 0, "g": msg.born_timestamp or int(time.time() * 1000), "h": msg.flag, "j": 0, "k": False,
                   "i": encode_properties(props)}
         try:
-            resp = await self.api.call(self.home_addr, RequestCode.SEND_MESSAGE_V2, header, msg.body)
+            resp = await self.api.call(addr, RequestCode.SEND_MESSAGE_V2, header, msg.body)
         except Exception as e:  # noqa: BLE001 - connection level: the broker is not available to us
             self._unreachable()
             return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=msg.topic, remark=f"{type(e).__name__}: {e}")
@@ -358,6 +409,8 @@ class RemoteBackend:
                 continue
             if route is None:
                 return None
+            for q in route.queue_datas:
+                self._write_queues[(q.broker_name, name)] = q.write_queue_nums
             for q in route.queue_datas:
                 if q.broker_name == self.home_name:
                     cfg = self._topics[name] = RemoteTopic(name, q.write_queue_nums, q.read_queue_nums, q.perm)

@@ -14,7 +14,10 @@ Rules kept here:
   ``[kind, key, value]``, last record per key wins): persistent sessions
   connected on the node (``"sess"`` with no ``gone``) and clean sessions
   with subscriptions (``"live"``, keyed ``<node>/<client id>``). A clean
-  session without subscriptions writes no record and is not counted.
+  session without subscriptions writes no record and is not counted. A
+  node heartbeats to every broker group it sends to: its ``groups`` are
+  the masters that list it, its ``broker`` the first of them (its home,
+  which holds the meta records).
 """
 
 from __future__ import annotations
@@ -122,7 +125,9 @@ async def cluster_status(admin: Admin, a) -> dict:
             if node in counts:
                 counts[node] += 1
         for node, n in counts.items():
-            nodes[node] = {"node": node, "broker": name, "clients": n}
+            row = nodes.setdefault(node, {"node": node, "broker": name, "groups": [], "clients": 0})
+            row["groups"].append(name)
+            row["clients"] += n
     return {"brokers": brokers, "nodes": sorted(nodes.values(), key=lambda r: r["node"])}
 
 
@@ -137,7 +142,8 @@ def render(action: str, result: dict, out: TextIO) -> None:
     elif action == "status":
         table(result["brokers"], ["brokerName", "addr", "reachable", "gatewayNodes"], out)
         print(file=out)
-        table(result["nodes"], ["node", "broker", "clients"], out)
+        table([dict(r, groups=",".join(r["groups"])) for r in result["nodes"]], ["node", "broker", "groups", "clients"],
+              out)
     elif action == "runtime":
         for name, kv in result["brokers"].items():
             print(f"[{name}]", file=out)

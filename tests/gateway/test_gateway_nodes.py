@@ -1,8 +1,9 @@
 """MQTT gateway nodes (``mqgate gateway --namesrv``) in front of brokers (issue 20).
 
 Real processes: one ``mqgate serve`` with its MQTT edge off (the name server
-and broker group ``broker-a``), a second broker group (``mqgate broker``,
-``broker-b``, which the nodes leave to native clients), three gateway nodes,
+and broker group ``broker-a``, the nodes' home), a second broker group
+(``mqgate broker``, ``broker-b``: publishes no subscriber takes are spread
+over both groups by topic), three gateway nodes,
 and paho-mqtt clients. One cluster
 for the module; the SIGKILL test starts and kills a fourth node of its own.
 """
@@ -117,7 +118,7 @@ def cluster(tmp_path_factory):
                           "--broker-port", str(free_port())).start()
     namesrv = f"127.0.0.1:{broker.ports['namesrv']}"
     nodes = []
-    # a second broker group on the same name server: the nodes keep to the first (docs/CLUSTER.md)
+    # a second broker group on the same name server: sessions keep to the first (docs/CLUSTER.md)
     conf = root / "broker-b.toml"
     conf.write_text('[broker]\nbrokerName = "broker-b"\n')
     other = ServeProcess(root / "broker-b", "--namesrv", namesrv, "--broker-port", str(free_port()),
@@ -301,7 +302,8 @@ def test_admin_cluster_status_lists_the_nodes_and_their_clients(cluster):
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert [b["brokerName"] for b in doc["brokers"]] == ["broker-a", "broker-b"]
-    assert doc["brokers"][0]["gatewayNodes"] >= 3 and doc["brokers"][1]["gatewayNodes"] == 0
+    assert doc["brokers"][0]["gatewayNodes"] >= 3 and doc["brokers"][1]["gatewayNodes"] >= 3
+    assert all(n["groups"] == ["broker-a", "broker-b"] and n["broker"] == "broker-a" for n in doc["nodes"]), doc
     counts = sorted(n["clients"] for n in doc["nodes"])
     assert len(counts) >= 3 and counts[-1] >= 2, doc
     for m in held:
@@ -370,3 +372,43 @@ def test_a_node_serves_metrics_about_its_own_clients(cluster):
     online = float(re.search(r'mqgate_mqtt_sessions\{state="online"\} (\S+)', text).group(1))
     assert online >= 1.0
     here.close()
+
+
+def stored_per_group(namesrv: str, topic: str) -> dict[str, int]:
+    """Entries of a broker topic on each broker group (``mqgate admin topic status``)."""
+    out = subprocess.run([sys.executable, "-m", "gateway", "admin", "topic", "status", topic, "--namesrv", namesrv,
+                          "--json"], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        return {}
+    per: dict[str, int] = {}
+    for q in json.loads(out.stdout)["queues"]:
+        per[q["brokerName"]] = per.get(q["brokerName"], 0) + q["maxOffset"] - q["minOffset"]
+    return per
+
+
+def test_publishes_no_subscriber_takes_are_spread_over_both_groups_and_subscribed_ones_go_home(cluster):
+    namesrv, (a, b, c), _ = cluster
+    pub = Mqtt(a, "spread-pub")
+    for i in range(40):
+        pub.publish(f"spread/{i}", b"%d" % i, qos=1)
+    deadline = time.monotonic() + WAIT
+    per = stored_per_group(namesrv, "spread")
+    while sum(per.values()) < 40 and time.monotonic() < deadline:  # broker-b registers the new topic
+        per = stored_per_group(namesrv, "spread")
+    assert sum(per.values()) == 40 and per.get("broker-a", 0) > 0 and per.get("broker-b", 0) > 0, per
+    sub = Mqtt(b, "spread-sub")
+    sub.subscribe("spread/#", 1)
+    deadline = time.monotonic() + WAIT
+    while not sub.messages.qsize() and time.monotonic() < deadline:  # until node a routes to the subscriber
+        for i in range(40):  # one topic of each group
+            pub.publish(f"spread/warm{i}", b"w", qos=1)
+    sub.receive(10_000, timeout=0.3)
+    before = stored_per_group(namesrv, "spread")
+    for i in range(40):
+        pub.publish(f"spread/{i}", b"%d" % i, qos=1)
+    assert sorted(int(p) for _t, p, _q, _r in sub.receive(40)) == list(range(40))
+    after = stored_per_group(namesrv, "spread")
+    # what a subscriber reads is on the home group; broker-b got none of it
+    assert after["broker-b"] == before["broker-b"] and after["broker-a"] == before["broker-a"] + 40, (before, after)
+    for m in (sub, pub):
+        m.close()
