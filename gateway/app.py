@@ -231,8 +231,9 @@ class MQTTGateway:
             log.warning("client %s: session record from node %s not restored whole (%s: %s)", cid, stub.node,
                         type(e).__name__, e)
             sess = Session(self, cid, expiry=stub.expiry, version=stub.version)
-            committed = self.backend.query_offset(queue, queue, 0)
-            sess.next_read = max(int(rec.get("off") or 0), committed or 0, self.backend.min_offset(queue, 0))
+            backend = self.backend
+            sess.next_read = [max(int(rec.get("off") or 0) if i == 0 else 0, backend.query_offset(queue, queue, i) or 0,
+                                  backend.min_offset(queue, i)) for i in backend.queue_ids(queue)]
             for text, (_flt, opts) in stub.subs.items():
                 sess.subscribe(text, opts)
         for text, (_flt, opts) in sess.subs.items():
@@ -242,7 +243,7 @@ class MQTTGateway:
             sess.inbound = InboundFlows.from_state({"receive_maximum": self.settings.limits.max_inflight_messages,
                                                     "flows": [[int(p), 3] for p in in2]})
         router.add_session(sess)
-        log.info("client %s: session taken from gateway node %s at queue offset %d", cid, stub.node, sess.next_read)
+        log.info("client %s: session taken from gateway node %s at queue offsets %s", cid, stub.node, sess.next_read)
         return sess
 
     async def set_retained(self, updates: list[tuple[str, bytes, int]]) -> None:

@@ -19,6 +19,9 @@ Rules kept here:
   never above the broker's: it only lets a reader stop early, never skip.
 * ``watch_queue`` asks for dispatch listener calls about one light queue
   (a connected session's): in process every queue is watched already.
+* A reader of a light queue reads each of its ``queue_ids``: in process
+  one (0); remotely one per broker group (the light queue of that name on
+  that group), each with its own offsets. Offsets are per queue id.
 * A topic for a publish (``topic_for_publish``) is created when absent if
   the broker allows auto-creation, as a native producer's send does.
 """
@@ -31,6 +34,9 @@ import trio
 
 from core.broker import Broker, PERM_READ, PERM_WRITE, PullResult, SendResult
 from core.store import Message
+
+
+_ONE = range(1)
 
 
 class BrokerBackend(Protocol):
@@ -61,6 +67,8 @@ class BrokerBackend(Protocol):
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
 
     async def prepare_queue(self, topic: str) -> None: ...
+
+    def queue_ids(self, topic: str) -> range: ...
 
     def watch_queue(self, topic: str, watch: bool) -> None: ...
 
@@ -105,6 +113,9 @@ class LocalBackend:
 
     async def prepare_queue(self, topic: str) -> None:
         await trio.lowlevel.checkpoint()
+
+    def queue_ids(self, topic: str) -> range:
+        return _ONE
 
     def watch_queue(self, topic: str, watch: bool) -> None:
         pass

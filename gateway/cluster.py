@@ -108,7 +108,8 @@ class ClusterSync:
             await nursery.start(self.members.run)
             nursery.start_soon(self._act_for_dead_nodes)
             nursery.start_soon(self._tail_meta)
-            nursery.start_soon(self._read_node_queue, self.backend.max_offset(self.node_queue, 0))
+            for qid in self.backend.queue_ids(self.node_queue):  # one long poll per broker group
+                nursery.start_soon(self._read_node_queue, qid, self.backend.max_offset(self.node_queue, qid))
             task_status.started()
 
     async def _tail_meta(self) -> None:
@@ -154,11 +155,11 @@ class ClusterSync:
         except Exception:  # noqa: BLE001 - one bad record must not stop the tail
             log.exception("gateway meta record from another node not applied")
 
-    async def _read_node_queue(self, offset: int) -> None:
+    async def _read_node_queue(self, qid: int, offset: int) -> None:
         backend = self.backend
         router = self.gw.router
         while True:
-            result = await backend.long_poll(self.node_queue, offset, 64)
+            result = await backend.long_poll(self.node_queue, offset, 64, qid)
             if not returned_after_waiting(result):
                 if result.status is not PullStatus.SERVICE_NOT_AVAILABLE and result.next_begin_offset != offset:
                     offset = result.next_begin_offset  # moved (retention, or a promoted slave's queue end)

@@ -9,23 +9,28 @@ UPDATE_AND_CREATE_TOPIC), so an Apache RocketMQ 4.9.3+ broker with
 
 Rules kept here:
 
-* The *home* broker group serves the node's MQTT traffic: the master of
-  the first broker name (sorted) in the name server's cluster table, the
-  same for every node (a node waits, up to 30 s, for that group to have a
-  master rather than take another group). Session queues (``%LMQ%...``)
-  exist only where a message was stored with ``INNER_MULTI_DISPATCH``
-  naming them, and sessions and node queues read them on the home group
-  only; so every message that names a light queue (it reaches an MQTT
-  subscriber), every retained or delayed one and every meta record is sent
-  to the home group.
-* Every other message (an MQTT publish that no subscriber's queue takes:
-  it is kept only for native RocketMQ consumers of its topic) is spread
-  over *all* broker groups of the cluster table by a hash of its MQTT
-  topic (``group_for``): one topic stays on one group, so its order in
-  its queue is kept. A group with no master now (failover) answers
-  SERVICE_NOT_AVAILABLE for its topics (the client resends); the other
-  groups go on. Sessions reading every group is not done yet
-  (docs/CLUSTER.md).
+* The broker groups are those of the name server's cluster table when the
+  node starts, in name order (``order``: a group's index); the *home*
+  group is the first (the same for every node; a node waits, up to 30 s,
+  for it to have a master). A group that registers later is not used
+  until the node restarts. The meta topic and every other non-MQTT
+  message (no ``mqttTopic``), and delayed ones, go to the home group.
+* An MQTT publish goes to the group ``crc32(MQTT topic) % len(order)``
+  (``group_for``): one topic stays on one group, so its order is kept in
+  every light queue it is dispatched to. Its ``INNER_MULTI_DISPATCH``
+  names the light queues of the matching sessions and nodes, which are
+  then filled on that group. A group with no master now (failover)
+  answers SERVICE_NOT_AVAILABLE for its topics (the client resends); the
+  other groups go on.
+* A light queue (``%LMQ%...``, queue 0 on each broker) is read on every
+  group: its ``queue_ids`` are the group indexes, and offsets (cached
+  max/min, committed) are per (queue, group index). A watched queue has
+  one long poll per group. Other topics are read on the home group with
+  their own queue ids.
+* A send result's ``physical_offset`` carries its group index above
+  ``GROUP_SHIFT`` bits (home: the broker's offset itself), so the retained
+  index names the group that holds a retained message and ``read_at``
+  asks that group.
 * Sends of one ``send_many`` go one after the other, in order (meta
   records rely on the order of their writes); put hooks run on each
   message before its send, stored hooks after its answer. Every message
@@ -53,11 +58,11 @@ from typing import Any, Callable, Iterable
 
 import trio
 
-from core.broker import PERM_READ, PERM_WRITE, PullResult, PullStatus, SendResult, SendStatus
+from core.broker import LMQ_TOPIC_PREFIX, PERM_READ, PERM_WRITE, PullResult, PullStatus, SendResult, SendStatus
 from core.client import ClientApi, MessageQueue, MQClientError, UniqKeyFactory
 from core.remoting import RequestCode
 from core.store import PROPERTY_INNER_MULTI_DISPATCH, Message, encode_properties
-from gateway.mapping import P_RETAIN, P_TIMER_DELAY, P_TOPIC
+from gateway.mapping import P_TIMER_DELAY, P_TOPIC
 from gateway.nodes import P_NODE
 
 log = logging.getLogger("mqgate.gateway")
@@ -67,6 +72,11 @@ POLL_SUSPEND_MS = 15_000
 RETRY_PAUSE = 1.0  # after a failed long poll: the broker or route is away
 HOME_CHECK_INTERVAL = 5.0
 _STATUS_BY_CODE = {s.code: s for s in SendStatus}
+_ONE = range(1)
+# A send result's physical_offset carries its group index above these bits
+# (the home group is 0: its offsets are the broker's own).
+GROUP_SHIFT = 56
+PHYS_MASK = (1 << GROUP_SHIFT) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,18 +119,20 @@ class RemoteBackend:
         self.home_name = ""
         self.home_addr = ""
         self.groups: dict[str, str | None] = {}  # every broker name of the cluster table -> its master now
+        self.order: list[str] = []  # group index -> broker name: the groups at start, by name (the home first)
         self._ids = UniqKeyFactory()
         self._put_hooks: list[Callable[[Message], None]] = []
         self._stored_hooks: list[Callable[[Message, Any], None]] = []
         self._listeners: list[Callable[[str, int, int], None]] = []
         self._topics: dict[str, RemoteTopic] = {}
         self._write_queues: dict[tuple[str, str], int] = {}  # (broker name, topic) -> write queue nums
-        self._max: dict[str, int] = {}
-        self._min: dict[str, int] = {}
-        self._committed: dict[tuple[str, str], int] = {}
-        self._dirty: dict[tuple[str, str], int] = {}
+        # keyed (queue, queue id): of a light queue the id is the group index
+        self._max: dict[tuple[str, int], int] = {}
+        self._min: dict[tuple[str, int], int] = {}
+        self._committed: dict[tuple[str, str, int], int] = {}
+        self._dirty: dict[tuple[str, str, int], int] = {}
         self._commit_wake = trio.Event()
-        self._watches: dict[str, trio.CancelScope] = {}
+        self._watches: dict[tuple[str, int], trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
         self._home_wake = trio.Event()
 
@@ -161,6 +173,7 @@ class RemoteBackend:
                     master = addrs.get("0", addrs.get(0))
                     if master:
                         self.home_name, self.home_addr = name, master
+                        self.order = sorted(self.groups)
                         log.info("gateway node %s: home broker %s at %s", self.node_id, name, master)
                         return
                     last = f"broker {name} has no master now"
@@ -173,7 +186,11 @@ class RemoteBackend:
             addrs = (data or {}).get("brokerAddrs") or {}
             groups[name] = addrs.get("0", addrs.get(0))
         for name in sorted(set(groups) - set(self.groups)):
-            log.info("gateway node %s: broker group %s (master %s)", self.node_id, name, groups[name])
+            if self.order and name not in self.order:
+                log.warning("gateway node %s: broker group %s registered after this node started: not used "
+                            "until the node restarts (docs/CLUSTER.md)", self.node_id, name)
+            else:
+                log.info("gateway node %s: broker group %s (master %s)", self.node_id, name, groups[name])
         self.groups = groups
 
     async def _follow_home(self) -> None:
@@ -202,19 +219,28 @@ class RemoteBackend:
 
     def group_addrs(self) -> list[str]:
         """The masters of every broker group now (the home one first)."""
-        others = [addr for name, addr in sorted(self.groups.items()) if addr and name != self.home_name]
-        return [self.home_addr, *others]
+        return [self._addr(i) for i in range(len(self.order)) if self._addr(i)]
 
-    def group_for(self, msg: Message) -> str:
-        """The broker group a message goes to (module docstring): the home
-        group unless nothing of the gateway reads it back."""
+    def _addr(self, index: int) -> str | None:
+        return self.home_addr if index == 0 else self.groups.get(self.order[index])
+
+    def group_for(self, msg: Message) -> int:
+        """The index of the broker group a message goes to (module docstring)."""
         props = msg.properties
         topic = props.get(P_TOPIC)
-        if (topic is None or len(self.groups) < 2 or PROPERTY_INNER_MULTI_DISPATCH in props
-                or props.get(P_RETAIN) == "true" or P_TIMER_DELAY in props):
-            return self.home_name
-        names = sorted(self.groups)
-        return names[zlib.crc32(topic.encode()) % len(names)]
+        if topic is None or len(self.order) < 2 or P_TIMER_DELAY in props:
+            return 0
+        return zlib.crc32(topic.encode()) % len(self.order)
+
+    def queue_ids(self, topic: str) -> range:
+        """The queue ids a reader of ``topic`` reads: of a light queue one per broker group."""
+        return range(len(self.order)) if topic.startswith(LMQ_TOPIC_PREFIX) else _ONE
+
+    def _where(self, topic: str, queue_id: int) -> tuple[int, str, int]:
+        """(group index, broker name, queue id at that broker) of a reader's queue."""
+        if topic.startswith(LMQ_TOPIC_PREFIX):
+            return queue_id, self.order[queue_id], 0
+        return 0, self.home_name, queue_id
 
     def _unreachable(self) -> None:
         self._home_wake.set()
@@ -230,12 +256,12 @@ class RemoteBackend:
     def add_dispatch_listener(self, cb) -> None:
         self._listeners.append(cb)
 
-    def _dispatched(self, queue: str, max_offset: int) -> None:
-        if max_offset <= self._max.get(queue, -1):
+    def _dispatched(self, key: tuple[str, int], max_offset: int) -> None:
+        if max_offset <= self._max.get(key, -1):
             return
-        self._max[queue] = max_offset
+        self._max[key] = max_offset
         for cb in self._listeners:
-            cb(queue, 0, max_offset)
+            cb(key[0], key[1], max_offset)
 
     # ---- sends -------------------------------------------------------------------------
 
@@ -245,26 +271,26 @@ class RemoteBackend:
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
         for hook in self._put_hooks:
             hook(msg)
-        result = await self._send(msg, 0 if queue_id is None or queue_id < 0 else queue_id)
+        group = self.group_for(msg)
+        result = await self._send(msg, 0 if queue_id is None or queue_id < 0 else queue_id, group)
         for hook in self._stored_hooks:
             hook(msg, result)
         if result.ok and PROPERTY_INNER_MULTI_DISPATCH in msg.properties:
             for q in msg.properties[PROPERTY_INNER_MULTI_DISPATCH].split(","):
-                if q in self._max:
-                    self._dispatched(q, self._max[q] + 1)
+                key = (q, group)
+                if key in self._max:
+                    self._dispatched(key, self._max[key] + 1)
         return result
 
-    async def _send(self, msg: Message, queue_id: int) -> SendResult:
-        group = self.group_for(msg)
-        if group == self.home_name:
-            addr = self.home_addr
-        else:
-            addr = self.groups.get(group)
+    async def _send(self, msg: Message, queue_id: int, group: int) -> SendResult:
+        addr = self._addr(group)
+        if group:
+            name = self.order[group]
             if not addr:
                 self._unreachable()
                 return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=msg.topic,
-                                  remark=f"broker group {group} has no master now")
-            queue_id %= self._write_queues.get((group, msg.topic), self.default_queue_nums)
+                                  remark=f"broker group {name} has no master now")
+            queue_id %= self._write_queues.get((name, msg.topic), self.default_queue_nums)
         props = dict(msg.properties)
         props.setdefault("UNIQ_KEY", self._ids.new())
         props.setdefault("WAIT", "true")
@@ -281,7 +307,7 @@ class RemoteBackend:
         if not status.stored:
             return SendResult(status, topic=msg.topic, remark=resp.remark or "")
         msg_id = resp.get_str("msgId", "")
-        phys = int(msg_id[-16:], 16) if len(msg_id) >= 16 else -1
+        phys = int(msg_id[-16:], 16) | group << GROUP_SHIFT if len(msg_id) >= 16 else -1
         return SendResult(status, topic=msg.topic, queue_id=resp.get_int("queueId", queue_id),
                           queue_offset=resp.get_long("queueOffset", -1), uniq_key=props["UNIQ_KEY"],
                           physical_offset=phys)
@@ -291,15 +317,18 @@ class RemoteBackend:
     async def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> PullResult:
         return await self._pull(topic, queue_id, offset, max_count, 0)
 
-    async def long_poll(self, topic: str, offset: int, max_count: int = 32) -> PullResult:
+    async def long_poll(self, topic: str, offset: int, max_count: int = 32, queue_id: int = 0) -> PullResult:
         """A read that waits at the broker (up to 15 s) for an entry at ``offset``."""
-        return await self._pull(topic, 0, offset, max_count, POLL_SUSPEND_MS)
+        return await self._pull(topic, queue_id, offset, max_count, POLL_SUSPEND_MS)
 
     async def _pull(self, topic: str, queue_id: int, offset: int, max_count: int, suspend_ms: int) -> PullResult:
-        mq = MessageQueue(topic, self.home_name, queue_id)
+        group, name, qid = self._where(topic, queue_id)
+        addr = self._addr(group)
         try:
-            resp = await self.api.pull(self.home_addr, GROUP, mq, offset, max_count, subscription="*",
-                                       sub_version=0, commit_offset=None, suspend_ms=suspend_ms,
+            if not addr:
+                raise MQClientError(f"broker group {name} has no master now")
+            resp = await self.api.pull(addr, GROUP, MessageQueue(topic, name, qid), offset, max_count,
+                                       subscription="*", sub_version=0, commit_offset=None, suspend_ms=suspend_ms,
                                        timeout=suspend_ms / 1000 + 5)
         except Exception as e:  # noqa: BLE001 - as a broker that is not available
             self._unreachable()
@@ -307,15 +336,21 @@ class RemoteBackend:
                               remark=f"{type(e).__name__}: {e}")
         entries = split_entries(resp.body) if resp.code == 0 else []
         status = PullStatus(resp.code)
-        if topic in self._max:
-            self._dispatched(topic, resp.max_offset)
-            self._min[topic] = resp.min_offset
+        key = (topic, queue_id)
+        if key in self._max:
+            self._dispatched(key, resp.max_offset)
+            self._min[key] = resp.min_offset
         return PullResult(status, resp.next_begin_offset, resp.min_offset, resp.max_offset, entries,
                           list(range(offset, offset + len(entries))))
 
     async def read_at(self, physical_offset: int) -> bytes | None:
+        """The entry at a ``physical_offset`` of a send result (its group in the high bits)."""
+        group = physical_offset >> GROUP_SHIFT
+        addr = self._addr(group) if group < len(self.order) else None
+        if not addr:
+            return None
         try:
-            raw = await self.api.view_message(self.home_addr, physical_offset)
+            raw = await self.api.view_message(addr, physical_offset & PHYS_MASK)
         except Exception:  # noqa: BLE001 - gone (retention) or unreachable: the caller treats it as gone
             return None
         return raw or None
@@ -323,24 +358,36 @@ class RemoteBackend:
     # ---- offsets -------------------------------------------------------------------------
 
     async def prepare_queue(self, topic: str) -> None:
-        mq = MessageQueue(topic, self.home_name, 0)
-        self._max[topic] = max(self._max.get(topic, 0), await self.api.max_offset(self.home_addr, mq))
-        self._min[topic] = await self.api.min_offset(self.home_addr, mq)
-        committed = await self.api.query_consumer_offset(self.home_addr, topic, mq)
-        if committed is not None:
-            self._committed[(topic, topic)] = committed
+        """Fill the offset cache of a light queue on every group whose master answers."""
+        for queue_id in self.queue_ids(topic):
+            group, name, qid = self._where(topic, queue_id)
+            addr, mq, key = self._addr(group), MessageQueue(topic, name, qid), (topic, queue_id)
+            try:
+                if not addr:
+                    raise MQClientError(f"broker group {name} has no master now")
+                self._max[key] = max(self._max.get(key, 0), await self.api.max_offset(addr, mq))
+                self._min[key] = await self.api.min_offset(addr, mq)
+                committed = await self.api.query_consumer_offset(addr, topic, mq)
+            except Exception as e:  # noqa: BLE001 - the other groups go on; this one's long poll catches up
+                if group == 0:
+                    raise
+                log.warning("queue %s on broker group %s not prepared: %s", topic, name, e)
+                self._max.setdefault(key, 0)
+                continue
+            if committed is not None:
+                self._committed[(topic, topic, queue_id)] = committed
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        return self._max.get(topic, 0)
+        return self._max.get((topic, queue_id), 0)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
-        return self._min.get(topic, 0)
+        return self._min.get((topic, queue_id), 0)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
-        return self._committed.get((group, topic))
+        return self._committed.get((group, topic, queue_id))
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        key = (group, topic)
+        key = (group, topic, queue_id)
         if self._committed.get(key) == offset:
             return
         self._committed[key] = offset
@@ -355,30 +402,36 @@ class RemoteBackend:
 
     async def _flush_commits(self) -> None:
         dirty, self._dirty = self._dirty, {}
-        for (group, topic), offset in dirty.items():
+        for (group, topic, queue_id), offset in dirty.items():
+            index, name, qid = self._where(topic, queue_id)
+            addr = self._addr(index)
             try:
-                await self.api.update_consumer_offset(self.home_addr, group, MessageQueue(topic, self.home_name, 0),
-                                                      offset)
+                if not addr:
+                    raise MQClientError(f"broker group {name} has no master now")
+                await self.api.update_consumer_offset(addr, group, MessageQueue(topic, name, qid), offset)
             except Exception as e:  # noqa: BLE001 - the next commit of the queue carries it again
-                log.warning("offset of %s not committed at %s: %s", topic, self.home_addr, e)
-                self._dirty.setdefault((group, topic), offset)
+                log.warning("offset of %s not committed at broker group %s: %s", topic, name, e)
+                self._dirty.setdefault((group, topic, queue_id), offset)
 
     def watch_queue(self, topic: str, watch: bool) -> None:
-        scope = self._watches.pop(topic, None)
-        if scope is not None:
-            scope.cancel()
-        if watch and self._nursery is not None:
-            scope = self._watches[topic] = trio.CancelScope()
-            self._nursery.start_soon(self._watch, topic, scope)
+        for queue_id in self.queue_ids(topic):
+            key = (topic, queue_id)
+            scope = self._watches.pop(key, None)
+            if scope is not None:
+                scope.cancel()
+            if watch and self._nursery is not None:
+                scope = self._watches[key] = trio.CancelScope()
+                self._nursery.start_soon(self._watch, key, scope)
 
-    async def _watch(self, topic: str, scope: trio.CancelScope) -> None:
+    async def _watch(self, key: tuple[str, int], scope: trio.CancelScope) -> None:
+        topic, queue_id = key
         with scope:
             while True:
-                result = await self.long_poll(topic, self._max.get(topic, 0), 1)
+                result = await self.long_poll(topic, self._max.get(key, 0), 1, queue_id)
                 if not returned_after_waiting(result):
                     if result.status is not PullStatus.SERVICE_NOT_AVAILABLE:
                         # e.g. a promoted slave has less of the queue than we saw: its end is the truth
-                        self._max[topic] = result.max_offset
+                        self._max[key] = result.max_offset
                     await trio.sleep(RETRY_PAUSE)
 
     # ---- topics ---------------------------------------------------------------------------
@@ -427,6 +480,7 @@ class RemoteBackend:
     async def delete_queue(self, topic: str, queue_id: int) -> None:
         # No standard request deletes one light queue; a new session of the
         # client id starts at its end (prepare_queue), as in process.
-        self._max.pop(topic, None)
-        self._min.pop(topic, None)
+        for queue_id in self.queue_ids(topic):
+            self._max.pop((topic, queue_id), None)
+            self._min.pop((topic, queue_id), None)
         await trio.lowlevel.checkpoint()

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import struct
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -45,14 +44,13 @@ from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, Outbou
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
 from gateway.mqtt import Publish, encode_publish_v4_qos0
 from gateway.nodes import P_SHARE_PICKS, node_queue_name
-from gateway.sessions import Delivery, Session
+from gateway.sessions import REF_MASK, REF_SHIFT, Delivery, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
 
 log = logging.getLogger("mqgate.gateway")
-_PHYS = struct.Struct(">q")
 _CACHE = 4096
 
 
@@ -64,7 +62,7 @@ class Router:
         self.by_queue: dict[str, Session] = {}
         self._rr: dict[tuple[str, str], itertools.count] = {}
         self._pending: dict[int, tuple] = {}  # id(message) -> (MQTT topic, in-memory targets, message), until stored
-        self._decoded: OrderedDict[int, Outbound | None] = OrderedDict()
+        self._decoded: OrderedDict[bytes, Outbound | None] = OrderedDict()
         self._fired_retained: dict[int, tuple] = {}  # id(message) -> (MQTT topic, message), until stored
         self._expired: OrderedDict[int, Outbound] = OrderedDict()  # counted already (kept: ids stay unique)
         # topic -> (trie generation, sessions generation, targets): see `targets`
@@ -270,7 +268,9 @@ class Router:
 
     def decoded(self, raw: bytes) -> Outbound | None:
         """The Outbound of a stored entry, decoded once for every session that reads it."""
-        phys = _PHYS.unpack_from(raw, 28)[0]
+        # the physical offset and what follows it (timestamps, hosts): entries
+        # of different broker groups may share a physical offset
+        phys = bytes(raw[28:96])
         cache = self._decoded
         out = cache.get(phys, False)
         if out is not False:
@@ -291,8 +291,9 @@ class Router:
         """The message a flow ref points at (for redelivery), or None if gone."""
         broker = self.gw.backend
         if type(ref) is int and queue is not None:
-            result = await broker.read_queue(queue, 0, ref, 1)
-            if result.entries and result.queue_offsets and result.queue_offsets[0] == ref:
+            qid, off = ref >> REF_SHIFT, ref & REF_MASK
+            result = await broker.read_queue(queue, qid, off, 1)
+            if result.entries and result.queue_offsets and result.queue_offsets[0] == off:
                 return self.decoded(result.entries[0])
             return None
         if isinstance(ref, (list, tuple)) and len(ref) == 3 and ref[0] == "r":

@@ -9,11 +9,16 @@ ARCHITECTURE decision 4. Rules kept here:
   delivery reads it from ``next_read``. A non-persistent session gets its
   messages in memory (``pending``), and so does any session for messages
   that are not in its queue (retained messages sent on subscribe, ``$SYS``).
-* Outbound QoS 1/2 flows (``OutboundFlows``) carry a plain ``ref``: the
-  queue offset (an int) for a queue entry, ``["r", phys, size]`` for another
+* The session queue is read in each of the backend's ``queue_ids`` (one in
+  process; one per broker group remotely: gateway.backend), each from its
+  own ``next_read[queue id]``. Order is kept within one queue id (an MQTT
+  topic is on one group), not across them.
+* Outbound QoS 1/2 flows (``OutboundFlows``) carry a plain ``ref``: for a
+  queue entry an int, its queue id above ``REF_SHIFT`` bits and its offset
+  below (queue id 0: the offset itself), ``["r", phys, size]`` for another
   stored message, None for one that is not stored. The committed offset of
-  the session (consumer group = the queue name) is the smallest queue offset
-  still in flight, or ``next_read``: everything below it is acknowledged.
+  each queue id (consumer group = the queue name) is its smallest offset
+  still in flight, or its ``next_read``: everything below is acknowledged.
 * At most ``min(client Receive Maximum, maxInflightMessages)`` QoS 1/2
   messages are in flight. Beyond that messages wait (in the queue, or in
   ``pending``); more than ``maxQueuedMessages`` waiting in a session queue,
@@ -43,7 +48,6 @@ ARCHITECTURE decision 4. Rules kept here:
 from __future__ import annotations
 
 import logging
-import struct
 from collections import deque
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -62,7 +66,8 @@ if TYPE_CHECKING:
     from gateway.app import MQTTGateway
 
 log = logging.getLogger("mqgate.gateway")
-_PHYS = struct.Struct(">q")
+REF_SHIFT = 40
+REF_MASK = (1 << REF_SHIFT) - 1
 
 
 class SubOptions(NamedTuple):
@@ -156,7 +161,7 @@ class Session:
         self.refs: dict[int, object] = _NONE  # packet id -> ref (see module docstring)
         self.mem: dict[int, Delivery] = _NONE  # packet id -> in-memory delivery in flight
         self.pending = Pending()
-        self.next_read = 0
+        self.next_read = [0]  # per queue id (module docstring)
         self.conn = None  # the Connection while connected
         self.due = True  # pump has work (see notify)
         self.expiry_scope: trio.CancelScope | None = None
@@ -167,7 +172,7 @@ class Session:
         self.node: str | None = None  # another gateway node's id: a stub (gateway.cluster)
         self.record: dict | None = None  # a stub's last record
         if self.queue is not None:
-            self.next_read = gw.backend.max_offset(self.queue, 0)
+            self.next_read = [gw.backend.max_offset(self.queue, i) for i in gw.backend.queue_ids(self.queue)]
 
     # ---- state --------------------------------------------------------------
 
@@ -225,50 +230,69 @@ class Session:
         self.pending.clear()
         return waiting
 
-    def committed(self) -> int:
-        low = self.next_read
+    def committed(self) -> list[int]:
+        """The committed offset of each queue id."""
+        lows = list(self.next_read)
         for ref in self.refs.values():
-            if type(ref) is int and ref < low:
-                low = ref
-        return low
+            if type(ref) is int:
+                qid, off = ref >> REF_SHIFT, ref & REF_MASK
+                if qid < len(lows) and off < lows[qid]:
+                    lows[qid] = off
+        return lows
 
     def commit(self) -> None:
         if self.queue is not None:
-            self.gw.backend.commit_offset(self.queue, self.queue, 0, self.committed())
+            for qid, off in enumerate(self.committed()):
+                self.gw.backend.commit_offset(self.queue, self.queue, qid, off)
 
     def to_record(self, *, gone: int | None) -> dict:
         flows = self.flows.to_state()
         flows["flows"] = [f for f in flows["flows"] if f[3] is not None]
-        return {
-            "v": self.version, "exp": self.expiry, "next": self.next_read, "off": self.committed(),
+        committed = self.committed()
+        rec = {
+            "v": self.version, "exp": self.expiry, "next": self.next_read[0], "off": committed[0],
             "subs": {text: opts.to_list() for text, (_, opts) in self.subs.items()},
             "flows": flows, "gone": gone, "node": self.gw.node_id,
         }
+        if len(committed) > 1:  # every queue id's (one broker group each)
+            rec["nexts"], rec["offs"] = list(self.next_read), committed
+        return rec
 
     def restore(self, rec: dict) -> None:
         """Rebuild from a ``"sess"`` record after a restart (subscriptions are
         re-added to the trie by the caller)."""
         for text, opts in rec.get("subs", {}).items():
             self.subscribe(text, SubOptions(*opts))
-        committed = self.gw.backend.query_offset(self.queue, self.queue, 0)
-        off = rec.get("off", 0)
-        self.next_read = max(rec.get("next", 0), off)
+        backend, queue = self.gw.backend, self.queue
+        ids = backend.queue_ids(queue)
+        nexts = list(rec.get("nexts") or [rec.get("next", 0)])[:len(ids)]
+        offs = list(rec.get("offs") or [rec.get("off", 0)])[:len(ids)]
+        nexts += [0] * (len(ids) - len(nexts))  # a broker group newer than the record: all of its queue
+        offs += [0] * (len(ids) - len(offs))
+        self.next_read = [max(n, o) for n, o in zip(nexts, offs)]
+        # Acknowledgements after the record (SIGKILL; the consumer offset is
+        # persisted periodically). Nothing at or past the record's ``next``
+        # went out at QoS 2 (pump writes a record first), so reading resumes
+        # at the committed offset; QoS 2 flows are kept (same packet id,
+        # DUP or PUBREL), QoS 1 flows below it were acknowledged.
+        later = [None] * len(ids)  # per queue id: its committed offset when newer than the record's
+        for i in ids:
+            committed = backend.query_offset(queue, queue, i)
+            if committed is not None and committed > offs[i]:
+                later[i] = committed
+                self.next_read[i] = max(self.next_read[i], committed)
         state = rec["flows"]
-        if committed is not None and committed > off:
-            # Acknowledgements after the record (SIGKILL; the consumer offset is
-            # persisted periodically). Nothing at or past the record's ``next``
-            # went out at QoS 2 (pump writes a record first), so reading resumes
-            # at the committed offset; QoS 2 flows are kept (same packet id,
-            # DUP or PUBREL), QoS 1 flows below it were acknowledged.
-            self.next_read = max(self.next_read, committed)
+        if any(c is not None for c in later):
+            def acked(ref) -> bool:
+                qid = ref >> REF_SHIFT
+                return qid < len(later) and later[qid] is not None and ref & REF_MASK < later[qid]
             state = dict(state, flows=[f for f in state["flows"]
-                                       if f[1] == 2 or type(f[3]) is not int or f[3] >= committed])
+                                       if f[1] == 2 or type(f[3]) is not int or not acked(f[3])])
         self.flows = OutboundFlows.from_state(state)
         # Flows past PUBREC no longer hold the committed offset back.
         self.refs = {pid: (None if q == 2 and st != OutboundStage.AWAIT_PUBREC and type(ref) is int else ref)
                      for pid, q, st, ref in state["flows"]} or _NONE
-        low = self.gw.backend.min_offset(self.queue, 0)
-        self.next_read = max(self.next_read, low)
+        self.next_read = [max(n, backend.min_offset(queue, i)) for i, n in zip(ids, self.next_read)]
 
     # ---- queue limits ---------------------------------------------------------
 
@@ -280,11 +304,15 @@ class Session:
         limit = self.gw.settings.limits.max_queued_messages
         if not limit or self.node is not None:  # a stub: its own node applies the limit when reading
             return True
-        if self.gw.backend.max_offset(self.queue, 0) - self.next_read < limit:
+        backend, queue, nexts = self.gw.backend, self.queue, self.next_read
+        if sum(backend.max_offset(queue, i) - n for i, n in enumerate(nexts)) < limit:
             return True
         if self.cut():
             return False
-        self.next_read += 1
+        for i, n in enumerate(nexts):  # dropOldest: one waiting entry of the first queue id with any
+            if backend.max_offset(queue, i) > n:
+                nexts[i] = n + 1
+                break
         return True
 
     def cut(self) -> bool:
@@ -346,44 +374,46 @@ class Session:
         broker = self.gw.backend
         cache = self.gw.router.decoded
         qos2 = False  # a QoS 2 PUBLISH from the queue was started: write the record first
-        while flows.available() and conn.can_send:
-            end = broker.max_offset(self.queue, 0)
-            if self.next_read >= end:
-                break
-            start = self.next_read
-            result = await broker.read_queue(self.queue, 0, start, min(64, max(8, flows.available() * 2)))
-            if not conn.can_send or self.conn is not conn:
-                if qos2:
-                    await self.gw.save_session(self)
-                return
-            if result.status is not PullStatus.FOUND:
-                nxt = result.next_begin_offset
-                if result.status is PullStatus.PULL_OFFSET_MOVED and result.min_offset > start:
-                    nxt = result.min_offset  # retention removed the oldest entries
-                if nxt <= start:
+        for qid in range(len(self.next_read)):
+            nexts, base = self.next_read, qid << REF_SHIFT
+            while flows.available() and conn.can_send:
+                end = broker.max_offset(self.queue, qid)
+                start = nexts[qid]
+                if start >= end:
                     break
-                self.next_read = max(self.next_read, nxt)
-                continue
-            stop = False
-            for raw, qoff in zip(result.entries, result.queue_offsets):
-                if qoff < self.next_read:
-                    continue  # cut by dropOldest while we were reading
-                out = cache(raw)
-                m = None if out is None else self.match(out)
-                if m is None:
-                    self.next_read = qoff + 1
+                result = await broker.read_queue(self.queue, qid, start, min(64, max(8, flows.available() * 2)))
+                if not conn.can_send or self.conn is not conn:
+                    if qos2:
+                        await self.gw.save_session(self)
+                    return
+                if result.status is not PullStatus.FOUND:
+                    nxt = result.next_begin_offset
+                    if result.status is PullStatus.PULL_OFFSET_MOVED and result.min_offset > start:
+                        nxt = result.min_offset  # retention removed the oldest entries
+                    if nxt <= start:
+                        break
+                    nexts[qid] = max(nexts[qid], nxt)
                     continue
-                qos, retain, ids = m
-                if qos and not flows.available():
-                    stop = True
+                stop = False
+                for raw, qoff in zip(result.entries, result.queue_offsets):
+                    if qoff < nexts[qid]:
+                        continue  # cut by dropOldest while we were reading
+                    out = cache(raw)
+                    m = None if out is None else self.match(out)
+                    if m is None:
+                        nexts[qid] = qoff + 1
+                        continue
+                    qos, retain, ids = m
+                    if qos and not flows.available():
+                        stop = True
+                        break
+                    nexts[qid] = qoff + 1
+                    conn.deliver(self, Delivery(out, qos, retain, ids), ref=base | qoff)
+                    if qos == 2:
+                        qos2 = True
+                if stop:
                     break
-                self.next_read = qoff + 1
-                conn.deliver(self, Delivery(out, qos, retain, ids), ref=qoff)
-                if qos == 2:
-                    qos2 = True
-            if stop:
-                break
-            self.next_read = max(self.next_read, result.next_begin_offset)
+                nexts[qid] = max(nexts[qid], result.next_begin_offset)
         self.commit()
         if qos2:
             # Packet id <-> queue offset durable before the PUBLISHes go out (the

@@ -161,12 +161,16 @@ def test_persistent_session_resumes_on_another_node_with_its_offline_messages(cl
     dev.subscribe("resume/#", 1)
     dev.close()
     pub = Mqtt(c, "resume-pub")
-    for i in range(20):
-        pub.publish(f"resume/{i}", b"%d" % i, qos=1)
+    for i in range(40):
+        pub.publish(f"resume/{i % 8}", b"%d" % i, qos=1)
+    per = stored_per_group(_ns, "resume")
+    assert per.get("broker-a", 0) > 0 and per.get("broker-b", 0) > 0, per  # offline messages on both groups
     dev = Mqtt(b, "resume-dev", clean=False)
     assert dev.session_present
-    got = dev.receive(20)
-    assert [int(p) for _t, p, _q, _r in got] == list(range(20))
+    got = dev.receive(40)
+    assert sorted(int(p) for _t, p, _q, _r in got) == list(range(40))
+    for k in range(8):  # in order per topic
+        assert [int(p) for t, p, _q, _r in got if t == f"resume/{k}"] == list(range(k, 40, 8))
     pub.publish("resume/live", b"live", qos=1)  # the subscription moved with the session
     assert dev.receive(1)[0][:2] == ("resume/live", b"live")
     dev.close()
@@ -386,29 +390,44 @@ def stored_per_group(namesrv: str, topic: str) -> dict[str, int]:
     return per
 
 
-def test_publishes_no_subscriber_takes_are_spread_over_both_groups_and_subscribed_ones_go_home(cluster):
+def test_publishes_on_many_topics_are_spread_over_both_groups_and_reach_subscribers_on_other_nodes(cluster):
     namesrv, (a, b, c), _ = cluster
+    sub_b = Mqtt(b, "spread-b")
+    sub_b.subscribe("spread/#", 1)
+    sub_c = Mqtt(c, "spread-c", clean=False)
+    sub_c.subscribe("spread/+", 1)
     pub = Mqtt(a, "spread-pub")
-    for i in range(40):
-        pub.publish(f"spread/{i}", b"%d" % i, qos=1)
     deadline = time.monotonic() + WAIT
-    per = stored_per_group(namesrv, "spread")
-    while sum(per.values()) < 40 and time.monotonic() < deadline:  # broker-b registers the new topic
-        per = stored_per_group(namesrv, "spread")
-    assert sum(per.values()) == 40 and per.get("broker-a", 0) > 0 and per.get("broker-b", 0) > 0, per
-    sub = Mqtt(b, "spread-sub")
-    sub.subscribe("spread/#", 1)
-    deadline = time.monotonic() + WAIT
-    while not sub.messages.qsize() and time.monotonic() < deadline:  # until node a routes to the subscriber
-        for i in range(40):  # one topic of each group
-            pub.publish(f"spread/warm{i}", b"w", qos=1)
-    sub.receive(10_000, timeout=0.3)
+    while not (sub_b.messages.qsize() and sub_c.messages.qsize()) and time.monotonic() < deadline:
+        pub.publish("spread/warm", b"w", qos=1)  # until node a routes to both (the meta tail)
+    for m in (sub_b, sub_c):
+        m.receive(10_000, timeout=0.3)
     before = stored_per_group(namesrv, "spread")
     for i in range(40):
         pub.publish(f"spread/{i}", b"%d" % i, qos=1)
-    assert sorted(int(p) for _t, p, _q, _r in sub.receive(40)) == list(range(40))
+    for m in (sub_b, sub_c):
+        assert sorted(int(p) for _t, p, _q, _r in m.receive(40)) == list(range(40))
     after = stored_per_group(namesrv, "spread")
-    # what a subscriber reads is on the home group; broker-b got none of it
-    assert after["broker-b"] == before["broker-b"] and after["broker-a"] == before["broker-a"] + 40, (before, after)
-    for m in (sub, pub):
+    grew = {g: after.get(g, 0) - before.get(g, 0) for g in ("broker-a", "broker-b")}
+    assert sum(grew.values()) == 40 and min(grew.values()) > 0, (before, after)
+    for m in (sub_b, sub_c, pub):
         m.close()
+
+
+def test_retained_messages_on_either_group_are_served_to_new_subscribers_on_any_node(cluster):
+    namesrv, (a, b, c), _ = cluster
+    pub = Mqtt(a, "ret2-pub")
+    for k in range(8):
+        pub.publish(f"ret2/{k}", b"kept%d" % k, qos=1, retain=True)
+    per = stored_per_group(namesrv, "ret2")
+    assert per.get("broker-a", 0) > 0 and per.get("broker-b", 0) > 0, per
+    for port in (a, c):
+        deadline = time.monotonic() + WAIT
+        got = []
+        while len(got) < 8 and time.monotonic() < deadline:  # another node learns them from the meta tail
+            sub = Mqtt(port, "ret2-sub")
+            sub.subscribe("ret2/#", 1)
+            got = sub.receive(8, timeout=1.0)
+            sub.close()
+        assert sorted((t, p, r) for t, p, _q, r in got) == [(f"ret2/{k}", b"kept%d" % k, True) for k in range(8)]
+    pub.close()
