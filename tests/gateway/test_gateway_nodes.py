@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 import paho.mqtt.client as paho
 import pytest
@@ -105,9 +106,10 @@ class Mqtt:
 class Cluster(tuple):
     """(name server, MQTT ports, temp root), and ``http``: the nodes' HTTP ports."""
 
-    def __new__(cls, items, *, http):
+    def __new__(cls, items, *, http, broker_b):
         self = super().__new__(cls, items)
         self.http = http
+        self.broker_b = broker_b  # the second group's broker process (the last test kills it)
         return self
 
 
@@ -128,7 +130,8 @@ def cluster(tmp_path_factory):
         for i in range(3):
             nodes.append(ServeProcess(root / f"node{i}", "--namesrv", namesrv, "--mqtt-port", str(free_port()),
                                       "--ws-port", "0", "--http-port", str(free_port()), role="gateway").start())
-        yield Cluster((namesrv, [n.ports["mqtt-tcp"] for n in nodes], root), http=[n.ports["http"] for n in nodes])
+        yield Cluster((namesrv, [n.ports["mqtt-tcp"] for n in nodes], root), http=[n.ports["http"] for n in nodes],
+                      broker_b=other)
     finally:
         for n in nodes:
             n.kill()
@@ -431,3 +434,38 @@ def test_retained_messages_on_either_group_are_served_to_new_subscribers_on_any_
             sub.close()
         assert sorted((t, p, r) for t, p, _q, r in got) == [(f"ret2/{k}", b"kept%d" % k, True) for k in range(8)]
     pub.close()
+
+
+def group_of(mqtt_topic: str) -> str:
+    """The broker group a node sends an MQTT topic to (gateway.remote_backend.group_for)."""
+    return ("broker-a", "broker-b")[zlib.crc32(mqtt_topic.encode()) % 2]
+
+
+def test_a_group_without_master_stops_only_its_topics(cluster):  # the last test: it kills broker-b
+    _ns, (a, b, c), _ = cluster
+    topics = [f"down/{i}" for i in range(16)]
+    on_a = [t for t in topics if group_of(t) == "broker-a"]
+    on_b = [t for t in topics if group_of(t) == "broker-b"]
+    assert on_a and on_b
+    sub = Mqtt(b, "down-sub", clean=False)
+    sub.subscribe("down/#", 1)
+    pub = Mqtt(a, "down-pub")
+    acks: queue.Queue = queue.Queue()
+    pub.c.on_publish = lambda c, u, mid, rc, props: acks.put((mid, rc))
+    deadline = time.monotonic() + WAIT
+    while not sub.messages.qsize() and time.monotonic() < deadline:
+        pub.publish(on_a[0], b"w", qos=1)  # until node a routes to the subscriber
+    sub.receive(10_000, timeout=0.3)
+    cluster.broker_b.kill()
+    _rc, mid = pub.c.publish(on_b[0], b"refused", qos=1)
+    while True:  # acks of the warm-up publishes come first
+        got_mid, rc = acks.get(timeout=WAIT)
+        if got_mid == mid:
+            break
+    assert rc.is_failure, rc  # its group has no broker: the client must send it again
+    for i, t in enumerate(on_a):
+        pub.publish(t, b"%d" % i, qos=1)
+    got = sub.receive(len(on_a))
+    assert sorted((t, p) for t, p, _q, _r in got) == sorted((t, b"%d" % i) for i, t in enumerate(on_a))
+    for m in (sub, pub):
+        m.close()
