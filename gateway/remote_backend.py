@@ -9,24 +9,14 @@ UPDATE_AND_CREATE_TOPIC), so an Apache RocketMQ 4.9.3+ broker with
 
 Rules kept here:
 
-* The broker groups are those of the name server's cluster table when the
-  node starts, in name order (``order``: a group's index); the *home*
-  group is the first (the same for every node; a node waits, up to 30 s,
-  for it to have a master). A group that registers later is not used
-  until the node restarts. The meta topic and every other non-MQTT
-  message (no ``mqttTopic``), and delayed ones, go to the home group.
-* An MQTT publish goes to the group ``crc32(MQTT topic) % len(order)``
-  (``group_for``): one topic stays on one group, so its order is kept in
-  every light queue it is dispatched to. Its ``INNER_MULTI_DISPATCH``
-  names the light queues of the matching sessions and nodes, which are
-  then filled on that group. A group with no master now (failover)
-  answers SERVICE_NOT_AVAILABLE for its topics (the client resends); the
-  other groups go on.
-* A light queue (``%LMQ%...``, queue 0 on each broker) is read on every
-  group: its ``queue_ids`` are the group indexes, and offsets (cached
-  max/min, committed) are per (queue, group index). A watched queue has
-  one long poll per group. Other topics are read on the home group with
-  their own queue ids.
+* Which broker group holds what is ``gateway.broker_groups``: an MQTT
+  publish goes to the group of its topic's hash, with the light queues of
+  its ``INNER_MULTI_DISPATCH`` filled there; meta records and delayed
+  messages go to the home group; a light queue is read on every group
+  (its queue ids are the group indexes; cached offsets, commits and long
+  polls are per (queue, queue id)). A group with no master now answers
+  SERVICE_NOT_AVAILABLE for its topics (the client resends); the other
+  groups go on.
 * A send result's ``physical_offset`` carries its group index above
   ``GROUP_SHIFT`` bits (home: the broker's offset itself), so the retained
   index names the group that holds a retained message and ``read_at``
@@ -52,17 +42,16 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import trio
 
-from core.broker import LMQ_TOPIC_PREFIX, PERM_READ, PERM_WRITE, PullResult, PullStatus, SendResult, SendStatus
+from core.broker import PERM_READ, PERM_WRITE, PullResult, PullStatus, SendResult, SendStatus
 from core.client import ClientApi, MessageQueue, MQClientError, UniqKeyFactory
 from core.remoting import RequestCode
 from core.store import PROPERTY_INNER_MULTI_DISPATCH, Message, encode_properties
-from gateway.mapping import P_TIMER_DELAY, P_TOPIC
+from gateway.broker_groups import BrokerGroups
 from gateway.nodes import P_NODE
 
 log = logging.getLogger("mqgate.gateway")
@@ -72,7 +61,6 @@ POLL_SUSPEND_MS = 15_000
 RETRY_PAUSE = 1.0  # after a failed long poll: the broker or route is away
 HOME_CHECK_INTERVAL = 5.0
 _STATUS_BY_CODE = {s.code: s for s in SendStatus}
-_ONE = range(1)
 # A send result's physical_offset carries its group index above these bits
 # (the home group is 0: its offsets are the broker's own).
 GROUP_SHIFT = 56
@@ -116,10 +104,7 @@ class RemoteBackend:
         self.node_id = node_id
         self.default_queue_nums = default_queue_nums
         self._timers = timers
-        self.home_name = ""
-        self.home_addr = ""
-        self.groups: dict[str, str | None] = {}  # every broker name of the cluster table -> its master now
-        self.order: list[str] = []  # group index -> broker name: the groups at start, by name (the home first)
+        self.routes = BrokerGroups(api, namesrv, node_id)
         self._ids = UniqKeyFactory()
         self._put_hooks: list[Callable[[Message], None]] = []
         self._stored_hooks: list[Callable[[Message, Any], None]] = []
@@ -140,7 +125,7 @@ class RemoteBackend:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Find the home broker (waits for one to register), then serve until cancelled."""
-        await self._find_home()
+        await self.routes.find()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -152,95 +137,29 @@ class RemoteBackend:
             with trio.CancelScope(shield=True), trio.move_on_after(3):
                 await self._flush_commits()
 
-    async def _find_home(self) -> None:
-        last = None
-        with trio.move_on_after(30):
-            while True:
-                for ns in self.namesrv:
-                    try:
-                        info = await self.api.get_cluster_info(ns)
-                    except Exception as e:  # noqa: BLE001 - try the next name server
-                        last = e
-                        continue
-                    table = info.get("brokerAddrTable") or {}
-                    if not table:
-                        last = "no broker is registered"
-                        continue
-                    self._set_groups(table)
-                    # the first name, master or not yet: every node must choose the same group
-                    name = sorted(table)[0]
-                    addrs = (table[name] or {}).get("brokerAddrs") or {}
-                    master = addrs.get("0", addrs.get(0))
-                    if master:
-                        self.home_name, self.home_addr = name, master
-                        self.order = sorted(self.groups)
-                        log.info("gateway node %s: home broker %s at %s", self.node_id, name, master)
-                        return
-                    last = f"broker {name} has no master now"
-                await trio.sleep(0.2)
-        raise MQClientError(f"no broker found through name servers {';'.join(self.namesrv)}: {last}")
-
-    def _set_groups(self, table: dict) -> None:
-        groups = {}
-        for name, data in table.items():
-            addrs = (data or {}).get("brokerAddrs") or {}
-            groups[name] = addrs.get("0", addrs.get(0))
-        for name in sorted(set(groups) - set(self.groups)):
-            if self.order and name not in self.order:
-                log.warning("gateway node %s: broker group %s registered after this node started: not used "
-                            "until the node restarts (docs/CLUSTER.md)", self.node_id, name)
-            else:
-                log.info("gateway node %s: broker group %s (master %s)", self.node_id, name, groups[name])
-        self.groups = groups
-
     async def _follow_home(self) -> None:
         while True:
             with trio.move_on_after(HOME_CHECK_INTERVAL):
                 await self._home_wake.wait()
             self._home_wake = trio.Event()
-            table = await self._cluster_table()
-            if table:
-                self._set_groups(table)
-                master = self.groups.get(self.home_name)
-                if master and master != self.home_addr:
-                    log.warning("gateway node %s: broker %s now at %s (was %s)", self.node_id, self.home_name,
-                                master, self.home_addr)
-                    self.home_addr = master
+            await self.routes.refresh()
             await trio.sleep(0.2)  # at most 5 lookups a second while a broker is away
 
-    async def _cluster_table(self) -> dict | None:
-        for ns in self.namesrv:
-            try:
-                info = await self.api.get_cluster_info(ns)
-            except Exception:  # noqa: BLE001 - the next name server
-                continue
-            return info.get("brokerAddrTable") or None
-        return None
+    @property
+    def home_name(self) -> str:
+        return self.routes.home_name
+
+    @property
+    def home_addr(self) -> str:
+        return self.routes.home_addr
 
     def group_addrs(self) -> list[str]:
         """The masters of every broker group now (the home one first)."""
-        return [self._addr(i) for i in range(len(self.order)) if self._addr(i)]
-
-    def _addr(self, index: int) -> str | None:
-        return self.home_addr if index == 0 else self.groups.get(self.order[index])
-
-    def group_for(self, msg: Message) -> int:
-        """The index of the broker group a message goes to (module docstring)."""
-        props = msg.properties
-        topic = props.get(P_TOPIC)
-        if topic is None or len(self.order) < 2 or P_TIMER_DELAY in props:
-            return 0
-        return zlib.crc32(topic.encode()) % len(self.order)
+        return self.routes.addrs()
 
     def queue_ids(self, topic: str) -> range:
         """The queue ids a reader of ``topic`` reads: of a light queue one per broker group."""
-        return range(len(self.order)) if topic.startswith(LMQ_TOPIC_PREFIX) else _ONE
-
-    def _where(self, topic: str, queue_id: int) -> tuple[int, str, int]:
-        """(group index, broker name, queue id at that broker) of a reader's queue."""
-        if topic.startswith(LMQ_TOPIC_PREFIX):
-            return queue_id, self.order[queue_id], 0
-        return 0, self.home_name, queue_id
+        return self.routes.queue_ids(topic)
 
     def _unreachable(self) -> None:
         self._home_wake.set()
@@ -271,7 +190,7 @@ class RemoteBackend:
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
         for hook in self._put_hooks:
             hook(msg)
-        group = self.group_for(msg)
+        group = self.routes.group_for(msg)
         result = await self._send(msg, 0 if queue_id is None or queue_id < 0 else queue_id, group)
         for hook in self._stored_hooks:
             hook(msg, result)
@@ -283,9 +202,9 @@ class RemoteBackend:
         return result
 
     async def _send(self, msg: Message, queue_id: int, group: int) -> SendResult:
-        addr = self._addr(group)
+        addr = self.routes.addr(group)
         if group:
-            name = self.order[group]
+            name = self.routes.order[group]
             if not addr:
                 self._unreachable()
                 return SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=msg.topic,
@@ -322,8 +241,8 @@ class RemoteBackend:
         return await self._pull(topic, queue_id, offset, max_count, POLL_SUSPEND_MS)
 
     async def _pull(self, topic: str, queue_id: int, offset: int, max_count: int, suspend_ms: int) -> PullResult:
-        group, name, qid = self._where(topic, queue_id)
-        addr = self._addr(group)
+        group, name, qid = self.routes.where(topic, queue_id)
+        addr = self.routes.addr(group)
         try:
             if not addr:
                 raise MQClientError(f"broker group {name} has no master now")
@@ -346,7 +265,7 @@ class RemoteBackend:
     async def read_at(self, physical_offset: int) -> bytes | None:
         """The entry at a ``physical_offset`` of a send result (its group in the high bits)."""
         group = physical_offset >> GROUP_SHIFT
-        addr = self._addr(group) if group < len(self.order) else None
+        addr = self.routes.addr(group)
         if not addr:
             return None
         try:
@@ -360,8 +279,8 @@ class RemoteBackend:
     async def prepare_queue(self, topic: str) -> None:
         """Fill the offset cache of a light queue on every group whose master answers."""
         for queue_id in self.queue_ids(topic):
-            group, name, qid = self._where(topic, queue_id)
-            addr, mq, key = self._addr(group), MessageQueue(topic, name, qid), (topic, queue_id)
+            group, name, qid = self.routes.where(topic, queue_id)
+            addr, mq, key = self.routes.addr(group), MessageQueue(topic, name, qid), (topic, queue_id)
             try:
                 if not addr:
                     raise MQClientError(f"broker group {name} has no master now")
@@ -403,8 +322,8 @@ class RemoteBackend:
     async def _flush_commits(self) -> None:
         dirty, self._dirty = self._dirty, {}
         for (group, topic, queue_id), offset in dirty.items():
-            index, name, qid = self._where(topic, queue_id)
-            addr = self._addr(index)
+            index, name, qid = self.routes.where(topic, queue_id)
+            addr = self.routes.addr(index)
             try:
                 if not addr:
                     raise MQClientError(f"broker group {name} has no master now")
