@@ -232,8 +232,10 @@ class MQTTGateway:
                         type(e).__name__, e)
             sess = Session(self, cid, expiry=stub.expiry, version=stub.version)
             backend = self.backend
-            sess.next_read = [max(int(rec.get("off") or 0) if i == 0 else 0, backend.query_offset(queue, queue, i) or 0,
-                                  backend.min_offset(queue, i)) for i in backend.queue_ids(queue)]
+            offs = list(rec.get("offs") or [rec.get("off")])
+            sess.next_read = [max(int((offs[i] if i < len(offs) else 0) or 0),
+                                  backend.query_offset(queue, queue, i) or 0, backend.min_offset(queue, i))
+                              for i in backend.queue_ids(queue)]
             for text, (_flt, opts) in stub.subs.items():
                 sess.subscribe(text, opts)
         for text, (_flt, opts) in sess.subs.items():

@@ -2,10 +2,10 @@
 
 Real processes: one ``mqgate serve`` with its MQTT edge off (the name server
 and broker group ``broker-a``, the nodes' home), a second broker group
-(``mqgate broker``, ``broker-b``: publishes no subscriber takes are spread
-over both groups by topic), three gateway nodes,
-and paho-mqtt clients. One cluster
-for the module; the SIGKILL test starts and kills a fourth node of its own.
+(``mqgate broker``, ``broker-b``: MQTT topics are spread over both groups),
+three gateway nodes, and paho-mqtt clients. One cluster for the module; the
+SIGKILL test starts and kills a fourth node of its own; the last test kills
+``broker-b``.
 """
 
 from __future__ import annotations
