@@ -1,9 +1,11 @@
-"""MQTT gateway nodes benchmark: ``python -m loadtest.bench_nodes [--nodes 1,2,3] [--count N]``.
+"""MQTT gateway nodes benchmark: ``python -m loadtest.bench_nodes [--nodes 1,2,3] [--groups 1] [--count N]``.
 
 Prints one JSON object per node count: delivered messages per second and
 the p50/p99 publish-to-delivery latency, with the same load spread over 1,
 2 or 3 ``mqgate gateway`` nodes in front of one broker (``mqgate serve``
-with its MQTT edge off, ASYNC_FLUSH, started in a temp dir for the run).
+with its MQTT edge off, ASYNC_FLUSH, started in a temp dir for the run),
+or ``--groups N`` broker groups (the others ``mqgate broker`` processes,
+``broker-b``...: the nodes spread the publishers' topics over them).
 
 The load: ``--publishers`` paho clients (QoS 1, each waits for the PUBACK of
 one message before the next: latency-bound, as devices are) and
@@ -80,7 +82,7 @@ def _client(port: int, cid: str) -> paho.Client:
 
 
 def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str, namesrv: str,
-             broker_pid: int) -> dict:
+             broker_pids: list[int]) -> dict:
     procs = []
     try:
         ports = []
@@ -130,7 +132,7 @@ def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str
             c.disconnect()
             c.loop_stop()
         cpu0 = {p.pid: _cpu_seconds(p.pid) for p in procs}
-        broker0 = _cpu_seconds(broker_pid)
+        broker0 = sum(map(_cpu_seconds, broker_pids))
 
         def publish(i: int) -> None:
             c = _client(ports[i % nodes], f"bench-pub-{nodes}-{i}")
@@ -149,13 +151,13 @@ def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str
         done.wait(60)
         elapsed = time.monotonic() - t0
         cpu = sum(_cpu_seconds(p.pid) - cpu0[p.pid] for p in procs)
-        broker_cpu = _cpu_seconds(broker_pid) - broker0
+        broker_cpu = sum(map(_cpu_seconds, broker_pids)) - broker0
         for c in subs:
             c.disconnect()
             c.loop_stop()
         lat = sorted(latencies)
         n = len(lat)
-        return {"nodes": nodes, "publishers": publishers, "subscribers": subscribers, "sent": publishers * count,
+        return {"nodes": nodes, "groups": len(broker_pids), "publishers": publishers, "subscribers": subscribers, "sent": publishers * count,
                 "delivered": n, "expected": expected, "seconds": round(elapsed, 3),
                 "delivered_per_s": round(n / elapsed, 1),
                 "p50_ms": round(lat[n // 2] * 1000, 2) if n else None,
@@ -183,19 +185,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publishers", type=int, default=6)
     ap.add_argument("--subscribers", type=int, default=3)
     ap.add_argument("--count", type=int, default=300, help="messages per publisher (default 300)")
+    ap.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-nodes-") as tmp:
         broker, ports = _start(["serve", "--data-dir", os.path.join(tmp, "data"), "--mqtt-port", "0", "--ws-port", "0",
                                 "--http-port", "0", "--grpc-port", "0", "--flush", "async",
                                 "--namesrv-port", str(_free_port()), "--broker-port", str(_free_port())],
                                os.path.join(tmp, "broker.log"))
+        brokers = [broker]
         try:
             namesrv = f"127.0.0.1:{ports['namesrv']}"
+            for g in range(1, a.groups):
+                name = f"broker-{chr(ord('a') + g)}"
+                conf = os.path.join(tmp, f"{name}.toml")
+                with open(conf, "w") as f:
+                    f.write(f'[broker]\nbrokerName = "{name}"\n')
+                brokers.append(_start(["broker", "--namesrv", namesrv, "--data-dir", os.path.join(tmp, name),
+                                       "--config", conf, "--broker-port", str(_free_port()), "--grpc-port", "0",
+                                       "--flush", "async"], os.path.join(tmp, f"{name}.log"))[0])
+            pids = [b.pid for b in brokers]
             for n in (int(x) for x in a.nodes.split(",")):
-                print(json.dumps(run_once(n, a.publishers, a.subscribers, a.count, tmp, namesrv, broker.pid)), flush=True)
+                print(json.dumps(run_once(n, a.publishers, a.subscribers, a.count, tmp, namesrv, pids)), flush=True)
         finally:
-            broker.terminate()
-            broker.wait(30)
+            for b in brokers:
+                b.terminate()
+            for b in brokers:
+                b.wait(30)
     return 0
 
 
