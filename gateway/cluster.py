@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgate.gateway")
 RETRY_PAUSE = 1.0
-RELEASE_WAIT = 0.5  # seconds a CONNECT waits for another node to release a session (wait_release)
+RELEASE_WAIT = 2.0  # seconds a CONNECT waits for another node to release a session (wait_release)
 NEVER = 0xFFFFFFFF  # a session expiry interval that never ends
 
 

@@ -64,6 +64,14 @@ def _start(args: list[str], log_path: str, timeout: float = 60.0) -> tuple[subpr
     raise TimeoutError(f"{args[0]} not ready in {timeout} s; see {log_path}")
 
 
+def start_broker(tmp: str) -> tuple[subprocess.Popen, dict]:
+    """``mqgate serve`` as the cluster's name server and broker, its MQTT edge off."""
+    return _start(["serve", "--data-dir", os.path.join(tmp, "data"), "--mqtt-port", "0", "--ws-port", "0",
+                   "--http-port", "0", "--grpc-port", "0", "--flush", "async",
+                   "--namesrv-port", str(_free_port()), "--broker-port", str(_free_port())],
+                  os.path.join(tmp, "broker.log"))
+
+
 def _cpu_seconds(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -188,10 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-nodes-") as tmp:
-        broker, ports = _start(["serve", "--data-dir", os.path.join(tmp, "data"), "--mqtt-port", "0", "--ws-port", "0",
-                                "--http-port", "0", "--grpc-port", "0", "--flush", "async",
-                                "--namesrv-port", str(_free_port()), "--broker-port", str(_free_port())],
-                               os.path.join(tmp, "broker.log"))
+        broker, ports = start_broker(tmp)
         brokers = [broker]
         try:
             namesrv = f"127.0.0.1:{ports['namesrv']}"

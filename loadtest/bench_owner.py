@@ -32,7 +32,7 @@ import tempfile
 import time
 import urllib.request
 
-from loadtest.bench_nodes import _free_port, _start, _stop
+from loadtest.bench_nodes import _free_port, _start, _stop, start_broker
 
 
 def _connect_packet(cid: str) -> bytes:
@@ -127,10 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="meta,etcd", help="meta, etcd or both (default meta,etcd)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-owner-") as tmp:
-        broker, ports = _start(["serve", "--data-dir", os.path.join(tmp, "data"), "--mqtt-port", "0", "--ws-port", "0",
-                                "--http-port", "0", "--grpc-port", "0", "--flush", "async",
-                                "--namesrv-port", str(_free_port()), "--broker-port", str(_free_port())],
-                               os.path.join(tmp, "broker.log"))
+        broker, ports = start_broker(tmp)
         etcd_proc = None
         try:
             namesrv = f"127.0.0.1:{ports['namesrv']}"

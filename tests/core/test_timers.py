@@ -28,7 +28,10 @@ def autojump_clock():
     """Virtual time that jumps only after 10 ms of real idleness: with a zero
     threshold a wait on a worker thread (fsync) would count as idle and make
     deadlines fire in virtual time while the disk is still working."""
-    return trio.testing.MockClock(autojump_threshold=0.01)
+    return trio.testing.MockClock(autojump_threshold=QUICK_S)
+
+
+QUICK_S, PATIENT_S = 0.01, 1.0
 
 
 def clock_ms() -> int:
@@ -161,12 +164,16 @@ async def test_a_restart_midway_loses_none_and_fires_none_twice(autojump_clock, 
             keys.append(r.uniq_key)
         await trio.sleep(3.5)
         fired_before = service.fired
+        # the shutdown saves its tables in worker threads under trio-time timeouts:
+        # no leap of virtual time while a loaded disk works (see autojump_clock)
+        autojump_clock.autojump_threshold = PATIENT_S
         nursery.cancel_scope.cancel()
     assert 0 < fired_before < 300
     saved = TimerCheckpoint.load(tmp_path / "store" / "config" / "timercheck")
     assert saved.timestamp > 0 and BASE_MS < saved.fired_through_ms < BASE_MS + 8000 and saved.fired_through_pos > 0
     async with trio.open_nursery() as nursery:
         broker, service = await start(nursery, tmp_path, timers)
+        autojump_clock.autojump_threshold = QUICK_S
         await trio.sleep(8)
         got = []
         for q in range(4):
@@ -259,12 +266,16 @@ async def test_a_timer_whose_queue_is_gone_is_dropped_after_its_tries_and_holds_
         nursery.cancel_scope.cancel()  # a clean stop meanwhile
     async with trio.open_nursery() as nursery:
         broker, service = await start(nursery, tmp_path, timers)  # (which makes T 4 queues again)
+        autojump_clock.autojump_threshold = QUICK_S
         await broker.update_topic(TopicConfig("T", 2, 2))
         assert service.pending == 1
         await trio.sleep(15 * 60)
         assert service.fired == 0 and service.pending == 0 and not service._outstanding  # dropped, none again
         stored = [len((await broker.read_queue("T", q, 0, 1000)).messages()) for q in range(2)]
         assert sum(stored) == 50
+        # the shutdown saves its tables in worker threads under trio-time timeouts:
+        # no leap of virtual time while a loaded disk works (see autojump_clock)
+        autojump_clock.autojump_threshold = PATIENT_S
         nursery.cancel_scope.cancel()
 
 
@@ -278,10 +289,14 @@ async def test_the_pending_count_is_right_after_a_crash_before_the_first_checkpo
             assert (await broker.send(Message("T", b"%d" % i, properties={"TIMER_DELAY_MS": "2000"}))).ok
         await trio.sleep(0.3)
         shutil.copytree(tmp_path / "a", tmp_path / "b")
+        # the shutdown saves its tables in worker threads under trio-time timeouts:
+        # no leap of virtual time while a loaded disk works (see autojump_clock)
+        autojump_clock.autojump_threshold = PATIENT_S
         nursery.cancel_scope.cancel()
     await trio.sleep(5)  # down until after they were due
     async with trio.open_nursery() as nursery:
         broker, service = await start(nursery, tmp_path / "b")
+        autojump_clock.autojump_threshold = QUICK_S
         await trio.sleep(5)
         assert service.fired == 10 and service.pending == 0
         nursery.cancel_scope.cancel()
@@ -297,10 +312,14 @@ async def test_timers_of_a_slot_that_cannot_be_read_are_counted_out(autojump_clo
         for i in range(5):
             assert (await broker.send(Message("T", b"%d" % i, properties={"TIMER_DELAY_MS": "5000"}))).ok
         await trio.sleep(1)
+        # the shutdown saves its tables in worker threads under trio-time timeouts:
+        # no leap of virtual time while a loaded disk works (see autojump_clock)
+        autojump_clock.autojump_threshold = PATIENT_S
         nursery.cancel_scope.cancel()
     shutil.rmtree(tmp_path / "store" / "timerlog")
     async with trio.open_nursery() as nursery:
         broker, service = await start(nursery, tmp_path)
+        autojump_clock.autojump_threshold = QUICK_S
         assert service.pending == 5
         await trio.sleep(10)
         assert service.pending == 0
@@ -385,9 +404,13 @@ async def test_fired_timer_log_files_are_deleted_and_the_rest_still_fire(autojum
         for i in range(30):  # pending across the restart
             r = await broker.send(Message("T", b"last-%d" % i, properties={"TIMER_DELAY_MS": str(1000 + 100 * i)}))
             keys.add(r.uniq_key)
+        # the shutdown saves its tables in worker threads under trio-time timeouts:
+        # no leap of virtual time while a loaded disk works (see autojump_clock)
+        autojump_clock.autojump_threshold = PATIENT_S
         nursery.cancel_scope.cancel()
     async with trio.open_nursery() as nursery:
         broker, service = await start(nursery, tmp_path, timers)
+        autojump_clock.autojump_threshold = QUICK_S
         await trio.sleep(6)
         got = set()
         for q in range(4):

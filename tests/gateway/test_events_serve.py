@@ -264,7 +264,10 @@ def test_a_broker_restart_while_an_event_is_retried_loses_nothing(server, hook):
     hook.status = 200
     server.start()
     delivered = hook.wait(lambda rs: [b for s, _h, b in rs if s == 200 and b'"r1"' in b], what="r1 after restart")
-    assert len(delivered) == 1 and json.loads(delivered[0])["type"] == "restart.test"
+    # at least once (docs/EVENTS.md): a stop while the failed attempt was being
+    # handed back to the broker brings r1 twice; never another event, never none
+    assert delivered and all(json.loads(d)["id"] == "r1" and json.loads(d)["type"] == "restart.test"
+                             for d in delivered)
     counts = wait_counts(server, "app", "durable", delivered=1)
     assert counts["deadLettered"] == 0
     code, out, _ = cli(server, "events", "rules", "show", "app", "durable")

@@ -8,6 +8,7 @@ behind), FLUSH_SLAVE_TIMEOUT (a slave that stops acknowledging, after
 from __future__ import annotations
 
 import struct
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -103,6 +104,18 @@ class RawSlave:
                 self.end = offset + len(body)
 
 
+@asynccontextmanager
+async def sync_master(config, store_config):
+    """(broker, its HAService, the HA port, a nursery): a SYNC_MASTER whose
+    slaves are whatever the test connects to the port."""
+    async with open_broker(config, store_config) as broker, trio.open_nursery() as nursery:
+        ha = HAService.from_config(broker.store, config)
+        port = await nursery.start(ha.serve, "127.0.0.1", 0)
+        broker.add_dispatch_listener(ha.notify_written)
+        broker.replicator = ha
+        yield broker, ha, port, nursery
+
+
 @pytest.fixture
 def configs(tmp_path):
     return (BrokerConfig(listen_port=0, broker_role=BrokerRole.SYNC_MASTER, slave_timeout=300, ha_slave_fallbehind_max=4096),
@@ -111,11 +124,7 @@ def configs(tmp_path):
 
 async def test_sync_master_answers_by_what_its_slaves_report(configs):
     config, store_config = configs
-    async with open_broker(config, store_config) as broker, trio.open_nursery() as nursery:
-        ha = HAService.from_config(broker.store, config)
-        port = await nursery.start(ha.serve, "127.0.0.1", 0)
-        broker.add_dispatch_listener(ha.notify_written)
-        broker.replicator = ha
+    async with sync_master(config, store_config) as (broker, ha, port, nursery):
         assert (await broker.send(Message("T", b"alone"))).status is SendStatus.SLAVE_NOT_AVAILABLE
 
         slave = RawSlave(await trio.open_tcp_stream("127.0.0.1", port))
@@ -163,10 +172,7 @@ async def test_sync_master_answers_by_what_its_slaves_report(configs):
 
 async def test_a_slave_reporting_past_the_masters_end_is_not_served(configs):
     config, store_config = configs
-    async with open_broker(config, store_config) as broker, trio.open_nursery() as nursery:
-        ha = HAService.from_config(broker.store, config)
-        port = await nursery.start(ha.serve, "127.0.0.1", 0)
-        broker.replicator = ha
+    async with sync_master(config, store_config) as (broker, ha, port, nursery):
         await broker.send(Message("T", b"x"))
         slave = RawSlave(await trio.open_tcp_stream("127.0.0.1", port))
         await slave.report(10**9)  # a diverged log
@@ -183,11 +189,7 @@ async def test_a_slave_acknowledging_bytes_it_was_never_sent_is_cut_off(configs)
     acknowledge messages as replicated: its link is closed with one line, and
     sends answer SLAVE_NOT_AVAILABLE. A real slave connecting next is served."""
     config, store_config = configs
-    async with open_broker(config, store_config) as broker, trio.open_nursery() as nursery:
-        ha = HAService.from_config(broker.store, config)
-        port = await nursery.start(ha.serve, "127.0.0.1", 0)
-        broker.add_dispatch_listener(ha.notify_written)
-        broker.replicator = ha
+    async with sync_master(config, store_config) as (broker, ha, port, nursery):
         await broker.send(Message("T", b"x"))
         liar = RawSlave(await trio.open_tcp_stream("127.0.0.1", port))
         await liar.report(0)
@@ -228,12 +230,8 @@ def test_fuzz_the_ha_port_never_counts_a_stranger_as_a_replica_and_keeps_serving
     async def main():
         with tempfile.TemporaryDirectory() as tmp:
             config = BrokerConfig(listen_port=0, broker_role=BrokerRole.SYNC_MASTER, slave_timeout=100)
-            async with open_broker(config, StoreConfig(store_path_root_dir=tmp, mapped_file_size_commit_log=1 << 20)) \
-                    as broker, trio.open_nursery() as nursery:
-                ha = HAService.from_config(broker.store, config)
-                port = await nursery.start(ha.serve, "127.0.0.1", 0)
-                broker.add_dispatch_listener(ha.notify_written)
-                broker.replicator = ha
+            store_config = StoreConfig(store_path_root_dir=tmp, mapped_file_size_commit_log=1 << 20)
+            async with sync_master(config, store_config) as (broker, ha, port, nursery):
                 await broker.send(Message("T", b"x"))
                 peer = await trio.open_tcp_stream("127.0.0.1", port)
                 data = encode_report(0) + b"".join(struct.pack(">q", o) for o in offsets)
