@@ -139,6 +139,33 @@ def cluster(tmp_path_factory):
         broker.kill()
 
 
+def stored_per_group(namesrv: str, topic: str) -> dict[str, int]:
+    """Entries of a broker topic on each broker group (``mqgate admin topic status``)."""
+    out = subprocess.run([sys.executable, "-m", "gateway", "admin", "topic", "status", topic, "--namesrv", namesrv,
+                          "--json"], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        return {}
+    per: dict[str, int] = {}
+    for q in json.loads(out.stdout)["queues"]:
+        per[q["brokerName"]] = per.get(q["brokerName"], 0) + q["maxOffset"] - q["minOffset"]
+    return per
+
+
+def stored_once(namesrv: str, topic: str, done) -> dict[str, int]:
+    """``stored_per_group`` once ``done`` of it holds (a broker registers a new
+    topic's route with the name server a moment after creating it), or at the deadline."""
+    deadline = time.monotonic() + WAIT
+    per = stored_per_group(namesrv, topic)
+    while not done(per) and time.monotonic() < deadline:
+        per = stored_per_group(namesrv, topic)
+    return per
+
+
+def group_of(mqtt_topic: str) -> str:
+    """The broker group a node sends an MQTT topic to (gateway.remote_backend.group_for)."""
+    return ("broker-a", "broker-b")[zlib.crc32(mqtt_topic.encode()) % 2]
+
+
 def test_publish_on_one_node_reaches_wildcard_subscribers_on_the_others(cluster):
     _ns, (a, b, c), _ = cluster
     sub_b = Mqtt(b, "wild-b")
@@ -166,7 +193,7 @@ def test_persistent_session_resumes_on_another_node_with_its_offline_messages(cl
     pub = Mqtt(c, "resume-pub")
     for i in range(40):
         pub.publish(f"resume/{i % 8}", b"%d" % i, qos=1)
-    per = stored_per_group(_ns, "resume")
+    per = stored_once(_ns, "resume", lambda per: sum(per.values()) >= 40)
     assert per.get("broker-a", 0) > 0 and per.get("broker-b", 0) > 0, per  # offline messages on both groups
     dev = Mqtt(b, "resume-dev", clean=False)
     assert dev.session_present
@@ -381,18 +408,6 @@ def test_a_node_serves_metrics_about_its_own_clients(cluster):
     here.close()
 
 
-def stored_per_group(namesrv: str, topic: str) -> dict[str, int]:
-    """Entries of a broker topic on each broker group (``mqgate admin topic status``)."""
-    out = subprocess.run([sys.executable, "-m", "gateway", "admin", "topic", "status", topic, "--namesrv", namesrv,
-                          "--json"], capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        return {}
-    per: dict[str, int] = {}
-    for q in json.loads(out.stdout)["queues"]:
-        per[q["brokerName"]] = per.get(q["brokerName"], 0) + q["maxOffset"] - q["minOffset"]
-    return per
-
-
 def test_publishes_on_many_topics_are_spread_over_both_groups_and_reach_subscribers_on_other_nodes(cluster):
     namesrv, (a, b, c), _ = cluster
     sub_b = Mqtt(b, "spread-b")
@@ -410,7 +425,7 @@ def test_publishes_on_many_topics_are_spread_over_both_groups_and_reach_subscrib
         pub.publish(f"spread/{i}", b"%d" % i, qos=1)
     for m in (sub_b, sub_c):
         assert sorted(int(p) for _t, p, _q, _r in m.receive(40)) == list(range(40))
-    after = stored_per_group(namesrv, "spread")
+    after = stored_once(namesrv, "spread", lambda per: sum(per.values()) - sum(before.values()) >= 40)
     grew = {g: after.get(g, 0) - before.get(g, 0) for g in ("broker-a", "broker-b")}
     assert sum(grew.values()) == 40 and min(grew.values()) > 0, (before, after)
     for m in (sub_b, sub_c, pub):
@@ -422,7 +437,7 @@ def test_retained_messages_on_either_group_are_served_to_new_subscribers_on_any_
     pub = Mqtt(a, "ret2-pub")
     for k in range(8):
         pub.publish(f"ret2/{k}", b"kept%d" % k, qos=1, retain=True)
-    per = stored_per_group(namesrv, "ret2")
+    per = stored_once(namesrv, "ret2", lambda per: sum(per.values()) >= 8)
     assert per.get("broker-a", 0) > 0 and per.get("broker-b", 0) > 0, per
     for port in (a, c):
         deadline = time.monotonic() + WAIT
@@ -434,11 +449,6 @@ def test_retained_messages_on_either_group_are_served_to_new_subscribers_on_any_
             sub.close()
         assert sorted((t, p, r) for t, p, _q, r in got) == [(f"ret2/{k}", b"kept%d" % k, True) for k in range(8)]
     pub.close()
-
-
-def group_of(mqtt_topic: str) -> str:
-    """The broker group a node sends an MQTT topic to (gateway.remote_backend.group_for)."""
-    return ("broker-a", "broker-b")[zlib.crc32(mqtt_topic.encode()) % 2]
 
 
 def test_a_group_without_master_stops_only_its_topics(cluster):  # the last test: it kills broker-b
