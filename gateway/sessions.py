@@ -203,8 +203,15 @@ class Session:
         return new
 
     def unsubscribe(self, text: str) -> bool:
-        """Forget a subscription (the caller removes it from the trie); True if it existed."""
-        return bool(self.subs) and self.subs.pop(text, None) is not None
+        """Forget a subscription (the caller removes it from the trie); True if it existed.
+        The last one gone, the session holds no dict again: a dict keeps the
+        table of its largest size (a topic flood's, tests/faults/topic_memory.py)."""
+        subs = self.subs
+        if not subs or subs.pop(text, None) is None:
+            return False
+        if not subs:
+            self.subs = _NONE
+        return True
 
     def track(self, packet_id: int, ref, d: Delivery) -> None:
         """A QoS 1/2 delivery has started with ``packet_id`` (see ``refs``, ``mem``)."""
