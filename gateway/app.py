@@ -187,7 +187,7 @@ class MQTTGateway:
         if not items:
             return True
         results = await self.backend.send_many(items)
-        bad = [r for r in results if not r.status.stored]
+        bad = [r for r in results if not r.ok]
         if bad:
             log.error("gateway meta records not stored: %s %s", bad[0].status.name, bad[0].remark)
             return False

@@ -87,7 +87,7 @@ class MetaLog:
 
     def stored_hook(self, msg: Message, result) -> None:
         """Broker stored hook: every meta record appended updates the image."""
-        if msg.topic != META_TOPIC or not result.status.stored:
+        if msg.topic != META_TOPIC or not result.ok:
             return
         try:
             kind, key, value = decode_record(msg.body)
@@ -218,7 +218,7 @@ class MetaLog:
         """Store ``items``: the queue offset of the first, or None (logged) if
         any was refused."""
         results = await self.broker.send_many(items)
-        bad = [r for r in results if not r.status.stored]
+        bad = [r for r in results if not r.ok]
         if bad:
             log.error("gateway meta compaction stopped: %s %s; the checkpoint stays at offset %d",
                       bad[0].status.name, bad[0].remark, self.start)

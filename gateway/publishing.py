@@ -148,7 +148,7 @@ async def _after_store(conn: Connection, plan, items, results) -> None:
     for pub, idx, code, reason in plan:
         if idx is not None:
             r = results[idx]
-            if not r.status.stored:
+            if not r.ok:
                 code, reason = R.UNSPECIFIED_ERROR, f"not stored: {r.status.name} {r.remark or ''}".strip()
                 if pub.topic.startswith("$delayed/"):
                     code = R.IMPLEMENTATION_SPECIFIC_ERROR  # e.g. the timer service refused the delay

@@ -101,7 +101,7 @@ async def store_server_publish(backend: BrokerBackend, set_retained: SetRetained
         raise error
     if len(results) < len(items):
         raise NotStored("the broker is stopping")
-    if not results[0].status.stored:
+    if not results[0].ok:
         raise NotStored(f"{results[0].status.name} {results[0].remark or ''}".strip())
     if pub.retain and PROPERTY_TIMER_OUT_MS not in items[0][0].properties:  # a parked one: when it fires
         await set_retained([(topic, pub.payload, results[0].physical_offset)])
