@@ -156,6 +156,10 @@ class PullPath:
             True, slow, gcfg.which_broker_when_consume_slowly, gcfg.broker_id)
         return result
 
+    def queue_waited_on(self, topic: str, queue_id: int) -> bool:
+        """Whether a parked pull (or a session) waits for the queue to grow."""
+        return self._notifier.waiting(topic, queue_id)
+
     async def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
                          tag_codes: frozenset[int] | None = None) -> PullResult:
         """Raw queue read without group or topic checks (session queues, internal services)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Callable, Iterable
+from typing import Iterable
 
 import trio
 
@@ -50,7 +50,6 @@ class BrokerContext:
         self,
         broker: Broker,
         *,
-        on_topics_changed: Callable[[], None] | None = None,
         client_expired_ms: int = CHANNEL_EXPIRED_MS,
         lock_lease_ms: int = LOCK_LEASE_MS,
     ) -> None:
@@ -58,7 +57,6 @@ class BrokerContext:
         self.clients = ClientTable()
         self.locks = LockTable(lock_lease_ms)
         self.client_expired_ms = client_expired_ms
-        self.on_topics_changed = on_topics_changed
         self.notifications_sent = 0
 
     @property

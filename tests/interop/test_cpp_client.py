@@ -3,8 +3,11 @@
 Each test uses its own topic and groups. A push consumer's first rebalance
 happens when the broker notifies the group of the new member (right after
 its first heartbeat) provided the topic's route already exists, so topics
-are created first; the ``%RETRY%<group>`` queue is only allocated at the
-client's 10 s rebalance timer, as against a Java broker.
+are created first. The same holds for ``%RETRY%<group>``: the broker creates
+it at the group's first heartbeat, after the consumer read its routes, so the
+client only sees it at its next route update (3 s after start, then every
+30 s per process) and allocates it at the next 10 s rebalance, as against a
+Java broker; a test that needs retries creates the retry topic first.
 """
 
 import threading
@@ -13,6 +16,7 @@ from collections import defaultdict
 
 import pytest
 
+from core.broker import retry_topic
 from harness import create_topic, queue_count, wait_for
 from rocketmq.client import Message, MessageModel, Producer, PushConsumer, SendStatus
 
@@ -179,14 +183,21 @@ def test_broadcasting(cluster, names):
 def test_reconsume_later_goes_through_retry_then_dlq(cluster, names):
     """A listener that always fails: the message comes back via %RETRY%<group>
     with growing reconsume times, and after 16 retries it is in %DLQ%<group>.
-    The cluster runs with short delay levels (harness.FAST_DELAY_LEVELS)."""
+    The cluster runs with short delay levels (harness.FAST_DELAY_LEVELS).
+
+    The group's retry topic exists before the consumer starts, as for any group
+    that has consumed before (module docstring: otherwise the first retry waits
+    for the client's route and rebalance timers, over a minute once under load)."""
     topic, pg, cg = names("TopicRetry"), names("PG"), names("CG")
     create_topic(cluster, topic, 1)
+    retry = retry_topic(cg)
+    cluster.call(cluster.broker.ensure_topic, retry, 1)
     inbox = Inbox(fail=lambda m: True)
     c = consumer(cluster, cg, topic, inbox)
     p = producer(cluster, pg)
     try:
-        time.sleep(0.5)
+        # both queues long-polled: the consumer has its route and assignment for each
+        assert wait_for(lambda: all(cluster.call_sync(cluster.broker.queue_waited_on, t, 0) for t in (topic, retry)), 30)
         p.send_sync(msg(topic, "poison", "TagP"))
         dlq = f"%DLQ%{cg}"
         assert wait_for(lambda: cluster.call_sync(cluster.broker.get_topic, dlq) is not None
