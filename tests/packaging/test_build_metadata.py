@@ -5,6 +5,7 @@ kernels (setup.py)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -23,8 +24,10 @@ def test_wheel_builds_without_deprecation_warnings(tmp_path):
         shutil.copy(ROOT / name, src / name)
     for room in ("core", "gateway", "spark", "loadtest"):
         shutil.copytree(ROOT / room, src / room, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
+    # -O0: this test checks what the build prints and ships, not the kernels' speed (3x quicker)
+    env = {**os.environ, "CFLAGS": (os.environ.get("CFLAGS", "") + " -O0").strip()}
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", str(src), "-w", str(tmp_path / "dist")],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=env)
     out = r.stdout + r.stderr
     if r.returncode != 0 and "setuptools" in out and ("No matching distribution" in out or "Could not find" in out):
         pytest.skip("no package index to fetch the build backend from")
