@@ -59,7 +59,7 @@ from gateway.mapping import now_ms
 from gateway.membership import Membership
 from gateway.meta import META_TOPIC, SNAP, decode_record, record
 from gateway.nodes import P_NODE, P_SHARE_PICKS, node_queue_name
-from gateway.owners import TAKE_WAIT, ClientOwners
+from gateway.owners import ClientOwners
 from gateway.remote_backend import returned_after_waiting
 from gateway.sessions import Delivery, Session, SubOptions
 from gateway.wills import will_from_record
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgate.gateway")
 RETRY_PAUSE = 1.0
-RELEASE_WAIT = 2.0  # seconds a CONNECT waits for another node to release a session (wait_release)
+RELEASE_WAIT = 2.0  # seconds a CONNECT waits for another node to release a session (wait_release; [mqtt] releaseWait)
 NEVER = 0xFFFFFFFF  # a session expiry interval that never ends
 
 
@@ -80,10 +80,12 @@ def _here(sess: Session) -> bool:
 
 
 class ClusterSync:
-    def __init__(self, backend: RemoteBackend, node_id: str, owners: ClientOwners | None = None) -> None:
+    def __init__(self, backend: RemoteBackend, node_id: str, owners: ClientOwners | None = None,
+                 release_wait: float = RELEASE_WAIT) -> None:
         self.backend = backend
         self.node_id = node_id
         self.owners = owners  # etcd decides who owns a client id (else the meta records' order)
+        self.release_wait = release_wait
         self.node_queue = node_queue_name(node_id)
         self.gw: MQTTGateway | None = None
         self.meta_offset = 0
@@ -258,13 +260,13 @@ class ClusterSync:
 
     async def wait_release(self, cid: str) -> None:
         """Before a CONNECT takes a persistent session that another (live) node
-        shows connected: wait, at most ``RELEASE_WAIT``, for that node's next
+        shows connected: wait, at most ``release_wait``, for that node's next
         record of it. A client that has just disconnected there is released
         within milliseconds (its record carries its flows in flight); one
         still connected there is taken over after the wait."""
         if self.owners is not None:
             return  # the owner key was taken: the old owner has written its final record
-        deadline = trio.current_time() + RELEASE_WAIT
+        deadline = trio.current_time() + self.release_wait
         router = self.gw.router
         while trio.current_time() < deadline:
             stub = router.sessions.get(cid)
@@ -298,7 +300,7 @@ class ClusterSync:
     async def _release_for(self, cid: str, value: dict) -> None:
         """Another node asks for ``cid``: close its connection here (its close
         writes the final record and releases the key), or release at once."""
-        with trio.move_on_after(TAKE_WAIT):
+        with trio.move_on_after(self.owners.take_wait):
             await self.owners.claims_done(cid)  # a CONNECT under way here ends first
         sess = self.gw.router.sessions.get(cid)
         if sess is not None and sess.node is None and sess.conn is not None:

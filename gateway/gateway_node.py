@@ -40,6 +40,7 @@ from .nodes import new_node_id
 from .owners import ETCD_TIMEOUT, ClientOwners, owner_prefix
 from .remote_backend import RemoteBackend
 from .serve import _stop_on_signal, check_http_config, check_mqtt_config
+from .settings import GatewaySettings
 
 log = logging.getLogger("mqgate")
 
@@ -48,6 +49,7 @@ async def serve_gateway_node(cfg: ServeConfig, namesrv: list[str], *, node_id: s
                              etcd: list[str] = (), stop: trio.Event | None = None,
                              task_status=trio.TASK_STATUS_IGNORED) -> None:
     node_id = node_id or new_node_id()
+    session = GatewaySettings.from_dict(cfg.mqtt).session  # checked again by make_mqtt_gateway
     async with open_client_api() as api, AsyncExitStack() as stack:
         owners = None
         if etcd:
@@ -56,13 +58,13 @@ async def serve_gateway_node(cfg: ServeConfig, namesrv: list[str], *, node_id: s
             client = await stack.enter_async_context(EtcdClient(list(etcd), timeout=ETCD_TIMEOUT))
             prefix = owner_prefix(str(cfg.broker.get("etcdKeyPrefix", "/mqgate")),
                                   str(cfg.broker.get("brokerClusterName", "DefaultCluster")))
-            owners = ClientOwners(client, prefix, node_id)
+            owners = ClientOwners(client, prefix, node_id, ttl=session.owner_lease_ttl)
         backend = RemoteBackend(api, namesrv, node_id=node_id,
                                 default_queue_nums=int(cfg.broker.get("defaultTopicQueueNums", 4)))
         async with trio.open_nursery() as outer:
             await outer.start(backend.run)
             async with trio.open_nursery() as nursery:
-                cluster = ClusterSync(backend, node_id, owners)
+                cluster = ClusterSync(backend, node_id, owners, release_wait=session.release_wait)
                 gw, specs = make_mqtt_gateway(backend, cfg.mqtt, host=cfg.host, mqtt_port=cfg.mqtt_port,
                                               ws_port=cfg.ws_port, cluster=cluster)
                 ports = await nursery.start(gw.run, specs)

@@ -5,16 +5,16 @@ which lets two nodes run one client id for a moment. With etcd, a client id
 has one owner key, ``<etcdKeyPrefix>/gateway/<brokerClusterName>/owner/<client id>``,
 whose value is the owning node's id, put with that node's lease:
 
-* Each node holds one lease of ``OWNER_TTL`` seconds, renewed every third of
+* Each node holds one lease of ``ttl`` seconds (``[mqtt] ownerLeaseTtl``, 5), renewed every third of
   it. A node whose renewals have failed for a whole TTL counts its lease as
   lost: it closes the connections it owns (they may be owned elsewhere by
   now, ``on_lost``) and grants itself a new lease. A SIGKILLed node's keys go
-  when its lease expires, ``OWNER_TTL`` after its last renewal.
+  when its lease expires, ``ttl`` after its last renewal.
 * A CONNECT runs inside ``claim``: the key is taken in a transaction (absent,
   or already this node's), and only then is the session read and the
   CONNACK sent. When another node owns it, this node asks that node once to
   release it (``ask``: a ``"rel"`` meta record, ``gateway.cluster``) and tries
-  the transaction again until ``TAKE_WAIT`` has passed: then the CONNECT is
+  the transaction again until ``take_wait`` (TTL + 3 s) has passed: then the CONNECT is
   refused (``OwnerUnavailable``), never run beside the other owner. etcd not
   answering refuses it too. Two CONNECTs racing on two nodes: one
   transaction wins, the other asks and waits.
@@ -40,7 +40,7 @@ from core.ha import Compare, EtcdClient, EtcdError, KeyValue, LeaseNotFound, Op
 log = logging.getLogger("mqgate.gateway")
 
 OWNER_TTL = 5  # seconds a node's lease lives without renewal
-TAKE_WAIT = OWNER_TTL + 3.0  # seconds a CONNECT waits for another node's key to go
+TAKE_MARGIN = 3.0  # a CONNECT waits for another node's key at most the TTL plus this (``take_wait``)
 ETCD_TIMEOUT = 1.0  # seconds per etcd request (a CONNECT is refused after it when etcd is silent)
 _FIRST_PAUSE = 0.02  # seconds between the transactions of a waiting CONNECT, doubling ...
 _MAX_PAUSE = 0.25  # ... up to this
@@ -62,6 +62,7 @@ class ClientOwners:
         self.prefix = prefix
         self.node_id = node_id
         self.ttl = ttl
+        self.take_wait = ttl + TAKE_MARGIN  # seconds a CONNECT waits for another node's key to go
         self.lease = 0  # 0: none (not granted yet, or lost)
         self._claims: dict[str, int] = {}  # client id -> CONNECTs under way here
         self._claims_changed = trio.Event()
@@ -123,7 +124,7 @@ class ClientOwners:
 
     @asynccontextmanager
     async def claim(self, cid: str, ask: Callable[[str, str], Awaitable[None]]):
-        """Own ``cid`` for a CONNECT (``OwnerUnavailable`` if not within ``TAKE_WAIT``)."""
+        """Own ``cid`` for a CONNECT (``OwnerUnavailable`` if not within ``take_wait``)."""
         self._claims[cid] = self._claims.get(cid, 0) + 1
         try:
             await self._take(cid, ask)
@@ -137,7 +138,7 @@ class ClientOwners:
 
     async def _take(self, cid: str, ask: Callable[[str, str], Awaitable[None]]) -> None:
         key, me = self.key(cid), self.node_id
-        deadline = trio.current_time() + TAKE_WAIT
+        deadline = trio.current_time() + self.take_wait
         asked = None
         pause = _FIRST_PAUSE
         while True:
@@ -161,7 +162,7 @@ class ClientOwners:
                 asked = owner
                 await ask(cid, owner)
             if trio.current_time() >= deadline:
-                raise OwnerUnavailable(f"client id still owned by gateway node {owner} after {TAKE_WAIT:g} s")
+                raise OwnerUnavailable(f"client id still owned by gateway node {owner} after {self.take_wait:g} s")
             await trio.sleep(pause)
             pause = min(pause * 2, _MAX_PAUSE)
 

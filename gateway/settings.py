@@ -56,7 +56,8 @@ from gateway.meta_log import CompactionSettings
 from gateway.tracing import TRACE_KEYS, TraceSettings
 
 SESSION_KEYS = frozenset({"sysInterval", "retainAvailable", "writeTimeout", "maxOutboundBytes", "serverReference",
-                          "metaCompactionMinRecords", "metaCompactionRatio", "metaCompactionBatch"})
+                          "metaCompactionMinRecords", "metaCompactionRatio", "metaCompactionBatch",
+                          "ownerLeaseTtl", "releaseWait"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +68,8 @@ class SessionSettings:
     max_outbound_bytes: int = 8 * 1024 * 1024
     server_reference: str | None = None  # told to MQTT 5 clients when a gateway node drains
     compaction: CompactionSettings = CompactionSettings()
+    owner_lease_ttl: int = 5  # gateway nodes with etcd: seconds an owner lease lives (gateway.owners)
+    release_wait: float = 2.0  # gateway nodes without etcd: seconds a CONNECT waits for a release (gateway.cluster)
 
 
 def _number(table: Mapping[str, Any], key: str, default, low, high):
@@ -105,6 +108,8 @@ class GatewaySettings:
                 min_records=int(_number(table, "metaCompactionMinRecords", 10_000, 0, 1 << 40)),
                 ratio=float(_number(table, "metaCompactionRatio", 2.0, 1.0, 1000)),
                 batch=int(_number(table, "metaCompactionBatch", 1000, 1, 100_000))),
+            owner_lease_ttl=int(_number(table, "ownerLeaseTtl", 5, 2, 60)),
+            release_wait=float(_number(table, "releaseWait", 2.0, 0, 60)),
         )
         return cls(limits, session, Authenticator.from_dict(table, hosts=hosts), acl_from_dict(table),
                    TraceSettings.from_dict(table))

@@ -121,3 +121,23 @@ def test_the_largest_delay_accepted_fits_the_timer_log(tmp_path):
         assert (unit.delayed_ms, unit.offset_py) == (t.max_delay_s * 1000, 1234)
     finally:
         wheel.close()
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("ownerLeaseTtl", 1, "[mqtt] ownerLeaseTtl must be a number in 2..60, not 1"),
+    ("releaseWait", -1, "[mqtt] releaseWait must be a number in 0..60, not -1"),
+    ("releaseWait", "2s", "[mqtt] releaseWait must be a number in 0..60, not '2s'"),
+])
+def test_bad_gateway_node_timings_say_key_value_and_range(key, value, words):
+    from gateway.settings import GatewaySettings
+    with pytest.raises(ConfigError) as e:
+        GatewaySettings.from_dict({key: value})
+    assert str(e.value) == words
+
+
+def test_gateway_node_timings_reach_the_session_settings():
+    from gateway.settings import GatewaySettings
+    s = GatewaySettings.from_dict({"ownerLeaseTtl": 3, "releaseWait": 0.5}).session
+    assert (s.owner_lease_ttl, s.release_wait) == (3, 0.5)
+    d = GatewaySettings.from_dict({}).session
+    assert (d.owner_lease_ttl, d.release_wait) == (5, 2.0)

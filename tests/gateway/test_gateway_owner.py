@@ -228,11 +228,15 @@ def test_qos1_in_flight_on_a_live_connection_moves_with_its_packet_ids(owned):
     pub.close()
 
 
-def _extra_node(owned, name: str) -> ServeProcess:
-    """A third gateway node with etcd, for a test that stops it."""
+def _extra_node(owned, name: str, *config: str) -> ServeProcess:
+    """A third gateway node with etcd, for a test that stops it; ``config``: [mqtt] lines."""
     etcd, namesrv, _ports, root = owned
+    args = ()
+    if config:
+        (root / f"{name}.toml").write_text("[mqtt]\n" + "\n".join(config) + "\n")
+        args = ("--config", str(root / f"{name}.toml"))
     return ServeProcess(root / name, "--namesrv", namesrv, "--etcd", etcd.endpoint, "--mqtt-port", str(free_port()),
-                        "--ws-port", "0", role="gateway").start()
+                        "--ws-port", "0", *args, role="gateway").start()
 
 
 def _race(a: int, b: int, cid: str) -> tuple[Raw, Raw, int]:
@@ -294,11 +298,16 @@ def test_two_connects_racing_on_two_nodes_never_both_run(owned):
 
 
 def test_sigkill_of_the_owner_the_session_resumes_elsewhere_after_the_lease(owned):
-    _etcd, _ns, (a, _b), _root = owned
-    doomed = _extra_node(owned, "doomed")
+    """The dead node's lease has its own TTL ([mqtt] ownerLeaseTtl = 2, not 5)."""
+    etcd, _ns, (a, _b), _root = owned
+    ttl = 2
+    doomed = _extra_node(owned, "doomed", f"ownerLeaseTtl = {ttl}")
     try:
         d = doomed.ports["mqtt-tcp"]
         sub = Mqtt(d, "own-kill-sub", clean=False, version=4)
+        (kv,) = _etcd_call(etcd.endpoint, "/v3/kv/range", {"key": base64.b64encode(f"{PREFIX}own-kill-sub".encode()).decode()})["kvs"]
+        granted = _etcd_call(etcd.endpoint, "/v3/lease/timetolive", {"ID": kv["lease"]})
+        assert int(granted["grantedTTL"]) == ttl
         sub.subscribe("own/kill/#", 1)
         pub = Mqtt(d, "own-kill-pub", version=4)
         acked = set(range(20))
@@ -314,7 +323,7 @@ def test_sigkill_of_the_owner_the_session_resumes_elsewhere_after_the_lease(owne
         sub = Mqtt(a, "own-kill-sub", clean=False, version=4)  # accepted once the dead node's lease expired
         took = time.monotonic() - killed
         assert sub.session_present
-        assert took <= OWNER_TTL + 3, took
+        assert took <= ttl + 3, took
         got = before | sub.receive_payloads_until(acked - before)
         assert got >= acked, sorted(acked - got)
         sub.close()
