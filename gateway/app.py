@@ -148,7 +148,8 @@ class MQTTGateway:
             await trio.sleep_forever()
         ports = await nursery.start(partial(
             serve_listeners, listeners, self.handle,
-            max_connections=self.settings.limits.max_connections, stats=self.listener_stats))
+            max_connections=self.settings.limits.max_connections,
+            max_connection_rate=self.settings.limits.max_connection_rate, stats=self.listener_stats))
         task_status.started(ports)
 
     async def drain(self, timeout: float = 10.0) -> None:

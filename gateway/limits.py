@@ -20,6 +20,16 @@ maxConnections             100000              open MQTT connections over all
                                                listeners; one more is accepted
                                                then closed at once, logged and
                                                counted (``refused``)
+maxConnectionRate          0                   connections accepted per second
+                                               over all listeners, in bursts
+                                               of one second's worth (0 = no
+                                               limit; EMQX's max_conn_rate).
+                                               Over it, new connections wait
+                                               in the kernel's listen backlog
+                                               (nothing is accepted, read or
+                                               allocated for them), so a
+                                               connection flood cannot take
+                                               the CPU from connected clients
 maxPacketSize              1048576 (1 MiB)     largest MQTT packet accepted (and
                                                announced in CONNACK, 5.0); like
                                                EMQX. Protocol maximum is
@@ -88,6 +98,7 @@ class QueueOverflow(enum.Enum):
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     max_connections: int = 100_000
+    max_connection_rate: int = 0
     max_packet_size: int = 1_048_576
     max_inflight_messages: int = 32
     max_queued_messages: int = 1000
@@ -101,6 +112,7 @@ class Limits:
 
     def __post_init__(self) -> None:
         _int_in(self.max_connections, 1, 10**9, "maxConnections")
+        _int_in(self.max_connection_rate, 0, 10**9, "maxConnectionRate")
         # 2 is the smallest packet there is (PINGREQ).
         _int_in(self.max_packet_size, 2, MQTT_MAX_PACKET_SIZE, "maxPacketSize")
         _int_in(self.max_inflight_messages, 1, 65535, "maxInflightMessages")

@@ -1,4 +1,4 @@
-"""A client's publish quota (``maxPublishRate``): a token bucket per connection.
+"""A token bucket: a client's publish quota (``maxPublishRate``) and the listeners' accept rate (``maxConnectionRate``).
 
 Rules kept here:
 - The bucket holds at most one second's worth of messages (``rate``), and

@@ -25,6 +25,9 @@ Rules kept here:
 - Over ``max_connections`` (default 100000, over all listeners of one
   ``serve_listeners``) a new socket is closed at once, counted
   (``stats.refused``) and logged (at most one line a second).
+- ``max_connection_rate`` (default 0, none): at most that many accepts a
+  second over all listeners, in bursts of one second's worth; the others
+  wait in the kernel's listen backlog, unaccepted.
 - Whatever a connection does (handshake error, handler exception), the
   listener goes on serving; the stream is closed when the handler returns,
   within 2 s (then forcefully). The handler need not close it.

@@ -14,6 +14,7 @@ from gateway.config import ConfigError
 from gateway.listeners._spec import ConnectionInfo, ListenerSpec, ListenerStats
 from gateway.listeners._tls import identity_from_peercert
 from gateway.listeners._websocket import HandshakeError, accept_websocket
+from gateway.quota import PublishQuota
 
 log = logging.getLogger("mqgate.gateway")
 
@@ -31,8 +32,9 @@ _connection_ids = itertools.count(1)
 class _Gate:
     """The connection count shared by every listener of one serve_listeners."""
 
-    def __init__(self, max_connections: int, stats: ListenerStats) -> None:
+    def __init__(self, max_connections: int, stats: ListenerStats, max_rate: int = 0) -> None:
         self.max_connections = max_connections
+        self.rate = PublishQuota(max_rate) if max_rate else None  # accepts per second (maxConnectionRate)
         self.stats = stats
         self._last_refusal_log = -1e9
         self._unlogged = 0
@@ -62,6 +64,7 @@ class _Gate:
 
 async def serve_listeners(specs: Sequence[ListenerSpec], handler: Handler, *,
                           max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                          max_connection_rate: int = 0,
                           stats: ListenerStats | None = None,
                           task_status: trio.TaskStatus[dict[str, int]] = trio.TASK_STATUS_IGNORED,
                           ) -> None:
@@ -72,7 +75,7 @@ async def serve_listeners(specs: Sequence[ListenerSpec], handler: Handler, *,
     names = [s.name for s in enabled]
     if len(set(names)) != len(names):
         raise ConfigError(f"listener names must be unique, got {names}")
-    gate = _Gate(max_connections, stats if stats is not None else ListenerStats())
+    gate = _Gate(max_connections, stats if stats is not None else ListenerStats(), max_connection_rate)
     for spec in specs:
         if not spec.enabled:
             log.info("MQTT %s listener off (port 0)", spec.name)
@@ -113,6 +116,8 @@ async def _accept_loop(listener: trio.SocketListener, spec: ListenerSpec, ctx: s
                        handler: Handler, gate: _Gate, nursery: trio.Nursery) -> None:
     async with listener:
         while True:
+            if gate.rate is not None:  # over maxConnectionRate: leave the next one in the listen backlog
+                await gate.rate.wait(1)
             try:
                 stream = await listener.accept()
             except OSError as e:

@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--load-max", type=float, default=8.0)
     p.add_argument("--fuzz-frames", type=int, default=FULL["fuzz_frames"])
     p.add_argument("--slowloris", type=int, default=FULL["slowloris"], help="connections that never finish CONNECT")
+    p.add_argument("--max-connection-rate", type=int, default=0,
+                   help="[mqtt] maxConnectionRate of the hostile run's server (0: none)")
     p.add_argument("--churn", type=int, default=FULL["churn"], help="connects and disconnects")
     p.add_argument("--topics", type=int, default=FULL["topics"], help="distinct topics subscribed and unsubscribed")
     p.add_argument("--soak-minutes", type=float, default=FULL["soak_minutes"])
@@ -126,7 +128,8 @@ def run(args, log=print) -> dict:
     if "hostile" in kinds:
         acl = work / "acl"
         acl.write_text(hostile.ACL_FILE)
-        server = CampaignServer(work / "hostile", mqtt_extra=f'connectTimeout = 5.0\naclFile = "{acl}"')
+        server = CampaignServer(work / "hostile", mqtt_extra=f'connectTimeout = 5.0\naclFile = "{acl}"\n'
+                                                             f'maxConnectionRate = {args.max_connection_rate}')
         server.start()
         try:
             h = {"slowloris": hostile.slowloris(server, args.slowloris, 5.0)}

@@ -442,6 +442,30 @@ async def test_connection_limit_refuses_extra_sockets(caplog):
     assert "maxConnections (2) reached" in caplog.text
 
 
+async def test_connection_rate_leaves_the_rest_in_the_backlog(autojump_clock):
+    """maxConnectionRate 4: a burst of 4 is accepted at once, then 4 a second;
+    the others wait unaccepted (their TCP connect has succeeded: the kernel's
+    backlog holds them). Virtual time: the waits cost no real time."""
+    stats = ListenerStats()
+    times = []
+
+    async def handler(stream, info):
+        times.append(trio.current_time())
+        await stream.send_all(b"hi")
+
+    async with serving([spec("tcp")], handler, max_connection_rate=4, stats=stats) as ports:
+        t0 = trio.current_time()
+        clients = [await trio.open_tcp_stream("127.0.0.1", ports["tcp"]) for _ in range(12)]
+        with trio.fail_after(30):
+            for c in clients:
+                assert await receive_exactly(c, 2) == b"hi"
+    assert stats.accepted == 12 and stats.refused == 0
+    waited = sorted(t - t0 for t in times)
+    assert waited[3] < 0.1  # the burst
+    for k in range(4, 12):  # then one every 1/4 s at the earliest
+        assert waited[k] >= (k - 3) / 4 - 1e-6, waited
+
+
 # --- configuration ----------------------------------------------------------------
 
 def test_listener_specs_from_dict(certs):
