@@ -96,11 +96,13 @@ class MessagingService:
 
     def attach(self, client_id: str, channel: "TelemetryChannel") -> None:
         """A Telemetry stream opened: the way to send commands to that client."""
+        log.debug("telemetry stream of client %s opened", client_id)
         self.streams[client_id] = channel
 
     def detach(self, client_id: str, channel: "TelemetryChannel") -> None:
         """The stream ended: the client is gone, or will say who it is again (heartbeat, settings)."""
         channel.closed = True
+        log.debug("telemetry stream of client %s ended", client_id)
         if self.streams.get(client_id) is channel:
             del self.streams[client_id]
             self.clients.pop(client_id, None)
@@ -199,6 +201,7 @@ class MessagingService:
 
     async def heartbeat(self, req: pb.HeartbeatRequest, client_id: str) -> pb.HeartbeatResponse:
         c = self._client(client_id)
+        log.debug("heartbeat of %s client %s", pb.ClientType.Name(req.client_type), client_id)
         c.client_type = req.client_type
         if req.HasField("group") and req.group.name:
             c.group = req.group.name
@@ -223,6 +226,7 @@ class MessagingService:
             return None
         s = cmd.settings
         c = self._client(client_id)
+        log.debug("settings of %s client %s", pb.ClientType.Name(s.client_type), client_id)
         c.client_type = s.client_type
         c.language = pb.Language.Name(s.user_agent.language) if s.user_agent.language in pb.Language.values() else ""
         c.version = s.user_agent.version
