@@ -181,6 +181,41 @@ def transactions(endpoint: str, topic: str, group: str) -> dict:
     return {"got": [m["body"] for m in got], "checked": checker.checked}
 
 
+class Undecided(TransactionChecker):
+    def check(self, message) -> TransactionResolution:
+        return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
+
+
+def tx_leave_open(endpoint: str, topic: str) -> dict:
+    """Send one half and go away (NotifyClientTermination) without ending it."""
+    producer = Producer(config(endpoint), (topic,), Undecided())
+    producer.startup()
+    try:
+        receipt = producer.send(message(topic, b"left open"), producer.begin_transaction())
+    finally:
+        producer.shutdown()
+    return {"id": receipt.message_id}
+
+
+def tx_commit_on_check(endpoint: str, topic: str, group: str) -> dict:
+    """A producer of ``topic`` whose checker commits, and a consumer: what was checked and received."""
+    checker = CommitOnCheck()
+    producer = Producer(config(endpoint), (topic,), checker)
+    producer.startup()
+    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 3)
+    consumer.startup()
+    got, t0 = [], time.time()
+    try:
+        while time.time() - t0 < 40 and not got:
+            for m in consumer.receive(16, 30):
+                got.append(seen(m, t0))
+                consumer.ack(m)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return {"got": [(m["body"], m["id"]) for m in got], "checked": checker.checked}
+
+
 class FailFirstDelivery(MessageListener):
     """Consumes every message; the body ``retry-me`` fails on its first delivery."""
 
@@ -514,6 +549,8 @@ SCENARIOS = {
     "restart_after": restart_after,
     "push": push,
     "transactions": transactions,
+    "tx_leave_open": tx_leave_open,
+    "tx_commit_on_check": tx_commit_on_check,
     "send_and_receive": send_and_receive,
     "redelivery": redelivery,
     "send": send,
