@@ -448,7 +448,7 @@ class TransactionService:
         now = trio.current_time()
         interval = self.config.check_interval_ms / 1000
         channels: dict[str, list[Any]] = {}  # producer group -> its live channels, looked up once a pass
-        unreachable: dict[str, int] = {}  # producer group -> transactions it left waiting in this pass
+        unreachable: set[str] = set()  # producer groups whose transactions wait in this pass
         for origin in sorted(o for o, t in self._pending.items() if t.due <= now):
             tx = self._pending.get(origin)
             if tx is None or tx.due > now or origin in self._ending:
@@ -466,7 +466,7 @@ class TransactionService:
                 channels[group] = [c for c in self.producer_channels(group) if not c.closed]
             if not channels[group]:  # not asked, not counted: the producer may come back with its answer
                 self.checks_unreachable += 1
-                unreachable[group] = unreachable.get(group, 0) + 1
+                unreachable.add(group)
                 tx.due = now + interval
                 continue
             try:
@@ -483,17 +483,18 @@ class TransactionService:
             return f"older than fileReservedTime ({self.config.max_age_ms // 3_600_000} h)"
         return ""
 
-    def _log_unreachable(self, unreachable: dict[str, int], now: float, interval: float) -> None:
+    def _log_unreachable(self, unreachable: set[str], now: float, interval: float) -> None:
         """One line per producer group per interval, however many transactions wait for it."""
         logged = self._unreachable_logged
         for group in [g for g, at in logged.items() if now - at >= interval]:
             del logged[group]
-        for group, n in unreachable.items():
+        for group in unreachable:
             if group not in logged:
                 logged[group] = now
+                waiting = sum(1 for t in self._pending.values() if t.producer_group == group)
                 log.info("no producer of group %s is connected: %d transaction(s) of it wait for their check "
                          "(not counted against transactionCheckMax); trying again every %.0f s",
-                         group, n, interval)
+                         group, waiting, interval)
 
     async def _read_half(self, tx: PendingTransaction) -> StoredMessage | None:
         raw = await self.broker.read_at(tx.physical_offset)
