@@ -221,7 +221,7 @@ def _tx_verdict(server: CampaignServer, path: Path, timeout: float) -> dict:
     # what the application wanted.
     unanswered = (want - committed) - set(visible)
     return {"halves": len(halves), "committed_acked": len(committed),
-            "checks_answered": sum(1 for r in lines if r["kind"] == "check"),
+            "checks_answered": sum(1 for r in _read_jsonl(path) if r["kind"] == "check"),  # after the wait
             "expected_committed": len(want), "lost": len(committed - set(visible)),
             "lost_sample": sorted(committed - set(visible))[:10],
             "rolled_back_after_unanswered_checks": len(unanswered),
