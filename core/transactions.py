@@ -42,11 +42,15 @@ Rules kept here:
   ``CHECK_IMMUNITY_TIME_IN_SECONDS``, never less), then every
   ``transactionCheckInterval`` per transaction; each check re-appends the
   half and sends CHECK_TRANSACTION_STATE, oneway, to one live channel of
-  the producer group (round robin). When no producer of the group is
-  connected the attempt still counts, and the wait before the next one
-  doubles (at most ``NO_PRODUCER_BACKOFF`` intervals). A transaction
-  already checked ``transactionCheckMax`` times is rolled back at its next
-  due time (op message) and its half is also written to
+  the producer group (round robin). A check that finds no producer of the
+  group connected is not made: no copy, not counted against
+  ``transactionCheckMax``, tried again an interval later (a 5.x client can
+  take minutes to reopen the stream checks travel on after a broker
+  restart, and its application may well answer COMMIT); the broker logs
+  that once per group per interval. A transaction already checked
+  ``transactionCheckMax`` times, or older (born) than ``fileReservedTime``
+  (as RocketMQ's needSkip; its log may be deleted then), is rolled back at
+  its next due time (op message) and its half is also written to
   ``TRANS_CHECK_MAX_TIME_TOPIC`` for operators.
 - Times: due times live on the trio clock. A half read as it arrives
   waits from the moment it is read; after a restart, the time since its
@@ -54,7 +58,8 @@ Rules kept here:
 - Op messages are written one at a time (a lock), so they are recorded in
   the order of their queue offsets and O never skips an unrecorded op.
 - Memory: one entry per pending transaction, plus the ended ones and their
-  ops above H (an old pending transaction holds H back).
+  ops above H (an old pending transaction holds H back: one whose producer
+  stays away holds it for up to ``fileReservedTime``).
 - The system topics (one queue each) are created when first used, as
   RocketMQ does; a slave runs no checks (its master does).
 """
@@ -97,7 +102,6 @@ PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 HELD_PREFIX = "TRAN_HELD_"
 _HELD = (PROPERTY_DELAY, TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, START_DELIVER_TIME)
-NO_PRODUCER_BACKOFF = 4  # intervals, at most, between checks while no producer of the group is connected
 _READ_BATCH = 64
 
 
@@ -107,15 +111,18 @@ def wall_clock_ms() -> int:
 
 @dataclass(frozen=True)
 class TransactionConfig:
-    """``transactionTimeOut``, ``transactionCheckInterval`` (ms), ``transactionCheckMax``."""
+    """``transactionTimeOut``, ``transactionCheckInterval`` (ms), ``transactionCheckMax``;
+    ``max_age_ms``: ``fileReservedTime`` (0: no age limit)."""
 
     timeout_ms: int = 6000
     check_interval_ms: int = 60000
     check_max: int = 15
+    max_age_ms: int = 72 * 3_600_000
 
     @classmethod
     def from_broker(cls, config: BrokerConfig) -> "TransactionConfig":
-        return cls(config.transaction_timeout, config.transaction_check_interval, config.transaction_check_max)
+        return cls(config.transaction_timeout, config.transaction_check_interval, config.transaction_check_max,
+                   config.file_reserved_time * 3_600_000)
 
 
 @dataclass(slots=True)
@@ -125,9 +132,9 @@ class PendingTransaction:
     physical_offset: int
     producer_group: str
     uniq_key: str
-    check_times: int
+    check_times: int  # checks that reached a producer
     due: float  # trio time of the next check
-    misses: int = 0  # consecutive checks that found no producer
+    born_ms: int  # wall-clock ms the producer sent it (its store time when the producer gave none)
 
 
 def transaction_origin(half: StoredMessage) -> int:
@@ -184,6 +191,7 @@ class TransactionService:
         self._loaded = False
         self._wake = trio.Event()
         self._rr = itertools.count()
+        self._unreachable_logged: dict[str, float] = {}  # producer group -> trio time of its last log line
         self.halves = 0  # new transactions seen since start
         self.committed = 0
         self.rolled_back = 0
@@ -429,7 +437,8 @@ class TransactionService:
                 self.halves += 1
             self._pending[origin] = PendingTransaction(
                 origin, half.queue_offset, half.physical_offset, half.properties.get(PROPERTY_PGROUP, ""),
-                half.properties.get(PROPERTY_UNIQ_KEY, ""), check_times, due)
+                half.properties.get(PROPERTY_UNIQ_KEY, ""), check_times, due,
+                half.born_timestamp if half.born_timestamp > 0 else half.store_timestamp)
         elif half.queue_offset > tx.queue_offset:  # a later copy (read at load; live copies are recorded when made)
             tx.queue_offset, tx.physical_offset = half.queue_offset, half.physical_offset
             tx.check_times = max(tx.check_times, check_times)
@@ -437,22 +446,55 @@ class TransactionService:
 
     async def _check_due(self) -> None:
         now = trio.current_time()
+        interval = self.config.check_interval_ms / 1000
+        channels: dict[str, list[Any]] = {}  # producer group -> its live channels, looked up once a pass
+        unreachable: set[str] = set()  # producer groups whose transactions wait in this pass
         for origin in sorted(o for o, t in self._pending.items() if t.due <= now):
             tx = self._pending.get(origin)
             if tx is None or tx.due > now or origin in self._ending:
                 continue
-            if tx.check_times >= self.config.check_max:
+            reason = self._discard_reason(tx)
+            if reason:
                 self._ending.add(origin)  # an END_TRANSACTION meanwhile finds it ended
                 try:
-                    await self._discard(tx)
+                    await self._discard(tx, reason)
                 finally:
                     self._ending.discard(origin)
-            else:
-                try:
-                    await self._check(tx)  # an END_TRANSACTION may end it meanwhile
-                except Exception:  # one bad half must not stop the checks of the others
-                    log.exception("checking transaction %s failed; trying again in an interval", tx.uniq_key)
-                    tx.due = trio.current_time() + self.config.check_interval_ms / 1000
+                continue
+            group = tx.producer_group
+            if group not in channels:
+                channels[group] = [c for c in self.producer_channels(group) if not c.closed]
+            if not channels[group]:  # not asked, not counted: the producer may come back with its answer
+                self.checks_unreachable += 1
+                unreachable.add(group)
+                tx.due = now + interval
+                continue
+            try:
+                await self._check(tx)  # an END_TRANSACTION may end it meanwhile
+            except Exception:  # one bad half must not stop the checks of the others
+                log.exception("checking transaction %s failed; trying again in an interval", tx.uniq_key)
+                tx.due = trio.current_time() + interval
+        self._log_unreachable(unreachable, now, interval)
+
+    def _discard_reason(self, tx: PendingTransaction) -> str:
+        if tx.check_times >= self.config.check_max:
+            return f"checked {tx.check_times} times without an answer"
+        if self.config.max_age_ms and self.wall_ms() - tx.born_ms > self.config.max_age_ms:
+            return f"older than fileReservedTime ({self.config.max_age_ms // 3_600_000} h)"
+        return ""
+
+    def _log_unreachable(self, unreachable: set[str], now: float, interval: float) -> None:
+        """One line per producer group per interval, however many transactions wait for it."""
+        logged = self._unreachable_logged
+        for group in [g for g, at in logged.items() if now - at >= interval]:
+            del logged[group]
+        for group in unreachable:
+            if group not in logged:
+                logged[group] = now
+                waiting = sum(1 for t in self._pending.values() if t.producer_group == group)
+                log.info("no producer of group %s is connected: %d transaction(s) of it wait for their check "
+                         "(not counted against transactionCheckMax); trying again every %.0f s",
+                         group, waiting, interval)
 
     async def _read_half(self, tx: PendingTransaction) -> StoredMessage | None:
         raw = await self.broker.read_at(tx.physical_offset)
@@ -484,23 +526,16 @@ class TransactionService:
             tx.due = trio.current_time() + interval
             return
         tx.queue_offset, tx.physical_offset = result.queue_offset, result.physical_offset
-        tx.check_times += 1
-        if self._send_check(tx, copy, result):
-            tx.misses = 0
+        tx.check_times += 1  # the copy says so, durably
+        tx.due = trio.current_time() + interval
+        live = [c for c in self.producer_channels(tx.producer_group) if not c.closed]
+        if live:
+            self._send_check(tx, live[next(self._rr) % len(live)], copy, result)
             self.checks_sent += 1
-            tx.due = trio.current_time() + interval
-        else:
-            tx.misses += 1
+        else:  # the group's last producer left while the copy was written: this one check counts unanswered
             self.checks_unreachable += 1
-            tx.due = trio.current_time() + interval * min(2 ** tx.misses, NO_PRODUCER_BACKOFF)
-            log.info("no producer of group %s is connected to check transaction %s (check %d of %d)",
-                     tx.producer_group, tx.uniq_key, tx.check_times, self.config.check_max)
 
-    def _send_check(self, tx: PendingTransaction, copy: Message, result: SendResult) -> bool:
-        channels = [c for c in self.producer_channels(tx.producer_group) if not c.closed]
-        if not channels:
-            return False
-        channel = channels[next(self._rr) % len(channels)]
+    def _send_check(self, tx: PendingTransaction, channel: Any, copy: Message, result: SendResult) -> None:
         props = _restore_held(dict(copy.properties))
         shown = Message(topic=props.get(PROPERTY_REAL_TOPIC, copy.topic), body=copy.body,
                         queue_id=_int(props.get(PROPERTY_REAL_QID)), flag=copy.flag, properties=props,
@@ -515,14 +550,12 @@ class TransactionService:
             "offsetMsgId": offset_msg_id(copy.store_host, result.physical_offset),
         }
         channel.send_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, header, body))
-        return True
 
-    async def _discard(self, tx: PendingTransaction) -> None:
+    async def _discard(self, tx: PendingTransaction, reason: str) -> None:
         half = await self._read_half(tx)
         if half is None:
             return
-        log.warning("transaction %s of group %s checked %d times without an answer; rolling it back",
-                    tx.uniq_key, tx.producer_group, tx.check_times)
+        log.warning("transaction %s of group %s %s; rolling it back", tx.uniq_key, tx.producer_group, reason)
         await self.broker.ensure_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1)
         props = dict(half.properties)
         props[PROPERTY_WAIT] = "false"

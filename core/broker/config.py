@@ -100,7 +100,7 @@ class BrokerConfig:
     # transactions (core/transactions.py): when and how often a pending half message is checked back
     transaction_timeout: int = _key("transactionTimeOut", "ms a half message waits for END_TRANSACTION before its first check", 6000)
     transaction_check_interval: int = _key("transactionCheckInterval", "ms between checks of a half message still unresolved", 60000)
-    transaction_check_max: int = _key("transactionCheckMax", "checks of a half message before it is rolled back", 15)
+    transaction_check_max: int = _key("transactionCheckMax", "checks that reached a producer before a half message is rolled back", 15)
     # replication (core/ha): RocketMQ 4.x HAService keys, and the failover keys of ours
     ha_listen_port: int = _key("haListenPort", "port a master streams its commit log to slaves on; -1 = listenPort + 1 (0 with listenPort 0: any free port)", -1)
     ha_master_address: str = _key("haMasterAddress", "a slave's master HA address host:port; empty = learned from the name server's REGISTER_BROKER answer", "")

@@ -175,7 +175,7 @@ class _Bridge:
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {
             "QueryRoute": plain("QueryRoute", "query_route"),
             "Heartbeat": plain("Heartbeat", "heartbeat", True),
-            "SendMessage": plain("SendMessage", "send_message"),
+            "SendMessage": plain("SendMessage", "send_message", True),
             "QueryAssignment": plain("QueryAssignment", "query_assignment"),
             "AckMessage": plain("AckMessage", "ack_message"),
             "ForwardMessageToDeadLetterQueue": plain("ForwardMessageToDeadLetterQueue", "forward_to_dlq"),

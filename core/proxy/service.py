@@ -22,6 +22,12 @@ Rules kept here:
   (`core.proxy.lite`), here and in the topic's other broker groups
   (`core.proxy.remote`), any other consumer from the topic's queues; 5.x
   producers cannot send to the broker's system topics (``rmq_sys_``...).
+- The transaction checker asks a 5.x producer of a topic over its Telemetry
+  stream: the topics are those of its settings, plus those it sent a
+  transactional message to. The Python client reopens its stream after a
+  broker restart without sending settings on it until its next settings
+  sync, up to 300 s later; a producer that sends transactions meanwhile
+  is reachable for their topic at once.
 - Bad input is a status with a one-line message; the service keeps serving.
 """
 
@@ -96,11 +102,13 @@ class MessagingService:
 
     def attach(self, client_id: str, channel: "TelemetryChannel") -> None:
         """A Telemetry stream opened: the way to send commands to that client."""
+        log.debug("telemetry stream of client %s opened", client_id)
         self.streams[client_id] = channel
 
     def detach(self, client_id: str, channel: "TelemetryChannel") -> None:
         """The stream ended: the client is gone, or will say who it is again (heartbeat, settings)."""
         channel.closed = True
+        log.debug("telemetry stream of client %s ended", client_id)
         if self.streams.get(client_id) is channel:
             del self.streams[client_id]
             self.clients.pop(client_id, None)
@@ -199,6 +207,7 @@ class MessagingService:
 
     async def heartbeat(self, req: pb.HeartbeatRequest, client_id: str) -> pb.HeartbeatResponse:
         c = self._client(client_id)
+        log.debug("heartbeat of %s client %s", pb.ClientType.Name(req.client_type), client_id)
         c.client_type = req.client_type
         if req.HasField("group") and req.group.name:
             c.group = req.group.name
@@ -223,6 +232,7 @@ class MessagingService:
             return None
         s = cmd.settings
         c = self._client(client_id)
+        log.debug("settings of %s client %s", pb.ClientType.Name(s.client_type), client_id)
         c.client_type = s.client_type
         c.language = pb.Language.Name(s.user_agent.language) if s.user_agent.language in pb.Language.values() else ""
         c.version = s.user_agent.version
@@ -284,10 +294,16 @@ class MessagingService:
 
     # ------------------------------------------------------------------ send
 
-    async def send_message(self, req: pb.SendMessageRequest) -> pb.SendMessageResponse:
+    async def send_message(self, req: pb.SendMessageRequest, client_id: str = "") -> pb.SendMessageResponse:
         if not req.messages:
             return pb.SendMessageResponse(status=status(pb.BAD_REQUEST, "the request holds no message"))
         entries = [await self._send_one(m) for m in req.messages]
+        if client_id:  # its checker answers for the transactions it sends (the Java proxy's remoting send does so too)
+            sent = {m.topic.name for m, e in zip(req.messages, entries) if e.transaction_id}
+            if sent:
+                c = self._client(client_id)
+                c.client_type = pb.PRODUCER
+                c.topics |= sent
         first = entries[0].status
         whole = first if all(e.status.code == first.code for e in entries) else status(pb.MULTIPLE_RESULTS, "see entries")
         return pb.SendMessageResponse(status=whole, entries=entries)

@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--churn", type=int, default=FULL["churn"], help="connects and disconnects")
     p.add_argument("--topics", type=int, default=FULL["topics"], help="distinct topics subscribed and unsubscribed")
     p.add_argument("--soak-minutes", type=float, default=FULL["soak_minutes"])
-    p.add_argument("--tx-settle", type=float, default=330.0,
+    p.add_argument("--tx-settle", type=float, default=630.0,
                    help="seconds to wait after the last kill for open transactions to be checked")
     p.add_argument("--only", default="", help="comma-separated kinds: kills,fuzz,hostile,soak")
     p.add_argument("--seed", type=int, default=17)

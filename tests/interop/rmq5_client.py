@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 
 from rocketmq.v5.client import ClientConfiguration, Credentials
 from rocketmq.v5.consumer import (ConsumeResult, LitePushConsumer, LiteSimpleConsumer, MessageListener, PushConsumer,
@@ -154,14 +155,34 @@ class CommitOnCheck(TransactionChecker):
         return TransactionResolution.COMMIT
 
 
-def transactions(endpoint: str, topic: str, group: str) -> dict:
+@contextmanager
+def committing_producer(endpoint: str, topic: str, group: str):
+    """A producer of ``topic`` whose checker commits (`CommitOnCheck`), and a simple consumer of it."""
     checker = CommitOnCheck()
     producer = Producer(config(endpoint), (topic,), checker)
     producer.startup()
     consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression("*")}, 3)
     consumer.startup()
-    got, t0 = [], time.time()
     try:
+        yield checker, producer, consumer
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+
+
+def receive_acked(consumer, count: int, t0: float, seconds: float = 40) -> list[dict]:
+    """Receive (and ack) until ``count`` messages came or ``seconds`` after ``t0`` passed."""
+    got = []
+    while time.time() - t0 < seconds and len(got) < count:
+        for m in consumer.receive(16, 30):
+            got.append(seen(m, t0))
+            consumer.ack(m)
+    return got
+
+
+def transactions(endpoint: str, topic: str, group: str) -> dict:
+    with committing_producer(endpoint, topic, group) as (checker, producer, consumer):
+        t0 = time.time()
         for body, end in (("committed", "commit"), ("rolled back", "rollback"), ("left open", None)):
             tx = producer.begin_transaction()
             receipt = producer.send(message(topic, body.encode()), tx)
@@ -170,15 +191,32 @@ def transactions(endpoint: str, topic: str, group: str) -> dict:
                 tx.commit()
             elif end == "rollback":
                 tx.rollback()
-        while time.time() - t0 < 40 and len(got) < 2:
-            for m in consumer.receive(16, 30):
-                got.append(seen(m, t0))
-                consumer.ack(m)
+        got = receive_acked(consumer, 2, t0)
         got += [seen(m, t0) for m in consumer.receive(16, 30)]  # nothing more: the rollback stays out
-    finally:
-        consumer.shutdown()
-        producer.shutdown()
     return {"got": [m["body"] for m in got], "checked": checker.checked}
+
+
+class Undecided(TransactionChecker):
+    def check(self, message) -> TransactionResolution:
+        return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
+
+
+def tx_leave_open(endpoint: str, topic: str) -> dict:
+    """Send one half and go away (NotifyClientTermination) without ending it."""
+    producer = Producer(config(endpoint), (topic,), Undecided())
+    producer.startup()
+    try:
+        receipt = producer.send(message(topic, b"left open"), producer.begin_transaction())
+    finally:
+        producer.shutdown()
+    return {"id": receipt.message_id}
+
+
+def tx_commit_on_check(endpoint: str, topic: str, group: str) -> dict:
+    """A producer of ``topic`` whose checker commits, and a consumer: what was checked and received."""
+    with committing_producer(endpoint, topic, group) as (checker, _producer, consumer):
+        got = receive_acked(consumer, 1, time.time())
+    return {"got": [(m["body"], m["id"]) for m in got], "checked": checker.checked}
 
 
 class FailFirstDelivery(MessageListener):
@@ -514,6 +552,8 @@ SCENARIOS = {
     "restart_after": restart_after,
     "push": push,
     "transactions": transactions,
+    "tx_leave_open": tx_leave_open,
+    "tx_commit_on_check": tx_commit_on_check,
     "send_and_receive": send_and_receive,
     "redelivery": redelivery,
     "send": send,

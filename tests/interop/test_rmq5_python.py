@@ -92,6 +92,29 @@ def test_transactions_commit_roll_back_and_an_open_one_is_checked_through_teleme
     assert sorted(out["got"]) == ["committed", "left open"]
 
 
+def test_a_half_whose_producer_is_away_longer_than_the_check_count_waits_and_its_checker_commits_it(tmp_path):
+    """Issue 17: checks that find no producer connected are not counted against
+    transactionCheckMax (2 here), so the half outlives many intervals unchecked
+    and a producer of its topic that comes back is asked and commits it."""
+    config = tmp_path / "mqgate.toml"
+    config.write_text("[broker]\ntransactionTimeOut = 1000\ntransactionCheckInterval = 1000\n"
+                      "transactionCheckMax = 2\n")
+    with ServeProcess(tmp_path / "data", "--config", str(config), "--namesrv-port", "0", "--broker-port",
+                      str(free_port()), "--mqtt-port", "0", "--ws-port", "0", "--grpc-port", str(free_port())) as s:
+        topic, group = names("rmq5_tx_away", "rmq5_tx_away_group")
+        left = drive(s, "tx_leave_open", topic)["id"]
+        waiting = f"no producer of group %GRPC%{topic} is connected"  # logged once per interval
+        deadline = time.monotonic() + 30
+        while (s.output().count(waiting) < 4 and "rolling it back" not in s.output()  # 4: twice transactionCheckMax
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+        assert "rolling it back" not in s.output() and s.output().count(waiting) >= 4, s.output()[-3000:]
+        out = drive(s, "tx_commit_on_check", topic, group)
+        assert "rolling it back" not in s.output()
+    assert out["checked"] == ["left open"]
+    assert out["got"] == [["left open", left]]
+
+
 def test_a_push_consumer_consumes_and_a_failed_message_comes_back_once(server):
     topic, group = names("rmq5_push", "rmq5_push_group")
     seen = [tuple(x) for x in drive(server, "push", topic, group)["seen"]]

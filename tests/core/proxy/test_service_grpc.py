@@ -15,9 +15,10 @@ import pytest
 import trio
 
 from core.broker import BrokerConfig, dlq_topic, open_broker
-from core.proxy import pb, run_grpc
-from core.proxy.service import MessagingService
+from core.proxy import pb, run_grpc, wire
+from core.proxy.service import MessagingService, TelemetryChannel
 from core.store import StoreConfig
+from core.transactions import TransactionService
 
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 
@@ -289,3 +290,29 @@ async def test_a_gzip_body_is_received_as_it_was_before_compression(stub):
     answers = await in_thread(stub.receive, receive_req("Zipped", "G", poll_s=1))
     (got,) = [a.message for a in answers if a.HasField("message")]
     assert got.body == body and got.system_properties.body_encoding == pb.IDENTITY
+
+
+async def test_a_telemetry_stream_without_settings_is_asked_about_the_topics_its_client_sends_transactions_to(stub):
+    """Issue 17: after a broker restart the 5.x Python client reopens its stream but sends
+    its settings on it only at its next sync (up to 300 s); its transactional sends say
+    which topics its checker answers for."""
+    transactions = TransactionService(stub.broker)
+    transactions.install()
+    service = MessagingService(stub.broker, "127.0.0.1", 0, transactions)
+    group = wire.transaction_group("TxAgain")
+    pushed = []
+    channel = TelemetryChannel(pushed.append)
+    service.attach("producer-1", channel)  # a stream, no settings on it
+    await service.heartbeat(pb.HeartbeatRequest(client_type=pb.PRODUCER), "producer-1")
+    assert service.producer_channels(group) == []  # which topics it produces is not known yet
+    plain = await service.send_message(send_req("TxAgain", b"plain", "01PLAIN"), "producer-1")
+    assert plain.status.code == pb.OK and service.producer_channels(group) == []  # not a transaction
+    half = send_req("TxAgain", b"half", "01HALF")
+    half.messages[0].system_properties.message_type = pb.TRANSACTION
+    sent = await service.send_message(half, "producer-1")
+    assert sent.status.code == pb.OK and sent.entries[0].transaction_id
+    assert service.producer_channels(group) == [channel]
+    assert service.producer_channels(wire.transaction_group("Other")) == []
+    service.detach("producer-1", channel)
+    assert service.producer_channels(group) == []
+    service.close()

@@ -48,11 +48,11 @@ class JavaProducer:
         assert resp.code == 0, resp.remark
 
     def half_request(self, topic: str, body: bytes, *, queue_id: int = 0, props: dict | None = None,
-                     group: str | None = None) -> RemotingCommand:
+                     group: str | None = None, born_ms: int | None = None) -> RemotingCommand:
         p = {"TRAN_MSG": "true", "PGROUP": group or self.group, "UNIQ_KEY": uniq_key(), "WAIT": "true"}
         p.update(props or {})
         ext = {"a": group or self.group, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "4",
-               "g": str(int(time.time() * 1000)), "h": "0", "i": encode_properties(p), "j": "0", "k": "false",
+               "g": str(int(time.time() * 1000) if born_ms is None else born_ms), "h": "0", "i": encode_properties(p), "j": "0", "k": "false",
                "m": "false"}
         return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body)
 

@@ -1,8 +1,11 @@
 """Transactions as the Java client speaks them (raw frames), broker in-process on the autojump clock.
 
 Half parking, END_TRANSACTION (oneway and sync, with its checks), check-back
-with default and short timings, immunity, back-off and discard when no
-producer is connected, idempotency, delays applied at commit."""
+with default and short timings, immunity, waiting (uncounted) while no
+producer is connected, discard after the last check or past
+fileReservedTime, idempotency, delays applied at commit."""
+
+import time
 
 import pytest
 import trio
@@ -112,38 +115,80 @@ async def test_check_immunity_delays_the_first_check_never_below_the_timeout(clo
         p.close()
 
 
-async def test_no_producer_alive_checks_back_off_then_roll_back(clock, tmp_path, nursery):
+async def test_a_producer_away_longer_than_the_check_count_is_waited_for_then_its_commit_shows(clock, tmp_path,
+                                                                                                nursery):
+    """Issue 17: checks that reach no producer are not counted; the half waits, unchanged."""
     async with broker_node(tmp_path / "s", transaction_timeout=1000, transaction_check_interval=1000,
                            transaction_check_max=3) as node:
         p = JavaProducer(nursery, node.addr)
         await p.heartbeat()
-        start = trio.current_time()
-        resp = await p.send_half("TxT", b"orphan", props={"TAGS": "T"})
-        p.close()  # the producer dies before ending its transaction
+        await p.send_half("TxT", b"orphan", props={"TAGS": "T"})
+        p.close()  # the producer goes away before ending its transaction
         tx = node.transactions
+        await until(lambda: not [c for c in tx.producer_channels("PG") if not c.closed])  # the broker saw it go
         seen, attempts = 0, []
         with trio.fail_after(LONG):
-            while tx.discarded == 0:
+            while tx.checks_unreachable < 10 and tx.discarded == 0:  # over three times transactionCheckMax x interval
                 if tx.checks_unreachable != seen:
                     seen = tx.checks_unreachable
-                    attempts.append(trio.current_time() - start)
+                    attempts.append(trio.current_time())
                 await trio.sleep(0.1)  # each step costs 10 ms of real time (the autojump threshold)
-        discarded_at = trio.current_time() - start
-        # attempts at the timeout, then 2, 4, 4 intervals apart (at most NO_PRODUCER_BACKOFF); discard after the 3rd
-        assert [round(a) for a in attempts] == [1, 3, 7] and round(discarded_at) == 11, (attempts, discarded_at)
-        assert tx.checks_sent == 0 and tx.pending == 0
+        gaps = [round(b - a) for a, b in zip(attempts, attempts[1:])]
+        assert set(gaps) == {1}, gaps  # tried again every interval, no back-off
+        assert tx.discarded == 0 and tx.pending == 1 and tx.checks_sent == 0
+        assert len(await messages(node.broker, TRANS_HALF_TOPIC, 0)) == 1  # no copy per attempt
+        assert await messages(node.broker, TRANS_CHECK_MAX_TIME_TOPIC, 0) == []
+
+        # the producer (its application) comes back: asked at the next interval, it commits
+        p2 = JavaProducer(nursery, node.addr, answer=lambda m: COMMIT)
+        await p2.heartbeat()
+        await p2.wait_checks(1)
+        assert p2.checks[0][2].properties["TRANSACTION_CHECK_TIMES"] == "1"
+        real = await wait_for_message(node.broker, "TxT", 0)
+        assert real.body == b"orphan" and real.sysflag & 0xC == 0x8
+        await until(lambda: tx.committed == 1 and tx.pending == 0)
+        assert tx.discarded == 0
+        p2.close()
+
+
+async def test_a_producer_answering_unknown_each_time_is_rolled_back_after_the_last_check(clock, tmp_path, nursery):
+    async with broker_node(tmp_path / "s", transaction_timeout=1000, transaction_check_interval=1000,
+                           transaction_check_max=3) as node:
+        p = JavaProducer(nursery, node.addr, answer=lambda m: UNKNOWN)
+        await p.heartbeat()
+        start = trio.current_time()
+        resp = await p.send_half("TxT", b"undecided", props={"TAGS": "T"})
+        tx = node.transactions
+        await until(lambda: tx.discarded == 1, step=0.1)
+        assert 3.9 < trio.current_time() - start < 6  # checks at 1, 2, 3 s; rolled back at the next due time
+        assert [m.properties["TRANSACTION_CHECK_TIMES"] for _t, _c, m in p.checks] == ["1", "2", "3"]
+        assert tx.checks_sent == 3 and tx.checks_unreachable == 0 and tx.pending == 0
         assert await messages(node.broker, "TxT", 0) == []
         [kept] = await messages(node.broker, TRANS_CHECK_MAX_TIME_TOPIC, 0)
-        assert kept.body == b"orphan" and kept.properties["TRANSACTION_CHECK_TIMES"] == "3"
+        assert kept.body == b"undecided" and kept.properties["TRANSACTION_CHECK_TIMES"] == "3"
         halves = await messages(node.broker, TRANS_HALF_TOPIC, 0)
         assert [m.body for m in await messages(node.broker, TRANS_OP_HALF_TOPIC, 0)] == [str(halves[-1].queue_offset).encode()]
 
-        # the producer comes back and commits: too late, nothing shows
-        p2 = JavaProducer(nursery, node.addr)
-        ack = await p2.end_sync(resp, COMMIT)
+        ack = await p.end_sync(resp, COMMIT)  # too late: nothing shows
         assert ack.code == 0
         assert await messages(node.broker, "TxT", 0) == [] and tx.committed == 0
-        p2.close()
+        p.close()
+
+
+async def test_a_half_older_than_file_reserved_time_is_rolled_back_without_a_check(clock, tmp_path, nursery):
+    async with broker_node(tmp_path / "s", transaction_timeout=1000, file_reserved_time=1) as node:
+        p = JavaProducer(nursery, node.addr, answer=lambda m: COMMIT)
+        await p.heartbeat()
+        await p.send_half("TxT", b"stale", born_ms=int(time.time() * 1000) - 3_601_000)
+        await p.send_half("TxT", b"fresh")
+        tx = node.transactions
+        await until(lambda: tx.halves == 2 and tx.pending == 0, step=0.1)
+        assert tx.discarded == 1 and tx.committed == 1
+        assert [m.body for _t, _c, m in p.checks] == [b"fresh"]
+        assert [m.body for m in await messages(node.broker, "TxT", 0)] == [b"fresh"]
+        [kept] = await messages(node.broker, TRANS_CHECK_MAX_TIME_TOPIC, 0)
+        assert kept.body == b"stale"
+        p.close()
 
 
 async def test_sync_end_transaction_checks_the_half_and_is_idempotent(clock, tmp_path, nursery):
