@@ -411,8 +411,10 @@ class TransactionService:
                     self._scan = result.next_begin_offset  # units whose log was removed
                     continue
                 return
-            await self.broker.ensure_topic(TRANS_HALF_TOPIC, 1)  # like RocketMQ, made when first used
+            # read now: taken before the await below, whose first call writes the topic table
+            # (in a thread), so a slow disk never makes the halves' waits start late
             trio_now, wall_now = trio.current_time(), self.wall_ms()
+            await self.broker.ensure_topic(TRANS_HALF_TOPIC, 1)  # like RocketMQ, made when first used
             for raw in result.entries:
                 half = decode_message(raw)
                 origin = transaction_origin(half)
