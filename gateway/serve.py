@@ -60,7 +60,7 @@ TIMER_ROLL_WINDOW_LIMIT = TimerConfig().slots_total - ROLL_WINDOW_MARGIN_SLOTS
 # default is 700): a read of a few hundred PUBLISHes keeps several objects per
 # message alive until its batch is stored, and each collection in between
 # walks them all again (docs/PERFORMANCE.md).
-GC_THRESHOLD = 10_000
+GC_THRESHOLD = 50_000
 
 
 def _timer_int(key: str, value: Any, low: int, high: int | None, allowed: str) -> int:

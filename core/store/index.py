@@ -126,6 +126,19 @@ class IndexFile:
             pass
 
 
+def _load(f: IndexFile) -> tuple:
+    """The fields `IndexService.build_run` keeps in locals while it writes ``f``."""
+    return f.mm, f.count, f.slots, f.slot_count, f.begin_ts, f.begin_phys, f.end_ts
+
+
+def _store(f: IndexFile, count: int, slot_count: int, begin_ts: int, begin_phys: int, end_ts: int) -> None:
+    f.count = count
+    f.slot_count = slot_count
+    f.begin_ts = begin_ts
+    f.begin_phys = begin_phys
+    f.end_ts = end_ts
+
+
 def _file_name(now_ms: int) -> str:
     t = time.localtime(now_ms // 1000)
     return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
@@ -221,6 +234,8 @@ class IndexService:
         points past indexCount (a chain stays whole; the rest of the header
         is written by `IndexFile.finish_entry`)."""
         f = self.files[-1] if self.files else None
+        if f is not None:  # the written file's fields live in locals, stored back before it is left
+            mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
         at = 0
         pack_entry = ENTRY.pack_into
         pack_int = _I.pack_into
@@ -233,32 +248,40 @@ class IndexService:
                 at += k  # already indexed (replay)
                 continue
             ts = row[5]
-            try:
-                if f is None or f.count >= f.max_entries:
+            if f is None or n >= f.max_entries:
+                if f is not None:
+                    _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
+                try:
                     f = self._writable(ts)
-                for h in hashes[at:at + k]:
-                    if f.count >= f.max_entries:
+                except OSError as e:
+                    return i, e
+                mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
+            for h in hashes[at:at + k]:
+                if n >= f.max_entries:
+                    _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
+                    try:
                         f.finish_entry(phys, ts)
                         f = self._writable(ts)
-                    mm = f.mm
-                    n = f.count
-                    slot_pos = HEADER_SIZE + (h % f.slots) * 4
-                    prev = unpack_int(mm, slot_pos)[0]
-                    if prev <= 0 or prev > n:
-                        prev = 0
-                        f.slot_count += 1
-                    if n <= 1 or f.begin_ts == 0:
-                        f.begin_ts = ts
-                        f.begin_phys = phys
-                    diff = (ts - f.begin_ts) // 1000
-                    pack_entry(mm, HEADER_SIZE + f.slots * 4 + n * ENTRY_SIZE, h, phys, diff if diff > 0 else 0, prev)
-                    pack_int(mm, 36, n + 1)
-                    pack_int(mm, slot_pos, n)
-                    f.count = n + 1
-                    f.end_ts = ts
-            except OSError as e:
-                return i, e
+                    except OSError as e:
+                        return i, e
+                    mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
+                slot_pos = HEADER_SIZE + (h % slots) * 4
+                prev = unpack_int(mm, slot_pos)[0]
+                if prev <= 0 or prev > n:
+                    prev = 0
+                    slot_count += 1
+                if n <= 1 or begin_ts == 0:
+                    begin_ts = ts
+                    begin_phys = phys
+                diff = (ts - begin_ts) // 1000
+                pack_entry(mm, HEADER_SIZE + slots * 4 + n * ENTRY_SIZE, h, phys, diff if diff > 0 else 0, prev)
+                pack_int(mm, 36, n + 1)
+                pack_int(mm, slot_pos, n)
+                n += 1
+                end_ts = ts
             at += k
+        if f is not None:
+            _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
         return len(rows), None
 
     def query(self, text: str, max_num: int, begin: int, end: int) -> list[int]:
