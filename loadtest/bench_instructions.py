@@ -2,14 +2,16 @@
 does not depend on the machine or on what else it is doing.
 
     python -m loadtest.bench_instructions [--targets ours,mosquitto] [--count 2000]
-                                          [--qos 0] [--publishers 4]
+                                          [--qos 0] [--publishers 4] [--settle]
 
 Each target is run twice under ``valgrind --tool=callgrind``, from start to
 a SIGTERM: once with a fan-in of ``--count`` messages (``--publishers``
 clients, one wildcard subscriber), once with twice as many. The difference
 of the two totals divided by ``--count`` is the cost of one more message:
 start-up, imports, connection set-up and shutdown are in both runs and
-cancel out. (Timers that tick while the longer run lasts are not removed;
+cancel out, if the load starts after start-up is over (``--settle`` waits
+until the broker is idle; without it, lazy start-up work overlaps the load
+by a different amount in each run). (Timers that tick while the longer run lasts are not removed;
 they weigh little against the messages. callgrind_control cannot be used
 instead: an idle broker sits in epoll and never reads its commands.)
 
@@ -22,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from . import brokers
@@ -51,7 +55,30 @@ def _total(dump: Path) -> int:
     return int(m.group(1))
 
 
-def measure(target: str, count: int, publishers: int, qos: int) -> dict:
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def wait_idle(pid: int, timeout: float = 600.0, window: float = 2.0) -> bool:
+    """Wait until the broker's CPU time grows by less than a tenth of a
+    ``window`` in one window (its start-up is over: lazy imports, first
+    flushes, collections), at most ``timeout`` s; whether it got there.
+    Load that starts earlier overlaps the start-up by a different amount in
+    the two runs, which does not cancel out (``--settle``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + timeout
+    before = _cpu_ticks(pid)
+    while time.monotonic() < deadline:
+        time.sleep(window)  # a sampling period: the condition is the CPU time read after it
+        now = _cpu_ticks(pid)
+        if (now - before) / tick < window / 10:
+            return True
+        before = now
+    return False
+
+
+def measure(target: str, count: int, publishers: int, qos: int, settle: bool = False) -> dict:
     dumps = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     runs = []
     try:
@@ -60,6 +87,8 @@ def measure(target: str, count: int, publishers: int, qos: int) -> dict:
             b = brokers.Broker(target, startup_timeout=600, stop_timeout=600,
                                wrap=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
             with b:
+                if settle and not wait_idle(b.pid):
+                    raise RuntimeError(f"{target}: still busy 600 s after its start (--no-settle to measure anyway)")
                 rec = _fan_in(b.port, n, publishers, qos)
             if not out.exists():
                 raise RuntimeError(f"{target}: callgrind wrote no counts (did the broker exit on SIGTERM?)")
@@ -78,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=2000, help="messages in the first run (the second has twice)")
     ap.add_argument("--publishers", type=int, default=4)
     ap.add_argument("--qos", type=int, choices=(0, 1, 2), default=0)
+    ap.add_argument("--settle", action="store_true",
+                    help="start each run's load once the broker is idle (steadier: start-up does not overlap the load)")
     a = ap.parse_args(argv)
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
@@ -85,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = [t for t in a.targets.split(",") if t]
     result = {"qos": a.qos, "publishers": a.publishers, "count": a.count, "targets": {}}
     for t in targets:
-        result["targets"][t] = measure(t, a.count, a.publishers, a.qos)
+        result["targets"][t] = measure(t, a.count, a.publishers, a.qos, a.settle)
         print(json.dumps({t: result["targets"][t]}), file=sys.stderr)
     first = result["targets"][targets[0]]["instructions_per_message"]
     for t in targets[1:]:

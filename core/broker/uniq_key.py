@@ -22,6 +22,8 @@ import time
 
 
 class UniqKeyGenerator:
+    __slots__ = ("_prefix", "_month_start_ms", "_next_month_ms", "_last_ms", "_counter", "_stem")
+
     def __init__(self, ip: str = "127.0.0.1"):
         try:
             ip_b = socket.inet_aton(ip)

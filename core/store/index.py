@@ -78,27 +78,6 @@ class IndexFile:
     def full(self) -> bool:
         return self.count >= self.max_entries
 
-    def put(self, hash_: int, phys: int, store_ts: int) -> None:
-        mm = self.mm
-        slot_pos = HEADER_SIZE + (hash_ % self.slots) * 4
-        (prev,) = _I.unpack_from(mm, slot_pos)
-        n = self.count
-        if prev <= 0 or prev > n:
-            prev = 0
-            self.slot_count += 1
-        if n <= 1 or self.begin_ts == 0:
-            self.begin_ts = store_ts
-            self.begin_phys = phys
-        diff = (store_ts - self.begin_ts) // 1000
-        ENTRY.pack_into(mm, HEADER_SIZE + self.slots * 4 + n * ENTRY_SIZE, hash_, phys, diff if diff > 0 else 0, prev)
-        # indexCount in the header first, then the slot: after a crash no slot
-        # points past indexCount (a chain stays whole; the rest of the header
-        # is written by finish_entry)
-        _I.pack_into(mm, 36, n + 1)
-        _I.pack_into(mm, slot_pos, n)
-        self.count = n + 1
-        self.end_ts = store_ts
-
     def finish_entry(self, end_phys: int, store_ts: int) -> None:
         """Record that the log is indexed up to ``end_phys`` (written to the header)."""
         if self.begin_ts == 0:
@@ -145,6 +124,19 @@ class IndexFile:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+def _load(f: IndexFile) -> tuple:
+    """The fields `IndexService.build_run` keeps in locals while it writes ``f``."""
+    return f.mm, f.count, f.slots, f.slot_count, f.begin_ts, f.begin_phys, f.end_ts
+
+
+def _store(f: IndexFile, count: int, slot_count: int, begin_ts: int, begin_phys: int, end_ts: int) -> None:
+    f.count = count
+    f.slot_count = slot_count
+    f.begin_ts = begin_ts
+    f.begin_phys = begin_phys
+    f.end_ts = end_ts
 
 
 def _file_name(now_ms: int) -> str:
@@ -225,16 +217,72 @@ class IndexService:
         then a crash replays the run (duplicate entries, which lookups drop)."""
         if phys < self.end_phys:
             return  # already indexed (replay)
-        f = self.files[-1] if self.files else None
-        if f is None or f.count >= f.max_entries:
-            f = self._writable(store_ts)
-        for h in hashes:
-            if f.count >= f.max_entries:
-                f.finish_entry(phys, store_ts)
-                f = self._writable(store_ts)
-            f.put(h, phys, store_ts)
+        _, error = self.build_run([(None, None, hashes, phys, size, store_ts)], hashes)
+        if error is not None:
+            raise error
         if finish:
-            f.finish_entry(phys + size, store_ts)
+            self.files[-1].finish_entry(phys + size, store_ts)
+
+    def build_run(self, rows: list[tuple], hashes: list[int]) -> tuple[int, OSError | None]:
+        """`build_hashed` (``finish=False``) of each row of a run, in order, in
+        one loop: a row is ``(topic, uniq key, keys, phys, size, store ts)``
+        and its hashes are the next ``len(keys) + (1 if uniq key)`` of
+        ``hashes``. Returns (rows indexed, None), or (rows indexed before it,
+        the error) when a new file could not be made. The same entries, in
+        the same order, as one `build_hashed` per row. Each entry is written,
+        then indexCount in the header, then its slot: after a crash no slot
+        points past indexCount (a chain stays whole; the rest of the header
+        is written by `IndexFile.finish_entry`)."""
+        f = self.files[-1] if self.files else None
+        if f is not None:  # the written file's fields live in locals, stored back before it is left
+            mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
+        at = 0
+        pack_entry = ENTRY.pack_into
+        pack_int = _I.pack_into
+        unpack_int = _I.unpack_from
+        for i, row in enumerate(rows):
+            keys = row[2]
+            k = len(keys) + 1 if row[1] else len(keys)
+            phys = row[3]
+            if f is not None and phys < f.end_phys:
+                at += k  # already indexed (replay)
+                continue
+            ts = row[5]
+            if f is None or n >= f.max_entries:
+                if f is not None:
+                    _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
+                try:
+                    f = self._writable(ts)
+                except OSError as e:
+                    return i, e
+                mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
+            for h in hashes[at:at + k]:
+                if n >= f.max_entries:
+                    _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
+                    try:
+                        f.finish_entry(phys, ts)
+                        f = self._writable(ts)
+                    except OSError as e:
+                        return i, e
+                    mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
+                slot_pos = HEADER_SIZE + (h % slots) * 4
+                prev = unpack_int(mm, slot_pos)[0]
+                if prev <= 0 or prev > n:
+                    prev = 0
+                    slot_count += 1
+                if n <= 1 or begin_ts == 0:
+                    begin_ts = ts
+                    begin_phys = phys
+                diff = (ts - begin_ts) // 1000
+                pack_entry(mm, HEADER_SIZE + slots * 4 + n * ENTRY_SIZE, h, phys, diff if diff > 0 else 0, prev)
+                pack_int(mm, 36, n + 1)
+                pack_int(mm, slot_pos, n)
+                n += 1
+                end_ts = ts
+            at += k
+        if f is not None:
+            _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
+        return len(rows), None
 
     def query(self, text: str, max_num: int, begin: int, end: int) -> list[int]:
         h = key_hash(text)

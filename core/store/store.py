@@ -454,8 +454,7 @@ class MessageStore(StoreReads):
                 pending, self._pending_index = self._pending_index, []
                 end_pos = self.commitlog.write_pos
                 end_ts = self.commitlog.last_store_ts
-            build = idx.build_hashed
-            failed = False
+            build = idx.build_run
             # This runs in the flusher's thread: a chunk at a time, handing the GIL back
             # between chunks, or the event loop waits up to the 5 ms switch interval.
             for start in range(0, len(pending), _INDEX_CHUNK):
@@ -466,20 +465,12 @@ class MessageStore(StoreReads):
                         texts += [f"{topic}#{k}" for k in keys]
                     if uniq:
                         texts.append(f"{topic}#{uniq}")
-                hashes = key_hashes(texts)
-                at = 0
-                for i, (_topic, uniq, keys, phys, size, ts) in enumerate(chunk, start):
-                    n = len(keys) + 1 if uniq else len(keys)
-                    try:
-                        build(hashes[at : at + n], phys, size, ts, False)
-                    except OSError as e:
-                        log.error("cannot create an index file, %d keyed entries wait: %s", len(pending) - i, e)
-                        with self._lock:
-                            self._pending_index[:0] = pending[i:]
-                        failed = True
-                        break
-                    at += n
-                if failed:
+                done, error = build(chunk, key_hashes(texts))  # the rows in one loop, not a call per row
+                if error is not None:
+                    i = start + done
+                    log.error("cannot create an index file, %d keyed entries wait: %s", len(pending) - i, error)
+                    with self._lock:
+                        self._pending_index[:0] = pending[i:]
                     break
                 time.sleep(0)
             else:

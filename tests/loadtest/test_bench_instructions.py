@@ -20,3 +20,18 @@ def test_instructions_per_message_of_mosquitto_from_two_runs_under_callgrind():
     # a run of a C broker costs millions of instructions; the extra 40 messages cost some thousands each
     assert 1_000_000 < first < second
     assert m["instructions_per_message"] == round((second - first) / 40) > 0
+
+
+def test_settle_waits_until_the_broker_process_is_idle():
+    from loadtest.bench_instructions import wait_idle
+
+    busy_then_idle = "import time\nt = time.time()\nwhile time.time() - t < 1: pass\ntime.sleep(60)"
+    busy = "while True: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for code in (busy_then_idle, busy)]
+    try:
+        assert wait_idle(procs[0].pid, timeout=30, window=0.5)
+        assert not wait_idle(procs[1].pid, timeout=1.5, window=0.5)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -1,0 +1,58 @@
+"""`IndexService.build_run` (the flusher's chunk of entries in one loop) writes
+the same index files, byte for byte, as one `build_hashed` per entry, across
+file rolls, entries with several keys and entries already indexed."""
+
+import random
+
+from core.store.index import IndexService, key_hash
+
+
+def _rows(n: int, seed: int) -> tuple[list[tuple], list[int]]:
+    rnd = random.Random(seed)
+    rows, hashes = [], []
+    phys, ts = 0, 1_764_200_000_000
+    for i in range(n):
+        uniq = None if i % 7 == 3 else "7F000001%024X" % i
+        keys = [f"k{rnd.randrange(20)}" for _ in range(rnd.choice((0, 0, 1, 2)))] if uniq else ["only"]
+        size = rnd.randrange(100, 300)
+        ts += rnd.choice((0, 1, 1500))
+        rows.append(("T", uniq, keys, phys, size, ts))
+        hashes += [key_hash(f"T#{k}") for k in keys] + ([key_hash(f"T#{uniq}")] if uniq else [])
+        phys += size
+    return rows, hashes
+
+
+def _files(directory) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_a_run_writes_what_one_call_per_entry_writes(tmp_path):
+    rows, hashes = _rows(400, seed=3)
+    one, run = tmp_path / "one", tmp_path / "run"
+    for d in (one, run):
+        d.mkdir()
+    by_one = IndexService(str(one), 97, 150)  # small files: the run rolls several times
+    by_run = IndexService(str(run), 97, 150)
+    # the same file names: both are made at the entries' store times
+    at = 0
+    for topic, uniq, keys, phys, size, ts in rows:
+        k = len(keys) + (1 if uniq else 0)
+        by_one.build_hashed(hashes[at:at + k], phys, size, ts, False)
+        at += k
+    assert by_run.build_run(rows[:250], hashes[:sum(len(r[2]) + (1 if r[1] else 0) for r in rows[:250])]) == (250, None)
+    rest = hashes[sum(len(r[2]) + (1 if r[1] else 0) for r in rows[:250]):]
+    assert by_run.build_run(rows[250:], rest) == (150, None)
+    for svc in (by_one, by_run):
+        svc.files[-1].finish_entry(rows[-1][3] + rows[-1][4], rows[-1][5])
+    assert len(by_one.files) > 3
+    assert _files(one) == _files(run)
+    # every key finds its entry
+    for topic, uniq, keys, phys, size, ts in rows[::37]:
+        if uniq:
+            assert phys in by_run.query(f"T#{uniq}", 10, 0, 2**62)
+    # entries below the index's end are skipped (a replay): nothing changes
+    before = _files(run)
+    assert by_run.build_run(rows[100:120], hashes) == (20, None)
+    assert _files(run) == before
+    for svc in (by_one, by_run):
+        svc.close()
