@@ -7,6 +7,9 @@ What other code may use:
   SparkSession.
 - `CommitLogDataSource`, `SCHEMA`: the data source and its schema (DDL).
 - ``python -m spark.telemetry``: the telemetry aggregation job.
+- `spark.stream_start.start_one_by_one(writers)`: start several streaming
+  queries over these sources in one process without the start race of
+  Spark's Python data sources (see that module).
 
 Importing this package does not import pyspark; `register` does.
 """

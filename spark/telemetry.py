@@ -44,6 +44,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from .payload import DEFAULT_IGNORED, MetricFields, PayloadError, metrics
+from .stream_start import start_one_by_one
 
 PARSED_SCHEMA = (
     "commitlog_offset bigint, ts timestamp, mqtt_topic string, device string, "
@@ -194,15 +195,15 @@ def _fields(args) -> MetricFields:
 
 
 def run_stream(session, args) -> None:
-    """Two queries, each over its own source and parse step.
+    """Two queries (aggregates, rejects), started one after the other.
 
-    With one shared DataFrame, the first micro-batch of both queries failed
-    now and then (CI, 1 in many runs) with java.io.OptionalDataException as
-    their tasks were deserialized: what a HashMap changed while serialized
-    gives. The suspect: the Python functions the two plans shared, whose
-    environment maps Spark's driver-side Python runners add entries to
-    (``envVars.put``). Not reproduced in 40 tries; sharing nothing removes
-    it either way, and each query reads the log on its own anyway.
+    The second starts once the first has created its source
+    (`spark.stream_start`): two streaming sources of one registered Python
+    data source created at one moment can corrupt a map that Spark shares
+    between them, and then the first micro-batch of both queries fails with
+    java.io.OptionalDataException. Each query builds its own source and
+    parse step; sharing one DataFrame was suspected once, but does not
+    matter to that race.
     """
     def rows():
         return parsed(_source(session.readStream, args), args.device_level, _fields(args))
@@ -210,17 +211,18 @@ def run_stream(session, args) -> None:
     ckpt = args.checkpoint or os.path.join(args.out, "_checkpoints")
     trigger = {"availableNow": True} if args.once else {"processingTime": args.trigger_interval}
     agg = aggregates(rows().withWatermark("ts", args.watermark), args.window)
-    queries = [
+    writers = [
         agg.writeStream.format("parquet").outputMode("append").partitionBy("date")
         .option("path", os.path.join(args.out, "aggregates"))
         .option("checkpointLocation", os.path.join(ckpt, "aggregates"))
-        .trigger(**trigger).queryName("telemetry_aggregates").start(),
+        .trigger(**trigger).queryName("telemetry_aggregates"),
         rejects(rows()).writeStream.format("parquet").outputMode("append").partitionBy("date")
         .option("path", os.path.join(args.out, "rejects"))
         .option("checkpointLocation", os.path.join(ckpt, "rejects"))
-        .trigger(**trigger).queryName("telemetry_rejects").start(),
+        .trigger(**trigger).queryName("telemetry_rejects"),
     ]
-    with StopRequest() as stop:
+    with StopRequest() as stop:  # before the starts: the first query may be in a batch while the second starts
+        queries = start_one_by_one(writers)
         try:
             # --once: until both have read what is there; else until one fails (or a stop)
             running = any if args.once else all

@@ -5,8 +5,9 @@ goes to the whole group, as a Ctrl-C in a terminal does (the Python workers
 of Spark get it too). Before the fix, PySpark's SIGINT handler cancelled
 every running job, so the micro-batch under way died with whatever its
 tasks were doing (SPARK_JOB_CANCELLED, an interrupted read) and the job
-exited 1. A java.io.OptionalDataException seen here twice had another cause:
-the two queries shared one DataFrame (see run_stream).
+exited 1. A java.io.OptionalDataException in the first micro-batch, seen
+here twice, had another cause: the two queries' sources created at one
+moment (see spark.stream_start).
 """
 
 import json
