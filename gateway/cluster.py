@@ -201,6 +201,8 @@ class ClusterSync:
             await changed.wait()
 
     def _forget_dead(self) -> None:
+        if not self.members.known:
+            return  # the meta records are read before the first poll: every other node would look dead
         alive = self.members.alive
         router = self.gw.router
         for sess in [s for s in router.sessions.values() if s.node is not None and s.node not in alive]:

@@ -14,7 +14,9 @@ only the home broker's list decides who is alive.
 Rules kept here:
 
 * ``alive`` is the last list the broker answered (this node always in it);
-  when the broker cannot be asked, the last answer stands.
+  when the broker cannot be asked, the last answer stands. Until a broker
+  has answered once (``known``), nobody may be judged dead: ``alive`` then
+  holds this node only.
 * A broker that is new to this node (a failover promoted another master)
   has not heard every node's heartbeat yet: for ``GRACE`` after the
   address changes, its list only adds nodes, never removes one, and this
@@ -50,6 +52,7 @@ class Membership:
         self.others_of = others_of  # the other groups' masters: heartbeats only, so they list the node too
         self.node_id = node_id
         self.alive: set[str] = {node_id}
+        self.known = False  # a broker has answered: ``alive`` is a list, not just this node
         self.changed = trio.Event()
         self._asked = ""  # the broker address the last poll went to
         self._grace_until = 0.0
@@ -100,9 +103,10 @@ class Membership:
             log.info("gateway node %s: members of %s not known now: %s", self.node_id, NODES_GROUP, e)
             return
         alive = set(ids) | {self.node_id}
+        first, self.known = not self.known, True
         if trio.current_time() < self._grace_until:
             alive |= self.alive
-        if alive != self.alive:
+        if alive != self.alive or first:
             gone = self.alive - alive
             if gone:
                 log.info("gateway node(s) %s gone (the broker dropped them)", ", ".join(sorted(gone)))

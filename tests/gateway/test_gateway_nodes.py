@@ -327,6 +327,31 @@ def test_sigterm_drains_a_node_clients_are_sent_elsewhere_and_resume_there(clust
         node.kill()
 
 
+def test_a_node_started_later_reaches_the_subscribers_of_the_others(cluster):
+    """A node that starts after the others reads their sessions from the meta
+    records before it knows which nodes are alive: that must not count them as
+    dead (a will record of a live client's node once made it drop every clean
+    session of the other nodes)."""
+    namesrv, (a, b, _c), root = cluster
+    clean = Mqtt(a, "late-clean", will=("late/will", b"gone", 3600))
+    clean.subscribe("late/+", 1)
+    kept = Mqtt(b, "late-kept", clean=False)
+    kept.subscribe("late/#", 1)
+    node = ServeProcess(root / "late", "--namesrv", namesrv, "--mqtt-port", str(free_port()), "--ws-port", "0",
+                        role="gateway").start()
+    try:
+        pub = Mqtt(node.ports["mqtt-tcp"], "late-pub")
+        for i in range(5):
+            pub.publish(f"late/{i}", b"%d" % i, qos=1)
+        assert sorted(int(p) for _t, p, _q, _r in clean.receive(5)) == list(range(5))
+        assert sorted(int(p) for _t, p, _q, _r in kept.receive(5)) == list(range(5))
+        pub.close()
+    finally:
+        node.kill()
+        for m in (clean, kept):
+            m.close()
+
+
 def test_admin_cluster_status_lists_the_nodes_and_their_clients(cluster):
     namesrv, (a, b, c), _ = cluster
     held = [Mqtt(a, "status-1", clean=False), Mqtt(a, "status-2")]
