@@ -66,6 +66,7 @@ class ReplayStats:
     read: int = 0  # records read
     live: int = 0  # (kind, key) pairs restored
     bad: int = 0  # records that did not decode
+    stale: int = 0  # snapshot records older than a later change of their key, skipped (gateway.node_meta_log)
     full: bool = True  # read from the queue's first offset
     seconds: float = 0.0
 
@@ -199,13 +200,13 @@ class MetaLog:
             items = [record_of_body(kind, key, image[(kind, key)])
                      for kind, key in keys[i:i + step] if (kind, key) in image]
             if first is None:
-                items.insert(0, _marker(-1))
+                items.insert(0, snap_marker(-1))
             at = await self._send(items)
             if at is None:
                 return False
             if first is None:
                 first = at
-        if await self._send([_marker(first)]) is None:
+        if await self._send([snap_marker(first)]) is None:
             return False
         broker.commit_offset(CHECKPOINT_GROUP, META_TOPIC, 0, first)
         self.start = first
@@ -226,7 +227,7 @@ class MetaLog:
         return results[0].queue_offset
 
 
-def _marker(first: int) -> tuple[Message, int]:
+def snap_marker(first: int) -> tuple[Message, int]:
     return record_of_body(SNAP, "", msgpack.packb([SNAP, "", first], use_bin_type=True))
 
 
