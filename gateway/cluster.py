@@ -33,7 +33,10 @@ cluster:
   closes a connection here (that node wrote it without owning the id).
   ``wait_release`` does not wait then.
 * A node's own records come back through the tail and are skipped
-  (``mqgateNode`` property).
+  (``mqgateNode`` property), except by the image of the meta records
+  (``gateway.node_meta_log``), which holds every node's, in queue order:
+  the leader compacts them; snapshot records (``mqgateSnapOf``) are
+  skipped by every tail.
 * A node the brokers no longer list (``gateway.membership``) is dead: every
   node forgets its non-persistent stubs, and the leader publishes the wills
   of its clients once their Will Delay Interval has passed (counted from
