@@ -119,27 +119,11 @@ class MetaLog:
         image is rebuilt from the same records. ``full``: ignore the checkpoint."""
         broker = self.broker
         await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
-        t0 = time.perf_counter()
         low, end = broker.min_offset(META_TOPIC, 0), broker.max_offset(META_TOPIC, 0)
         checkpoint = None if full else broker.query_offset(CHECKPOINT_GROUP, META_TOPIC, 0)
-        stats = ReplayStats()
-        state = None
-        if checkpoint is not None and low < checkpoint <= end:
-            stats.start, stats.full = checkpoint, False
-            state = await self._read(checkpoint, end, stats)
-            if state is None:
-                log.warning("gateway meta records: no complete snapshot at the checkpoint (offset %d of %s, "
-                            "queue %d..%d); replaying the whole queue", checkpoint, META_TOPIC, low, end)
-                stats = ReplayStats()
-        if stats.full:
-            stats.start = low
-            state = await self._read(low, end, stats)
-        if stats.bad:
-            log.error("%d gateway meta record(s) in %s did not decode and were skipped", stats.bad, META_TOPIC)
-        self.start = stats.start
-        stats.live = len(self.image)
-        stats.seconds = time.perf_counter() - t0
-        self.last_replay = stats
+        state, self.last_replay = await replay_from_checkpoint(self._read, low, end, checkpoint)
+        self.start = self.last_replay.start
+        self.last_replay.live = len(self.image)
         return state
 
     async def _read(self, offset: int, end: int, stats: ReplayStats) -> dict[tuple[str, str], object] | None:
@@ -225,6 +209,30 @@ class MetaLog:
                       bad[0].status.name, bad[0].remark, self.start)
             return None
         return results[0].queue_offset
+
+
+async def replay_from_checkpoint(read, low: int, end: int, checkpoint: int | None) -> tuple[dict, ReplayStats]:
+    """(live values, stats) of a replay of the meta queue ``low..end`` from
+    ``checkpoint`` when it is in the queue and ``read`` finds a marker naming
+    it, else (one line says so) from ``low``. ``read(offset, end, stats)``:
+    the values read from ``offset``, or None when no marker names it."""
+    t0 = time.perf_counter()
+    stats = ReplayStats()
+    state = None
+    if checkpoint is not None and low < checkpoint <= end:
+        stats.start, stats.full = checkpoint, False
+        state = await read(checkpoint, end, stats)
+        if state is None:
+            log.warning("gateway meta records: no complete snapshot at the checkpoint (offset %d of %s, "
+                        "queue %d..%d); replaying the whole queue", checkpoint, META_TOPIC, low, end)
+            stats = ReplayStats()
+    if stats.full:
+        stats.start = low
+        state = await read(low, end, stats)
+    if stats.bad:
+        log.error("%d gateway meta record(s) in %s did not decode and were skipped", stats.bad, META_TOPIC)
+    stats.seconds = time.perf_counter() - t0
+    return state, stats
 
 
 def snap_marker(first: int) -> tuple[Message, int]:

@@ -53,7 +53,8 @@ import trio
 from core.broker import PERM_READ, PERM_WRITE, queue_entries
 from core.store import decode_message
 from gateway.meta import META_TOPIC, SNAP, decode_record, record_of_body
-from gateway.meta_log import CHECKPOINT_GROUP, RETRY_S, CompactionSettings, ReplayStats, snap_marker
+from gateway.meta_log import (CHECKPOINT_GROUP, RETRY_S, CompactionSettings, ReplayStats, replay_from_checkpoint,
+                              snap_marker)
 
 if TYPE_CHECKING:
     from gateway.cluster import ClusterSync
@@ -106,27 +107,11 @@ class NodeMetaLog:
         backend = self.backend
         await backend.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
         await backend.prepare_queue(META_TOPIC)
-        t0 = time.perf_counter()
         low, end = backend.min_offset(META_TOPIC, 0), backend.max_offset(META_TOPIC, 0)
         checkpoint = await backend.fetch_committed(CHECKPOINT_GROUP, META_TOPIC, 0)
-        stats = ReplayStats()
-        state = None
-        if checkpoint is not None and low < checkpoint <= end:
-            stats.start, stats.full = checkpoint, False
-            state = await self._read(checkpoint, end, stats)
-            if state is None:
-                log.warning("gateway meta records: no complete snapshot at the checkpoint (offset %d of %s, "
-                            "queue %d..%d); replaying the whole queue", checkpoint, META_TOPIC, low, end)
-                stats = ReplayStats()
-        if stats.full:
-            stats.start = low
-            state = await self._read(low, end, stats)
-        if stats.bad:
-            log.error("%d gateway meta record(s) in %s did not decode and were skipped", stats.bad, META_TOPIC)
-        self.start = stats.start
-        stats.live = len(self.image)
-        stats.seconds = time.perf_counter() - t0
-        self.last_replay = stats
+        state, self.last_replay = await replay_from_checkpoint(self._read, low, end, checkpoint)
+        self.start = self.last_replay.start
+        self.last_replay.live = len(self.image)
         return state, end
 
     async def _read(self, offset: int, end: int, stats: ReplayStats) -> dict[tuple[str, str], object] | None:
