@@ -3,9 +3,15 @@
 Real processes: ``mqgate serve`` with its MQTT edge off (name server and
 broker), two ``mqgate gateway`` nodes with small compaction thresholds and
 one-record snapshot batches (so a snapshot takes long enough for a change
-to land in the middle of it), a third node started after the compaction,
-and paho-mqtt clients. The tests run in order on one cluster: the last one
-kills the first two nodes.
+to land in the middle of it), a third node started after the compaction
+(never compacting, and started again until it is not the leader), a fourth
+started after a half-written snapshot, and paho-mqtt clients. The tests run
+in order on one cluster: the last one kills the first two nodes.
+
+Each rule of ``gateway.node_meta_log`` fails a test when removed: without
+the as-of rule the late node has the retained value from before the change
+made during the snapshot; without the tails skipping snapshot records a
+connected client of the other node is kicked.
 """
 
 from __future__ import annotations
