@@ -33,7 +33,10 @@ cluster:
   closes a connection here (that node wrote it without owning the id).
   ``wait_release`` does not wait then.
 * A node's own records come back through the tail and are skipped
-  (``mqgateNode`` property).
+  (``mqgateNode`` property), except by the image of the meta records
+  (``gateway.node_meta_log``), which holds every node's, in queue order:
+  the leader compacts them; snapshot records (``mqgateSnapOf``) are
+  skipped by every tail.
 * A node the brokers no longer list (``gateway.membership``) is dead: every
   node forgets its non-persistent stubs, and the leader publishes the wills
   of its clients once their Will Delay Interval has passed (counted from
@@ -58,6 +61,8 @@ from core.store import decode_message
 from gateway.mapping import now_ms
 from gateway.membership import Membership
 from gateway.meta import META_TOPIC, SNAP, decode_record, record
+from gateway.meta_log import CompactionSettings
+from gateway.node_meta_log import P_SNAP_OF, NodeMetaLog
 from gateway.nodes import P_NODE, P_SHARE_PICKS, node_queue_name
 from gateway.owners import ClientOwners
 from gateway.remote_backend import returned_after_waiting
@@ -81,8 +86,9 @@ def _here(sess: Session) -> bool:
 
 class ClusterSync:
     def __init__(self, backend: RemoteBackend, node_id: str, owners: ClientOwners | None = None,
-                 release_wait: float = RELEASE_WAIT) -> None:
+                 release_wait: float = RELEASE_WAIT, compaction: CompactionSettings = CompactionSettings()) -> None:
         self.backend = backend
+        self.meta_log = NodeMetaLog(backend, compaction)  # the image of the meta records; compacted by the leader
         self.node_id = node_id
         self.owners = owners  # etcd decides who owns a client id (else the meta records' order)
         self.release_wait = release_wait
@@ -110,6 +116,7 @@ class ClusterSync:
             await nursery.start(self.members.run)
             nursery.start_soon(self._act_for_dead_nodes)
             nursery.start_soon(self._tail_meta)
+            nursery.start_soon(self.meta_log.run, self)
             for qid in self.backend.queue_ids(self.node_queue):  # one long poll per broker group
                 nursery.start_soon(self._read_node_queue, qid, self.backend.max_offset(self.node_queue, qid))
             task_status.started()
@@ -133,6 +140,7 @@ class ClusterSync:
                 self.meta_offset = start + i + 1
         if not result.entries and result.next_begin_offset > self.meta_offset:
             self.meta_offset = result.next_begin_offset
+        self.meta_log.tail_moved(self.meta_offset, self.members.leader)
 
     async def catch_up(self) -> None:
         """Apply every record up to the end of the meta queue now (before a
@@ -148,10 +156,12 @@ class ClusterSync:
     def _apply_raw(self, raw: bytes) -> None:
         try:
             msg = decode_message(raw)
-            if msg.properties.get(P_NODE) == self.node_id:
+            if P_SNAP_OF in msg.properties:  # a snapshot record (gateway.node_meta_log): a value held already
                 return
+            own = msg.properties.get(P_NODE) == self.node_id
             kind, key, value = decode_record(msg.body)
-            if kind == SNAP:  # a compaction's marker (gateway.meta_log): its records repeat live values
+            self.meta_log.observe(kind, key, value, msg.body)  # every node's records, in queue order
+            if own or kind == SNAP:  # a compaction's marker: no state of its own
                 return
             self.apply(kind, key, value)
         except Exception:  # noqa: BLE001 - one bad record must not stop the tail

@@ -64,7 +64,8 @@ async def serve_gateway_node(cfg: ServeConfig, namesrv: list[str], *, node_id: s
         async with trio.open_nursery() as outer:
             await outer.start(backend.run)
             async with trio.open_nursery() as nursery:
-                cluster = ClusterSync(backend, node_id, owners, release_wait=session.release_wait)
+                cluster = ClusterSync(backend, node_id, owners, release_wait=session.release_wait,
+                                      compaction=session.compaction)
                 gw, specs = make_mqtt_gateway(backend, cfg.mqtt, host=cfg.host, mqtt_port=cfg.mqtt_port,
                                               ws_port=cfg.ws_port, cluster=cluster)
                 ports = await nursery.start(gw.run, specs)

@@ -17,8 +17,8 @@ asks the etcd owner of a client id to release it, ``gateway.owners``). The key a
 
 Rules kept here:
 
-* Replay (``gateway.meta_log``) reads the queue from the compaction
-  checkpoint, or from its first offset; the last record per (kind, key) wins; a record that does not decode, or is no [kind, key,
+* Replay (``gateway.meta_log``; on gateway nodes ``gateway.node_meta_log``)
+  reads the queue from the compaction checkpoint, or from its first offset; the last record per (kind, key) wins; a record that does not decode, or is no [kind, key,
   value] with a known kind and a text key, is counted, logged and skipped
   (never fatal: it is our data, and the rest still holds). A record of the
   right form whose value is not a shape we write is skipped the same way by
@@ -31,13 +31,8 @@ Rules kept here:
 
 from __future__ import annotations
 
-import logging
-
-from core.broker import PERM_READ, PERM_WRITE, parse_record, record_message, replay_records
+from core.broker import parse_record, record_message
 from core.store import Message
-from gateway.backend import BrokerBackend
-
-log = logging.getLogger("mqgate.gateway")
 
 META_TOPIC = "rmq_sys_mqtt_meta"
 KINDS = ("sess", "in2", "will", "ret", "live", "rel")
@@ -49,21 +44,6 @@ def record(kind: str, key: str, value) -> tuple[Message, int]:
     """A (message, queue id) pair for ``broker.send_many``."""
     assert kind in KINDS
     return record_message(META_TOPIC, kind, key, value), 0
-
-
-async def replay_to_end(broker: BrokerBackend) -> tuple[dict[tuple[str, str], object], int]:
-    """Every live (kind, key) -> value as of the end of the meta topic, read
-    whole (a gateway node's start; ``mqgate serve`` reads from the compaction
-    checkpoint: ``gateway.meta_log``), and the queue offset it read to (where
-    a node's tail goes on)."""
-    await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
-    await broker.prepare_queue(META_TOPIC)  # a remote backend's offsets of the queue
-    end = broker.max_offset(META_TOPIC, 0)
-    state, bad = await replay_records(broker, META_TOPIC, _KINDS_AND_SNAP)
-    if bad:
-        log.error("%d gateway meta record(s) in %s did not decode and were skipped", bad, META_TOPIC)
-    state.pop((SNAP, ""), None)  # a compaction's marker (gateway.meta_log), no state of its own
-    return state, end
 
 
 def record_of_body(kind: str, key: str, body: bytes) -> tuple[Message, int]:

@@ -66,6 +66,7 @@ class ReplayStats:
     read: int = 0  # records read
     live: int = 0  # (kind, key) pairs restored
     bad: int = 0  # records that did not decode
+    stale: int = 0  # snapshot records older than a later change of their key, skipped (gateway.node_meta_log)
     full: bool = True  # read from the queue's first offset
     seconds: float = 0.0
 
@@ -118,27 +119,11 @@ class MetaLog:
         image is rebuilt from the same records. ``full``: ignore the checkpoint."""
         broker = self.broker
         await broker.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
-        t0 = time.perf_counter()
         low, end = broker.min_offset(META_TOPIC, 0), broker.max_offset(META_TOPIC, 0)
         checkpoint = None if full else broker.query_offset(CHECKPOINT_GROUP, META_TOPIC, 0)
-        stats = ReplayStats()
-        state = None
-        if checkpoint is not None and low < checkpoint <= end:
-            stats.start, stats.full = checkpoint, False
-            state = await self._read(checkpoint, end, stats)
-            if state is None:
-                log.warning("gateway meta records: no complete snapshot at the checkpoint (offset %d of %s, "
-                            "queue %d..%d); replaying the whole queue", checkpoint, META_TOPIC, low, end)
-                stats = ReplayStats()
-        if stats.full:
-            stats.start = low
-            state = await self._read(low, end, stats)
-        if stats.bad:
-            log.error("%d gateway meta record(s) in %s did not decode and were skipped", stats.bad, META_TOPIC)
-        self.start = stats.start
-        stats.live = len(self.image)
-        stats.seconds = time.perf_counter() - t0
-        self.last_replay = stats
+        state, self.last_replay = await replay_from_checkpoint(self._read, low, end, checkpoint)
+        self.start = self.last_replay.start
+        self.last_replay.live = len(self.image)
         return state
 
     async def _read(self, offset: int, end: int, stats: ReplayStats) -> dict[tuple[str, str], object] | None:
@@ -199,13 +184,13 @@ class MetaLog:
             items = [record_of_body(kind, key, image[(kind, key)])
                      for kind, key in keys[i:i + step] if (kind, key) in image]
             if first is None:
-                items.insert(0, _marker(-1))
+                items.insert(0, snap_marker(-1))
             at = await self._send(items)
             if at is None:
                 return False
             if first is None:
                 first = at
-        if await self._send([_marker(first)]) is None:
+        if await self._send([snap_marker(first)]) is None:
             return False
         broker.commit_offset(CHECKPOINT_GROUP, META_TOPIC, 0, first)
         self.start = first
@@ -226,7 +211,31 @@ class MetaLog:
         return results[0].queue_offset
 
 
-def _marker(first: int) -> tuple[Message, int]:
+async def replay_from_checkpoint(read, low: int, end: int, checkpoint: int | None) -> tuple[dict, ReplayStats]:
+    """(live values, stats) of a replay of the meta queue ``low..end`` from
+    ``checkpoint`` when it is in the queue and ``read`` finds a marker naming
+    it, else (one line says so) from ``low``. ``read(offset, end, stats)``:
+    the values read from ``offset``, or None when no marker names it."""
+    t0 = time.perf_counter()
+    stats = ReplayStats()
+    state = None
+    if checkpoint is not None and low < checkpoint <= end:
+        stats.start, stats.full = checkpoint, False
+        state = await read(checkpoint, end, stats)
+        if state is None:
+            log.warning("gateway meta records: no complete snapshot at the checkpoint (offset %d of %s, "
+                        "queue %d..%d); replaying the whole queue", checkpoint, META_TOPIC, low, end)
+            stats = ReplayStats()
+    if stats.full:
+        stats.start = low
+        state = await read(low, end, stats)
+    if stats.bad:
+        log.error("%d gateway meta record(s) in %s did not decode and were skipped", stats.bad, META_TOPIC)
+    stats.seconds = time.perf_counter() - t0
+    return state, stats
+
+
+def snap_marker(first: int) -> tuple[Message, int]:
     return record_of_body(SNAP, "", msgpack.packb([SNAP, "", first], use_bin_type=True))
 
 

@@ -305,6 +305,21 @@ class RemoteBackend:
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._committed.get((group, topic, queue_id))
 
+    async def fetch_committed(self, group: str, topic: str, queue_id: int) -> int | None:
+        """``group``'s committed offset of the queue, asked of its broker now (None: none, or not answered)."""
+        index, name, qid = self.routes.where(topic, queue_id)
+        addr = self.routes.addr(index)
+        try:
+            if not addr:
+                raise MQClientError(f"broker group {name} has no master now")
+            committed = await self.api.query_consumer_offset(addr, group, MessageQueue(topic, name, qid))
+        except Exception as e:  # noqa: BLE001 - no checkpoint: a full replay, which is only slower
+            log.warning("offset of group %s on %s not known: %s", group, topic, e)
+            return None
+        if committed is not None:
+            self._committed[(group, topic, queue_id)] = committed
+        return committed
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = (group, topic, queue_id)
         if self._committed.get(key) == offset:
