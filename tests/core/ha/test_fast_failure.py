@@ -24,7 +24,7 @@ from core.client import Message, SendStatus, open_producer
 from core.client.api import open_client_api
 from core.client.model import MessageQueue
 from core.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode, encode_frame
-from ha_group import Group, wait_in_sync
+from ha_group import Group, is_master_with_slave, wait_in_sync, wait_until
 
 TOPIC = "TopicBusy"
 SLAVE_TIMEOUT_MS = 800
@@ -80,6 +80,7 @@ async def _queue_total(addr: str) -> int:
 async def test_a_send_flood_behind_a_stalled_slave_gets_system_busy_and_memory_stays_bounded(group):
     master = group.broker("m", 0, "SYNC_MASTER", slaveTimeout=SLAVE_TIMEOUT_MS, defaultTopicQueueNums=4).start()
     slave = group.broker("s", 1, "SLAVE").start()
+    await wait_until(lambda: is_master_with_slave(group, "m"), 20, "the slave links")  # else SLAVE_NOT_AVAILABLE
     async with open_producer(group.namesrv, "PG_OK", send_timeout=5.0) as producer:
         before = [await producer.send(Message(TOPIC, f"before-{i}".encode())) for i in range(8)]
     assert {r.status for r in before} == {SendStatus.SEND_OK}

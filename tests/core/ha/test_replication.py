@@ -48,6 +48,8 @@ def bodies(data_dir) -> list[bytes]:
 async def test_a_sync_master_and_its_slave_hold_the_same_bytes(group):
     master = group.broker("m", 0, "SYNC_MASTER").start()
     slave = group.broker("s", 1, "SLAVE").start()  # learns the master's HA address from the name server
+    # a SYNC_MASTER answers SLAVE_NOT_AVAILABLE until its slave has linked (tested below): wait for it
+    await wait_until(lambda: _has_slave(group.addr("m")), 20, "the slave links")
     results = await send(group, 300, "a")
     assert {r.status for r in results} == {SendStatus.SEND_OK}
     end = await wait_in_sync(group.addr("m"), group.addr("s"))
