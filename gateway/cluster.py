@@ -112,8 +112,8 @@ class ClusterSync:
         async with trio.open_nursery() as nursery:
             if self.owners is not None:
                 await nursery.start(self.owners.run, self._lease_lost)
+            await nursery.start(self.members.run)  # heartbeats first: a poll before it does not list this node
             await self.members.poll()
-            await nursery.start(self.members.run)
             nursery.start_soon(self._act_for_dead_nodes)
             nursery.start_soon(self._tail_meta)
             nursery.start_soon(self.meta_log.run, self)

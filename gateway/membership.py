@@ -21,7 +21,7 @@ Rules kept here:
   has not heard every node's heartbeat yet: for ``GRACE`` after the
   address changes, its list only adds nodes, never removes one, and this
   node heartbeats to it at once.
-* The *leader* is the smallest alive node id: it alone acts for dead nodes
+* The *leader* is the smallest alive node id, once ``known``: it alone acts for dead nodes
   (``gateway.cluster`` publishes their clients' wills), so a will is
   published once while the membership is stable.
 """
@@ -59,7 +59,9 @@ class Membership:
 
     @property
     def leader(self) -> bool:
-        return min(self.alive) == self.node_id
+        """The smallest alive node id is this node's, and a broker has said who is alive
+        (before that every node would think itself the leader)."""
+        return self.known and min(self.alive) == self.node_id
 
     def _heartbeat_body(self) -> dict:
         consumer = {"groupName": NODES_GROUP, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
