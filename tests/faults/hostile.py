@@ -3,7 +3,7 @@
 Rules it keeps (each attack returns its figures; the campaign judges them):
 - slowloris: `n` sockets send half a CONNECT and stop; the server must close
   each within `connectTimeout` (+ slack), keep serving a canary, RSS bounded.
-- connection churn: `n` raw CONNECT/DISCONNECT pairs, RSS before/after.
+- connection churn: `n` raw CONNECT/DISCONNECT pairs from a few threads, RSS before/after.
 - topic flood: one client subscribes to `n` distinct topics in batches and
   unsubscribes them; RSS at the peak and after.
 - ACL bypass: an anonymous client allowed only ``open/#`` tries to reach
@@ -75,21 +75,32 @@ def slowloris(server, n: int, connect_timeout: float) -> dict:
             "rss_after_mib": round(after["rss_kib"] / 1024, 1), "canary": canary.close()}
 
 
-def churn(server, n: int) -> dict:
+def churn(server, n: int, threads: int = 4) -> dict:
+    """``n`` CONNECT/DISCONNECT pairs from ``threads`` threads at once (one
+    thread is bound by its own round trips at ~1,000/s, not by the server)."""
     port = server.ports["mqtt"]
     rss0 = server.sample()["rss_kib"]
+    failed = [0] * threads
+
+    def one_thread(k: int) -> None:
+        for i in range(k, n, threads):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                    s.sendall(connect_packet(4, b"churn%d" % (i % 1000)))
+                    if s.recv(4)[:1] != b"\x20":
+                        failed[k] += 1
+                    s.sendall(b"\xe0\x00")
+            except OSError:
+                failed[k] += 1
+
     t0 = time.monotonic()
-    failed = 0
-    for i in range(n):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                s.sendall(connect_packet(4, b"churn%d" % (i % 1000)))
-                if s.recv(4)[:1] != b"\x20":
-                    failed += 1
-                s.sendall(b"\xe0\x00")
-        except OSError:
-            failed += 1
-    return {"connects": n, "failed": failed, "per_s": round(n / (time.monotonic() - t0)),
+    workers = [threading.Thread(target=one_thread, args=(k,), daemon=True) for k in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return {"connects": n, "threads": threads, "failed": sum(failed),
+            "per_s": round(n / (time.monotonic() - t0)),
             "rss_before_mib": round(rss0 / 1024, 1), "rss_after_mib": round(server.sample()["rss_kib"] / 1024, 1)}
 
 
