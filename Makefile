@@ -92,13 +92,19 @@ run: install build system-deps
 
 # The whole suite with the compiled kernels, then the kernels' own suites
 # (codec, store, topic matching) as pure Python.
+# The suite runs on TEST_WORKERS pytest-xdist workers, a test file to a
+# worker; the tests marked serial (Spark, the documentation examples: they
+# load both cores themselves) run after, alone. Exit status 5 is "no test
+# selected", which an ARGS narrowing to one part gives the other.
+TEST_WORKERS ?= 2
 test: install-dev build
-	$(PY) -m pytest --durations=30 $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=20 $(ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -m serial --durations=10 $(ARGS) || [ $$? -eq 5 ]
 	$(MAKE) --no-print-directory test-pure
 
 PURE_SUITES := tests/gateway/mqtt tests/gateway/wildcard tests/core/store tests/kernels tests/core/broker/test_send_many.py tests/core/broker/test_send_batch_hooks.py
 test-pure: install-dev
-	MQGATE_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_SUITES)
+	MQGATE_PURE_PYTHON=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PURE_SUITES)
 
 bench: install-dev
 	$(PY) -m loadtest bench $(ARGS)
