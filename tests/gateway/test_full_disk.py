@@ -300,12 +300,9 @@ async def test_with_warm_segments_every_acknowledged_message_survives_the_device
     args = ("--config", str(cfg), "--mqtt-port", "0", "--ws-port", "0", "--broker-port", str(free_port()),
             "--namesrv-port", str(ns_port))
     namesrv = f"127.0.0.1:{ns_port}"
-    topic = "WarmTopic"
+    topic = "WarmTopic"  # created by the first send (autoCreateTopicEnable)
     server = ServeProcess(mnt, *args).start()
     try:
-        made = subprocess.run([sys.executable, "-m", "gateway", "admin", "topic", "create", topic, "--queues", "2",
-                               "--namesrv", namesrv], capture_output=True, text=True, timeout=60)
-        assert made.returncode == 0, made.stderr
         acked, err = await trio.to_thread.run_sync(_send_until_refused, namesrv, topic, 0, 20)
         assert len(acked) == 20 and not err, err
         filler = back / "filler"
