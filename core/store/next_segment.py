@@ -18,6 +18,11 @@ Rules kept:
   with it held, and the thread never takes it, so there is no cycle.
 - `close` stops the thread and deletes a segment made and not taken (a
   crash can leave one behind: recovery deletes segments past the log's end).
+
+A thread of the store's own, not ``trio.to_thread``: ``core.store`` knows no
+trio, and every user of the store (broker, slave, tools, benchmarks) rolls
+the log under its lock from whatever thread appends.  It starts at the first
+`request` and is joined by `close`.
 """
 
 from __future__ import annotations
