@@ -20,6 +20,7 @@ with ``warmMapedFileEnable`` off (the default) and on.
 from __future__ import annotations
 
 import base64
+import errno
 import os
 import random
 import subprocess
@@ -240,9 +241,7 @@ async def test_an_fsync_error_is_reported_and_nothing_unflushed_is_acknowledged(
         acked, err = await trio.to_thread.run_sync(_send_until_refused, namesrv, topic, 0, 20)
         assert len(acked) == 20 and not err, err
         healthy = list(acked)
-        filler = back / "filler"
-        with open(filler, "wb") as f:  # the backing store is full; ext4 does not know
-            f.write(bytes(max(0, _free(back) - 256 * 1024)))
+        filler = _fill_backing_store(back)  # the backing store is full; ext4 does not know
         more, err = await trio.to_thread.run_sync(_send_until_refused, namesrv, topic, 20, 400)
         acked += more
         assert err, f"the writes never failed ({len(more)} acked)"
@@ -267,6 +266,22 @@ async def test_an_fsync_error_is_reported_and_nothing_unflushed_is_acknowledged(
     lost = sorted(set(acked) - seen)
     print(f"acked before the fsync error: {len(acked)} ({len(healthy)} before the device filled); "
           f"missing after fsck and restart: {lost}; the C++ client saw: {err}")
+
+
+def _fill_backing_store(back: Path) -> Path:
+    """A file that leaves about 256 KiB of the thin device's backing store free.
+    Written in steps: ext4's write-back (a segment being made ahead, its lazy
+    inode-table init) takes space meanwhile, and ENOSPC here means full already."""
+    filler = back / "filler"
+    step = bytes(1 << 20)
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while (left := _free(back) - 256 * 1024) > 0:
+                f.write(step[:left])
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+    return filler
 
 
 async def _repair_and_read(thin_disk, filler: Path, args: tuple, namesrv: str, topic: str) -> set[int]:
@@ -305,9 +320,7 @@ async def test_with_warm_segments_every_acknowledged_message_survives_the_device
     try:
         acked, err = await trio.to_thread.run_sync(_send_until_refused, namesrv, topic, 0, 20)
         assert len(acked) == 20 and not err, err
-        filler = back / "filler"
-        with open(filler, "wb") as f:  # the backing store is full; ext4 does not know
-            f.write(bytes(max(0, _free(back) - 256 * 1024)))
+        filler = _fill_backing_store(back)  # the backing store is full; ext4 does not know
         more, err = await trio.to_thread.run_sync(_send_until_refused, namesrv, topic, 20, 1000)
         acked += more
         assert err, f"the writes never failed ({len(more)} acked)"
