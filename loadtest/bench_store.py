@@ -28,8 +28,17 @@ Prints one JSON object (messages per second):
   expression), and ``get_messages`` of 32 over the whole queue with the
   filter against without (scanned entries per second, and their ratio).
 
+- ``roll``: the appends that roll to a new commit-log segment (1 KiB
+  bodies, 32 MiB segments, 4 rolls), with ``warmMapedFileEnable`` off, on,
+  and on without the thread that makes the next segment ahead
+  (``warm_no_ahead``: each roll writes and syncs its segment itself):
+  ``roll_ms`` per rolling append, ``other_max_ms`` (the slowest other
+  append), ``appends_per_s``, and ``restart_ms`` (a clean restart of that
+  store: with the key, the rest of the current segment is zeroed and synced).
+
 ``--only`` runs some sections (``async``, ``sync``, ``sync_event_loop_model``,
-``reads``, ``broker``, ``sql92``); ``--repeat N`` runs each N times and reports every run.
+``reads``, ``broker``, ``sql92``, ``roll``); ``--repeat N`` runs each N times and reports every run.
+``--warm`` sets ``warmMapedFileEnable`` for every store the other sections make.
 
 This is the one file of ``loadtest`` that imports project code (the issue
 asks for the store benchmark here).
@@ -51,9 +60,12 @@ from core.broker import BrokerConfig, SendStatus, TopicConfig, open_broker, pars
 from core.store import EncodedMessage, FlushDiskType, Message, MessageStore, StoreConfig, entry_properties
 
 
+_options = {"warm": False}  # --warm
+
+
 def _store(root: str, flush: FlushDiskType) -> MessageStore:
     shutil.rmtree(root, ignore_errors=True)
-    s = MessageStore(StoreConfig(store_path_root_dir=root, flush_disk_type=flush))
+    s = MessageStore(StoreConfig(store_path_root_dir=root, flush_disk_type=flush, warm_maped_file_enable=_options["warm"]))
     s.start()
     return s
 
@@ -221,7 +233,7 @@ async def _broker_run(root: str, flush: FlushDiskType, senders: int, seconds: fl
     cfg = BrokerConfig(flush_disk_type=flush, default_topic_queue_nums=8)
     body = b"x" * size
     counts = [0] * senders
-    async with open_broker(cfg, StoreConfig(store_path_root_dir=root)) as broker:
+    async with open_broker(cfg, StoreConfig(store_path_root_dir=root, warm_maped_file_enable=_options["warm"])) as broker:
         await broker.update_topic(TopicConfig("Bench", 8, 8))
         stop = trio.current_time() + seconds
 
@@ -268,7 +280,45 @@ def bench_broker(root: str, seconds: float) -> dict:
     }
 
 
-SECTIONS = ("async", "sync", "sync_event_loop_model", "reads", "broker", "sql92")
+def bench_roll(root: str, segment_size: int = 32 << 20, rolls: int = 4) -> dict:
+    out = {}
+    encs = [EncodedMessage(m) for m in _msgs(1000, 1024)]
+    n = rolls * segment_size // encs[0].size + 1
+    for name, warm, ahead in (("off", False, True), ("warm", True, True), ("warm_no_ahead", True, False)):
+        shutil.rmtree(root, ignore_errors=True)
+        s = MessageStore(StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=segment_size,
+                                     warm_maped_file_enable=warm))
+        s.start()
+        cl = s.commitlog
+        if not ahead:
+            cl.ahead.close()
+            cl.ahead = None  # every roll makes (writes and syncs) its segment itself
+        roll_s, other_max = [], 0.0
+        seg = cl.current
+        t0 = time.perf_counter()
+        for i in range(n):
+            t = time.perf_counter()
+            s.append(encs[i % 1000])  # stamped in place each time: reusing the encoding is fine
+            dt = time.perf_counter() - t
+            if cl.current is not seg:
+                seg = cl.current
+                roll_s.append(dt)
+            elif dt > other_max:
+                other_max = dt
+        elapsed = time.perf_counter() - t0
+        s.shutdown()
+        s = MessageStore(StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=segment_size,
+                                     warm_maped_file_enable=warm))
+        t = time.perf_counter()
+        s.start()  # with the key: the rest of the current segment is zeroed and synced
+        start_s = time.perf_counter() - t
+        s.shutdown()
+        out[name] = {"roll_ms": [round(x * 1000, 2) for x in roll_s], "other_max_ms": round(other_max * 1000, 2),
+                     "appends_per_s": round(n / elapsed), "restart_ms": round(start_s * 1000, 1)}
+    return out
+
+
+SECTIONS = ("async", "sync", "sync_event_loop_model", "reads", "broker", "sql92", "roll")
 
 
 SQL92_EXPRESSIONS = {
@@ -326,7 +376,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir on the current disk)")
     ap.add_argument("--only", nargs="+", choices=SECTIONS, default=SECTIONS, help="sections to run (default: all)")
     ap.add_argument("--repeat", type=int, default=1, help="run each section this many times (a list of results)")
+    ap.add_argument("--warm", action="store_true", help="warmMapedFileEnable on in every section's store")
     args = ap.parse_args(argv)
+    _options["warm"] = args.warm
     n = 50_000 if args.quick else 300_000
     seconds = 1.0 if args.quick else 3.0
     base = tempfile.mkdtemp(prefix="bench_store_", dir=args.dir or os.getcwd())
@@ -337,10 +389,11 @@ def main(argv: list[str] | None = None) -> None:
         "reads": lambda: bench_reads(root, n),
         "broker": lambda: bench_broker(root, seconds),
         "sql92": lambda: bench_sql92(root, n // 5),
+        "roll": lambda: bench_roll(root, (8 << 20) if args.quick else (32 << 20)),
     }
     try:
         root = os.path.join(base, "store")
-        result: dict = {"messages": n}
+        result: dict = {"messages": n, "warmMapedFileEnable": args.warm}
         for name in SECTIONS:
             if name in args.only:
                 got = [runs[name]() for _ in range(args.repeat)]

@@ -21,10 +21,16 @@ Rules kept:
   the current one (``current``) until the writes reach them.
 - The caller serialises writers with ``lock`` (a ``threading.Lock``);
   flushing takes it only to snapshot positions, never across a sync.
+- With ``warm`` (``warmMapedFileEnable``) every segment a message goes into
+  was written with zeros and synced first: new ones are made warm (the one
+  after the last is made ahead by `NextSegment`'s thread, so a roll does not
+  wait for a segment of writes), and at start the rest of the segment being
+  written is zeroed and synced (it may come from a run without the key).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -33,8 +39,11 @@ import zlib
 from _thread import allocate_lock as _allocate_lock
 
 from .errors import StoreConfigError
-from .mapped_file import MappedFile, list_offset_files
+from .mapped_file import MappedFile, list_offset_files, write_zeros
 from .message import BLANK_MAGIC, MAGIC_V1, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, EncodedMessage
+from .next_segment import NextSegment
+
+log = logging.getLogger(__name__)
 
 _II = struct.Struct(">ii")
 _I = struct.Struct(">i")
@@ -94,9 +103,11 @@ def check_entry(mm, rel: int, seg_size: int, phys: int, check_crc: bool) -> tupl
 
 
 class CommitLog:
-    def __init__(self, directory: str, segment_size: int):
+    def __init__(self, directory: str, segment_size: int, warm: bool = False):
         self.directory = directory
         self.segment_size = segment_size
+        self.warm = warm
+        self.ahead = NextSegment(self._make) if warm else None
         self.lock = threading.Lock()
         self.segments: list[MappedFile] = []
         self.current: MappedFile | None = None  # the segment holding write_pos
@@ -122,10 +133,13 @@ class CommitLog:
                 raise StoreConfigError(f"{path}: segment name does not follow mappedFileSizeCommitLog={self.segment_size}")
             if st not in (self.segment_size, 0):
                 raise StoreConfigError(f"{path} is {st} bytes but mappedFileSizeCommitLog is {self.segment_size}")
-            self.segments.append(MappedFile(path, start, self.segment_size))
+            self.segments.append(MappedFile(path, start, self.segment_size, warm=self.warm))
             prev_end = start + self.segment_size
 
     def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()  # deletes a segment made ahead and not used
+            self.ahead = NextSegment(self._make)
         for seg in self.segments:
             seg.close()
         self.segments = []
@@ -144,10 +158,19 @@ class CommitLog:
             return segs[i]
         return None
 
-    def _roll(self, start: int) -> MappedFile:
-        seg = MappedFile.create(self.directory, start, self.segment_size)
-        self.segments.append(seg)
+    def _make(self, start: int) -> MappedFile:
+        seg = MappedFile.create(self.directory, start, self.segment_size, warm=self.warm)
         fsync_dir(self.directory)
+        return seg
+
+    def _roll(self, start: int) -> MappedFile:
+        ahead = self.ahead
+        seg = ahead.take(start) if ahead is not None else None
+        if seg is None:
+            seg = self._make(start)
+        self.segments.append(seg)
+        if ahead is not None:
+            ahead.request(seg.end)
         return seg
 
     def _next_after(self, seg: MappedFile) -> MappedFile:
@@ -163,11 +186,24 @@ class CommitLog:
             self._roll(pos - pos % self.segment_size)
         elif pos >= self.segments[-1].end:
             self._roll(self.segments[-1].end)
+        elif self.warm:
+            self._warm_tail(self.segment_for(pos), pos)
         self.current = self.segment_for(pos)
         self.write_pos = pos
         self.last_store_ts = last_store_ts
         self.flushed = pos
         self.flushed_store_ts = last_store_ts
+
+    def _warm_tail(self, seg: MappedFile, pos: int) -> None:
+        """Zeros written and synced from ``pos`` (the log's end, zeros past it) to the segment's end."""
+        try:
+            write_zeros(seg.fd, pos - seg.start, seg.size)
+            os.fdatasync(seg.fd)
+        except OSError as e:
+            log.warning("%s: the rest of the segment could not be written with zeros (warmMapedFileEnable): %s",
+                        seg.path, e)
+        if self.ahead is not None:
+            self.ahead.request(self.segments[-1].end)
 
     # ---- writing (caller holds self.lock) ----
 

@@ -60,6 +60,12 @@ class StoreConfig:
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     # maxTransferCountOnMessageInMemory: default count limit of one get_messages.
     max_transfer_count_on_message_in_memory: int = 32
+    # warmMapedFileEnable: write every new commit-log segment with zeros and
+    # sync it before any message goes in (blocks real on the device: a thin-
+    # provisioned device running out fails the segment's creation, a refused
+    # put, not the fsync of acknowledged data); the next segment is made ahead
+    # in a thread.  Default off, as RocketMQ's: see docs/RELIABILITY.md.
+    warm_maped_file_enable: bool = False
     # (ours, no RocketMQ key) when recovery finds a corrupt entry followed by
     # valid data: False = refuse to start (CorruptSegmentError), True = truncate
     # the log at the corrupt entry and start.

@@ -19,6 +19,12 @@ Rules kept:
   with only its first ``initial`` bytes allocated and grown with
   `allocate_to` before each write past ``allocated`` (consume queues: one
   6 MB file per MQTT session queue must not cost 6 MB of disk up front).
+- A *warm* file (``warm=True``, RocketMQ's ``warmMapedFileEnable``) is
+  created by writing zeros over all of it and ``fdatasync``: its blocks are
+  real and written on the device before any data goes in, so a device that
+  refuses new blocks (thin provisioning running out) fails the creation
+  (``OSError``, no file left) rather than a later sync of acknowledged data.
+  `zero_from` on a warm file writes zeros too, so it stays warm.
 - `sync` after `close` is a no-op, and a close waits for a running sync: the
   flusher syncs outside the store lock, so retention or ``delete_queue`` may
   close a file it is syncing.
@@ -33,6 +39,7 @@ import threading
 
 NAME_DIGITS = 20
 _ZERO_WRITE_MAX = 1 << 20  # allocation steps up to this size are written as zeros
+_ZEROS = bytes(_ZERO_WRITE_MAX)
 
 
 def offset_to_name(offset: int) -> str:
@@ -60,13 +67,23 @@ def allocate(fd: int, offset: int, length: int) -> None:
             raise
 
 
-class MappedFile:
-    __slots__ = ("path", "start", "size", "fd", "mm", "_io", "allocated")
+def write_zeros(fd: int, offset: int, end: int) -> None:
+    """``pwrite`` zeros over ``[offset, end)`` (not synced); ``OSError`` (ENOSPC) if the disk refuses."""
+    while offset < end:
+        n = os.pwrite(fd, memoryview(_ZEROS)[: min(_ZERO_WRITE_MAX, end - offset)], offset)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "short write of zeros")
+        offset += n
 
-    def __init__(self, path: str, start: int, size: int, *, preallocate: bool | int = False):
+
+class MappedFile:
+    __slots__ = ("path", "start", "size", "fd", "mm", "_io", "allocated", "warm")
+
+    def __init__(self, path: str, start: int, size: int, *, preallocate: bool | int = False, warm: bool = False):
         self.path = path
         self.start = start
         self.size = size
+        self.warm = warm
         # bytes from the start known to have disk blocks (an existing file: all of it,
         # unless its owner knows better, see ConsumeQueue.load)
         self.allocated = size if preallocate is True or preallocate is False else 0
@@ -74,7 +91,11 @@ class MappedFile:
         created = preallocate and not os.path.exists(path)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if preallocate is True:
+            if preallocate is True and warm:
+                os.ftruncate(self.fd, size)  # full size first: a crash meanwhile leaves a file `load` accepts
+                write_zeros(self.fd, 0, size)
+                os.fdatasync(self.fd)  # the device's error, if any, is the creation's
+            elif preallocate is True:
                 allocate(self.fd, 0, size)
             if preallocate is not True and preallocate:
                 self.allocate_to(preallocate)  # the first step, written before the file is sized
@@ -94,11 +115,12 @@ class MappedFile:
             raise
 
     @classmethod
-    def create(cls, directory: str, start: int, size: int, initial: int | None = None) -> "MappedFile":
+    def create(cls, directory: str, start: int, size: int, initial: int | None = None, *, warm: bool = False) -> "MappedFile":
         """A new file with its blocks allocated (only the first ``initial`` bytes
-        if given); ``OSError`` (e.g. ENOSPC) leaves no file."""
+        if given; all of them written as zeros and synced if ``warm``);
+        ``OSError`` (e.g. ENOSPC, or EIO from the sync) leaves no file."""
         return cls(os.path.join(directory, offset_to_name(start)), start, size,
-                   preallocate=True if initial is None else max(1, initial))
+                   preallocate=True if initial is None else max(1, initial), warm=warm)
 
     def allocate_to(self, rel_end: int) -> None:
         """Make sure bytes ``[0, rel_end)`` have disk blocks; ``OSError`` (ENOSPC) before any write.
@@ -113,9 +135,7 @@ class MappedFile:
             if n > _ZERO_WRITE_MAX:
                 allocate(self.fd, self.allocated, n)
             else:
-                written = os.pwrite(self.fd, bytes(n), self.allocated)
-                if written != n:
-                    raise OSError(errno.ENOSPC, f"short write allocating {self.path}")
+                write_zeros(self.fd, self.allocated, rel_end)
             self.allocated = rel_end
 
     @property
@@ -132,6 +152,9 @@ class MappedFile:
 
     def zero_from(self, rel: int) -> None:
         """Make bytes ``rel..size`` zeros (durably once synced)."""
+        if self.warm:  # written zeros, not freed blocks: the tail stays real on the device
+            write_zeros(self.fd, rel, self.size)
+            return
         self.mm.close()
         os.ftruncate(self.fd, rel)
         os.ftruncate(self.fd, self.size)

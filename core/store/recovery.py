@@ -221,9 +221,10 @@ def _cut(store, log_end: int, report: RecoveryReport) -> None:
     seg = cl.segment_for(log_end)
     while cl.segments and cl.segments[-1].start > log_end:
         gone = cl.segments.pop()
+        if _nonzero_after(gone.mm, 0):  # all zeros: made ahead (warmMapedFileEnable), nothing was cut
+            report.truncated_bytes_at = log_end
+            report.truncated_file = report.truncated_file or gone.path
         gone.delete()
-        report.truncated_bytes_at = log_end
-        report.truncated_file = report.truncated_file or gone.path
     if seg is not None:
         rel = log_end - seg.start
         if _nonzero_after(seg.mm, rel):

@@ -77,7 +77,8 @@ class MessageStore(StoreReads):
         config.validate()
         self.config = config
         self.root = config.store_path_root_dir
-        self.commitlog = CommitLog(os.path.join(self.root, "commitlog"), config.mapped_file_size_commit_log)
+        self.commitlog = CommitLog(os.path.join(self.root, "commitlog"), config.mapped_file_size_commit_log,
+                                   config.warm_maped_file_enable)
         self._lock = self.commitlog.lock
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._dirty: set[ConsumeQueue] = set()
