@@ -95,6 +95,7 @@ class Broker(SendPath, PullPath):
         self._put_always: list[PutHook] = []  # the hooks without `when`, in order
         self._put_triggers: frozenset = frozenset()  # every hook's `when` names
         self._stored_hooks: list[StoredHook] = []
+        self._ahead_wanted = trio.Event()  # the store asked for its next commit-log segment (_segment_ahead_loop)
         # The timer-wheel service (core.timers) when one runs; runtime info shows it.
         self.timers = None
         # This process's RocketMQ 5 gRPC port (core.proxy sets it; 0: none). Runtime info tells
@@ -138,6 +139,10 @@ class Broker(SendPath, PullPath):
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self._notifier.bind()
         self.store.add_dispatch_listener(self._notifier.on_dispatch)
+        ahead = self.store.commitlog.ahead  # warmMapedFileEnable: the next segment made ahead through trio
+        if ahead is not None:
+            token = trio.lowlevel.current_trio_token()
+            ahead.on_request = lambda: token.run_sync_soon(self._ahead_wanted.set)
         await trio.to_thread.run_sync(self._open_blocking)
         self._written = self._log_end()
         # SYNC_FLUSH acks wait for the commit log alone; queues, index and
@@ -151,6 +156,8 @@ class Broker(SendPath, PullPath):
                 await nursery.start(self._flusher.run)
                 nursery.start_soon(self._persist_loop)
                 nursery.start_soon(self._retention_loop)
+                if ahead is not None:
+                    nursery.start_soon(self._segment_ahead_loop, ahead)
                 self._running = True
                 task_status.started(self)
                 await trio.sleep_forever()
@@ -341,6 +348,15 @@ class Broker(SendPath, PullPath):
     async def delete_expired(self) -> object:
         """Run retention now (what the periodic task does at ``deleteWhen`` hours)."""
         return await trio.to_thread.run_sync(self.store.delete_expired, _now_ms())
+
+    async def _segment_ahead_loop(self, ahead) -> None:
+        """Make each commit-log segment asked for ahead (`NextSegment`) in a
+        worker thread: writing a warm segment takes as long as a segment of
+        writes.  `_ahead_wanted` is set at the store's request, from any thread."""
+        while True:
+            await self._ahead_wanted.wait()
+            self._ahead_wanted = trio.Event()
+            await trio.to_thread.run_sync(ahead.make_one)
 
     async def _retention_loop(self) -> None:
         interval = self.config.clean_resource_interval / 1000

@@ -23,7 +23,7 @@ Rules kept:
   flushing takes it only to snapshot positions, never across a sync.
 - With ``warm`` (``warmMapedFileEnable``) every segment a message goes into
   was written with zeros and synced first: new ones are made warm (the one
-  after the last is made ahead by `NextSegment`'s thread, so a roll does not
+  after the last is made ahead by `NextSegment`, off the store lock, so a roll does not
   wait for a segment of writes), and at start the rest of the segment being
   written is zeroed and synced (it may come from a run without the key).
 """

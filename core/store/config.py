@@ -64,7 +64,7 @@ class StoreConfig:
     # sync it before any message goes in (blocks real on the device: a thin-
     # provisioned device running out fails the segment's creation, a refused
     # put, not the fsync of acknowledged data); the next segment is made ahead
-    # in a thread.  Default off, as RocketMQ's: see docs/RELIABILITY.md.
+    # in a worker thread.  Default off, as RocketMQ's: see docs/RELIABILITY.md.
     warm_maped_file_enable: bool = False
     # (ours, no RocketMQ key) when recovery finds a corrupt entry followed by
     # valid data: False = refuse to start (CorruptSegmentError), True = truncate

@@ -19,10 +19,13 @@ Rules kept:
 - `close` stops the thread and deletes a segment made and not taken (a
   crash can leave one behind: recovery deletes segments past the log's end).
 
-A thread of the store's own, not ``trio.to_thread``: ``core.store`` knows no
-trio, and every user of the store (broker, slave, tools, benchmarks) rolls
-the log under its lock from whatever thread appends.  It starts at the first
-`request` and is joined by `close`.
+Who makes it: by default a thread of its own, started at the first
+`request` and joined by `close`, for users of the store outside a server
+(tools, benchmarks, tests): ``core.store`` knows no trio.  A server hands
+the work to trio instead (decision 6: no bare threads there): it sets
+`on_request`, a thread-safe callback that schedules `make_one` through
+``trio.to_thread`` (the broker's `_segment_ahead_loop`), and no thread of
+the store's own ever starts.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class NextSegment:
         self._ready: MappedFile | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
+        # set by a server before the first request: called (under CommitLog.lock,
+        # from any thread; it must not block) instead of starting a thread
+        self.on_request: Callable[[], None] | None = None
         self.made = 0  # segments made ahead (tests, bench)
         self.failed = 0  # attempts that failed (a full disk)
 
@@ -55,7 +61,9 @@ class NextSegment:
             if self._closed or self._making == start or (self._ready is not None and self._ready.start == start):
                 return
             self._wanted = start
-            if self._thread is None:
+            if self.on_request is not None:
+                self.on_request()
+            elif self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="mqgate-next-segment", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
@@ -87,29 +95,37 @@ class NextSegment:
             seg.delete()
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while self._wanted is None and not self._closed:
-                    self._cond.wait()
+        while self.make_one(wait=True):
+            pass
+
+    def make_one(self, wait: bool = False) -> bool:
+        """Make the segment asked for last, if any (blocking: writes a whole
+        segment); with ``wait``, wait for a request first.  False once closed."""
+        with self._cond:
+            while wait and self._wanted is None and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return False
+            if self._wanted is None:
+                return True
+            start, self._wanted = self._wanted, None
+            self._making = start
+            stale, self._ready = self._ready, None
+        if stale is not None:
+            stale.delete()
+        seg = None
+        try:
+            seg = self._make(start)
+        except OSError as e:
+            self.failed += 1
+            log.warning("next commit-log segment not made ahead (the roll will try again): %s", e)
+        with self._cond:
+            self._making = None
+            if seg is not None:
+                self.made += 1
                 if self._closed:
-                    return
-                start, self._wanted = self._wanted, None
-                self._making = start
-                stale, self._ready = self._ready, None
-            if stale is not None:
-                stale.delete()
-            seg = None
-            try:
-                seg = self._make(start)
-            except OSError as e:
-                self.failed += 1
-                log.warning("next commit-log segment not made ahead (the roll will try again): %s", e)
-            with self._cond:
-                self._making = None
-                if seg is not None:
-                    self.made += 1
-                    if self._closed:
-                        seg.delete()
-                    else:
-                        self._ready = seg
-                self._cond.notify_all()
+                    seg.delete()
+                else:
+                    self._ready = seg
+            self._cond.notify_all()
+        return True
