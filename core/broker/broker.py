@@ -94,7 +94,7 @@ class Broker(SendPath, PullPath):
         self._flusher: CommitLogFlusher | None = None
         self._put_hooks: list[tuple[PutHook, frozenset | None]] = []  # (hook, its `when` names or None)
         self._put_always: list[PutHook] = []  # the hooks without `when`, in order
-        self._put_triggers: frozenset = frozenset()  # every hook's `when` names
+        self._put_triggers: tuple[str, ...] = ()  # every hook's `when` names
         self._stored_hooks = TopicHooks()  # the stored hooks and the hooks of each topic
         # The timer-wheel service (core.timers) when one runs; runtime info shows it.
         self.timers = None

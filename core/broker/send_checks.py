@@ -23,20 +23,13 @@ from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicFilterType
 log = logging.getLogger("core.broker.sending")
 
 
-class _Prepared:
-    """A message past checks, stamps and hooks, encoded and waiting for its append."""
-
-    __slots__ = ("msg", "enc", "topic", "queue_id", "wait", "index", "refused")
-
-    def __init__(self, msg: Message, enc: EncodedMessage | None, topic: str, queue_id: int, wait: bool, index: int,
-                 refused: SendResult | None = None):
-        self.msg = msg
-        self.enc = enc  # None when refused after the put hooks ran (``refused`` says why)
-        self.topic = topic  # as the sender gave it: results report this, not a hook's rewrite
-        self.queue_id = queue_id
-        self.wait = wait
-        self.index = index  # in the call's results
-        self.refused = refused
+# A message past checks, stamps and hooks, waiting for its append, is a tuple (one
+# allocation, read by unpacking: this is made for every message):
+#   (msg, enc, topic, queue_id, wait, index, refused)
+# enc: its EncodedMessage, None when refused after the put hooks (``refused`` says why);
+# topic: as the sender gave it (results report this, not a hook's rewrite); index: its
+# place in the call's results.
+Prepared = tuple
 
 
 _PUT_TO_SEND = {
@@ -82,8 +75,9 @@ class SendChecks(SendHooks):
                 c = check(msg, qid, internal)
             else:
                 key = (msg.topic, qid)
-                c = seen.get(key)
-                if c is None:
+                if key in seen:
+                    c = seen[key]
+                else:
                     c = check(msg, qid, internal)
                     if c.__class__ is tuple:
                         seen[key] = c
@@ -93,9 +87,9 @@ class SendChecks(SendHooks):
             i += 1
         return n
 
-    def _prepare(self, msg: Message, cfg: TopicConfig, queue_id: int) -> "_Prepared | SendResult":
+    def _prepare(self, msg: Message, cfg: TopicConfig, queue_id: int) -> Prepared | SendResult:
         """`_prepare_many` of one message: a `SendResult` if refused before the
-        put hooks, a `_Prepared` (with ``refused`` set) after them."""
+        put hooks, a `Prepared` (with ``refused`` set) after them."""
         results: list = [None]
         prepared: list = []
         self._prepare_many([(msg, queue_id)], [(cfg, queue_id)], results, prepared)
@@ -140,8 +134,13 @@ class SendChecks(SendHooks):
             queue_id = place[1]
             props = msg.properties
             refused = None
+            hooks = always
+            for name in triggers:
+                if name in props:
+                    hooks = self._hooks_for(props)
+                    break
             try:
-                for hook in always if props.keys().isdisjoint(triggers) else self._hooks_for(props):
+                for hook in hooks:
                     refused = hook(msg)
                     if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
                         break
@@ -150,20 +149,20 @@ class SendChecks(SendHooks):
                                              remark="put hook failed"))
                 raise
             if refused is not None:
-                add(_Prepared(msg, None, topic, queue_id, False, index, refused))
+                add((msg, None, topic, queue_id, False, index, refused))
                 continue
             try:
                 enc = EncodedMessage(msg)
             except ValueError as e:
-                add(_Prepared(msg, None, topic, queue_id, False, index,
-                              SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))))
+                add((msg, None, topic, queue_id, False, index,
+                     SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))))
                 continue
-            add(_Prepared(msg, enc, topic, queue_id, wait and must_wait, index))
+            add((msg, enc, topic, queue_id, wait and must_wait, index, None))
 
-    def _store_prepared(self, prepared: list["_Prepared"], results: list) -> tuple[int, list[SendResult]]:
+    def _store_prepared(self, prepared: list[Prepared], results: list) -> tuple[int, list[SendResult]]:
         """Append prepared messages together and fill in their results; returns
         (log end offset to be durable up to, results that wait for it)."""
-        encs = [p.enc for p in prepared if p.enc is not None]
+        encs = [p[1] for p in prepared if p[1] is not None]
         status, rows, ts = self.store.append_many(encs) if encs else (_PUT_OK, [], 0)
         stored_hooks = self._stored_hooks
         hooked = len(stored_hooks) > 0
@@ -174,38 +173,35 @@ class SendChecks(SendHooks):
             send_status, remark = _PUT_TO_SEND.get(status, (SendStatus.SYSTEM_ERROR, str(status)))
             if status is PutStatus.SERVICE_NOT_AVAILABLE:
                 remark = self._not_available_remark(remark)
-            for p in prepared:
-                r = p.refused if p.refused is not None else SendResult(send_status, topic=p.topic, queue_id=p.queue_id,
-                                                                       remark=remark)
-                results[p.index] = r
+            for msg, enc, topic, queue_id, wait, index, refused in prepared:
+                r = refused if refused is not None else SendResult(send_status, topic=topic, queue_id=queue_id,
+                                                                   remark=remark)
+                results[index] = r
                 if hooked:
-                    self._stored(p.msg, r)
+                    self._stored(msg, r)
             return 0, waiting
         if len(encs) < len(prepared):  # refused after the put hooks: no row of their own
             it = iter(rows)
-            rows = [None if p.enc is None else next(it) for p in prepared]
+            rows = [None if p[1] is None else next(it) for p in prepared]
         illegal = _PUT_TO_SEND[PutStatus.MESSAGE_ILLEGAL]
-        for p, row in zip(prepared, rows):
-            if p.refused is not None:
-                r = p.refused
+        for (msg, enc, topic, queue_id, wait, index, refused), row in zip(prepared, rows):
+            if refused is not None:
+                r = refused
             elif row is None:
-                r = SendResult(illegal[0], topic=p.topic, queue_id=p.queue_id,
-                               remark=f"the message is {p.enc.size} bytes stored, more than the store takes")
+                r = SendResult(illegal[0], topic=topic, queue_id=queue_id,
+                               remark=f"the message is {enc.size} bytes stored, more than the store takes")
             else:
-                enc = p.enc
                 phys = row[0]
                 # SEND_OK built here, not through a helper: this runs for every message
-                r = SendResult(_SEND_OK, p.topic, p.queue_id, row[1], enc.uniq_key or None, phys, ts, 1, "", enc)
+                r = SendResult(_SEND_OK, topic, queue_id, row[1], enc.uniq_key or None, phys, ts, 1, "", enc)
                 if phys + enc.size > end:
                     end = phys + enc.size
-                if p.wait:
+                if wait:
                     waiting.append(r)
-            results[p.index] = r
+            results[index] = r
             if hooked:  # `_stored` inlined: this runs for every message
-                msg = p.msg
-                hooks = by_topic.get(msg.topic)
-                if hooks is None:
-                    hooks = stored_hooks.for_topic(msg.topic)
+                stored_on = msg.topic  # not ``topic``: a put hook may have moved the message
+                hooks = by_topic[stored_on] if stored_on in by_topic else stored_hooks.for_topic(stored_on)
                 for hook in hooks:
                     try:
                         hook(msg, r)

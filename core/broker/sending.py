@@ -44,7 +44,7 @@ from core.store.message import PROPERTY_DELAY, PROPERTY_TRAN_MSG, TIMER_TRIGGERS
 from .config import PERM_READ, PERM_WRITE
 from .hooks import PutHook, StoredHook
 from .results import SendResult, SendStatus
-from .send_checks import SendChecks, _Prepared
+from .send_checks import Prepared, SendChecks
 from .topics import DEFAULT_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, TopicConfig, validate_topic
 
 __all__ = ["PutHook", "Replicator", "SendPath", "StoredHook"]
@@ -106,13 +106,13 @@ class SendPath(SendChecks):
             checked.append(await self._check_send(msg, qid, DEFAULT_TOPIC, None, internal))
             stop = self._check_many(items, checked, internal)
         results: list = [None] * len(items)
-        prepared: list[_Prepared] = []
+        prepared: list[Prepared] = []
         try:
             self._prepare_many(items, checked, results, prepared)
         except BaseException:  # a put hook's bug: stored hooks hear of every message whose put hooks ran
             failed = SendResult(SendStatus.SYSTEM_ERROR, remark="a put hook failed")
             for p in prepared:
-                self._stored(p.msg, p.refused if p.refused is not None else failed)
+                self._stored(p[0], p[6] if p[6] is not None else failed)
             raise
         end, waiting = self._store_prepared(prepared, results) if prepared else (0, None)
         if waiting:
