@@ -102,7 +102,7 @@ test: install-dev build
 	$(PY) -m pytest -m serial --durations=10 $(ARGS) || [ $$? -eq 5 ]
 	$(MAKE) --no-print-directory test-pure
 
-PURE_SUITES := tests/gateway/mqtt tests/gateway/wildcard tests/core/store tests/kernels tests/core/broker/test_send_many.py tests/core/broker/test_send_batch_hooks.py
+PURE_SUITES := tests/gateway/mqtt tests/gateway/wildcard tests/core/store tests/kernels tests/core/broker/test_send_many.py tests/core/broker/test_send_batch_hooks.py tests/core/broker/test_stored_hook_topics.py
 test-pure: install-dev
 	MQGATE_PURE_PYTHON=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PURE_SUITES)
 

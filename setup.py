@@ -23,6 +23,7 @@ KERNELS = [
     "core/store/consume_queue.py",
     "core/store/store.py",
     "core/broker/send_checks.py",
+    "core/broker/hooks.py",
     "core/broker/topic_names.py",
     "core/broker/uniq_key.py",
     "gateway/mqtt/_connection.py",

@@ -58,7 +58,7 @@ from gateway.cluster import ClusterSync
 from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
 from gateway.mapping import Outbound, now_ms, session_queue_name
-from gateway.meta import record
+from gateway.meta import META_TOPIC, record
 from gateway.meta_log import MetaLog
 from gateway.nodes import live_key
 from gateway.mqtt import InboundFlows, Publish, ReasonCode
@@ -126,7 +126,7 @@ class MQTTGateway:
         # subscribers' session queues (the router's put hook) and its record's
         # deletion the compaction image (the meta log's stored hook).
         if self.cluster is None:
-            self.backend.add_stored_hook(self.meta.stored_hook)
+            self.backend.add_stored_hook(self.meta.stored_hook, topics=(META_TOPIC,))  # MQTT messages skip it
         self.backend.add_put_hook(self.router.put_hook)
         self.backend.add_stored_hook(self.router.stored_hook)
         if self.cluster is not None:

@@ -10,7 +10,9 @@ Rules kept here:
 
 * Sends go through ``send_many`` (one flush wait per batch); put hooks run
   on each message before it is stored (the router adds
-  ``INNER_MULTI_DISPATCH`` there), stored hooks after, in send order.
+  ``INNER_MULTI_DISPATCH`` there), stored hooks after, in send order; a
+  stored hook added with ``topics`` hears only the messages of those topics
+  (``core.broker.TopicHooks`` keeps the rules for both backends).
 * ``max_offset``, ``min_offset``, ``query_offset`` and ``commit_offset``
   are synchronous: in process they are the broker's own tables; remotely
   they answer from a cache that ``prepare_queue`` fills (once per session
@@ -28,7 +30,7 @@ Rules kept here:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Collection, Iterable, Protocol
 
 import trio
 
@@ -50,7 +52,8 @@ class BrokerBackend(Protocol):
 
     def add_put_hook(self, hook: Callable[[Message], None]) -> None: ...
 
-    def add_stored_hook(self, hook: Callable[[Message, Any], None]) -> None: ...
+    def add_stored_hook(self, hook: Callable[[Message, Any], None], *,
+                        topics: Collection[str] | Callable[[str], bool] | None = None) -> None: ...
 
     def add_dispatch_listener(self, cb: Callable[[str, int, int], None]) -> None: ...
 

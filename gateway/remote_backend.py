@@ -23,7 +23,7 @@ Rules kept here:
   asks that group.
 * Sends of one ``send_many`` go one after the other, in order (meta
   records rely on the order of their writes); put hooks run on each
-  message before its send, stored hooks after its answer. Every message
+  message before its send, the stored hooks of its topic after its answer. Every message
   carries ``mqgateNode`` (this node's id).
 * The offset cache (module docstring of ``gateway.backend``): a max offset
   is raised by read answers, by the long poll of a watched queue and by one
@@ -43,11 +43,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import trio
 
-from core.broker import PERM_READ, PERM_WRITE, PullResult, PullStatus, SendResult, SendStatus
+from core.broker import PERM_READ, PERM_WRITE, PullResult, PullStatus, SendResult, SendStatus, TopicHooks
 from core.client import ClientApi, MessageQueue, MQClientError, UniqKeyFactory
 from core.remoting import RequestCode
 from core.store import PROPERTY_INNER_MULTI_DISPATCH, Message, encode_properties
@@ -107,7 +107,7 @@ class RemoteBackend:
         self.routes = BrokerGroups(api, namesrv, node_id)
         self._ids = UniqKeyFactory()
         self._put_hooks: list[Callable[[Message], None]] = []
-        self._stored_hooks: list[Callable[[Message, Any], None]] = []
+        self._stored_hooks = TopicHooks()
         self._listeners: list[Callable[[str, int, int], None]] = []
         self._topics: dict[str, RemoteTopic] = {}
         self._write_queues: dict[tuple[str, str], int] = {}  # (broker name, topic) -> write queue nums
@@ -169,8 +169,8 @@ class RemoteBackend:
     def add_put_hook(self, hook) -> None:
         self._put_hooks.append(hook)
 
-    def add_stored_hook(self, hook) -> None:
-        self._stored_hooks.append(hook)
+    def add_stored_hook(self, hook, *, topics=None) -> None:
+        self._stored_hooks.add(hook, topics)
 
     def add_dispatch_listener(self, cb) -> None:
         self._listeners.append(cb)
@@ -192,7 +192,7 @@ class RemoteBackend:
             hook(msg)
         group = self.routes.group_for(msg)
         result = await self._send(msg, 0 if queue_id is None or queue_id < 0 else queue_id, group)
-        for hook in self._stored_hooks:
+        for hook in self._stored_hooks.for_topic(msg.topic):
             hook(msg, result)
         if result.ok and PROPERTY_INNER_MULTI_DISPATCH in msg.properties:
             for q in msg.properties[PROPERTY_INNER_MULTI_DISPATCH].split(","):

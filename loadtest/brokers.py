@@ -156,7 +156,9 @@ def _rabbitmq(port: int, tmp: Path, opts: dict) -> list[str]:
 def _ours(port: int, tmp: Path, opts: dict) -> list[str]:
     cmd = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp / "data"),
            "--mqtt-port", str(port), "--ws-port", "0", "--namesrv-port", "0",
-           "--broker-port", "0"]
+           "--broker-port", "0",
+           # free ports, not the defaults (8081, 18083): runs of several benchmarks at once must not collide
+           "--grpc-port", str(free_port()), "--http-port", str(free_port())]
     if opts.get("flush_sync"):
         cmd += ["--flush", "sync"]
     return cmd

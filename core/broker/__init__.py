@@ -21,7 +21,8 @@ Send (the `Message` is stamped in place: store host, CLUSTER, UNIQ_KEY, born tim
     await broker.send_many([(msg, queue_id_or_None), ...]) -> list[SendResult]   # one flush wait for all
     await broker.send_batch([msg, ...], queue_id=None) -> SendResult             # RocketMQ batch, one queue
     broker.add_put_hook(hook, when=None)                                          # hook(msg) before encoding (each batch item too); when: property names it needs
-    broker.add_stored_hook(hook)                                                  # hook(msg, result) after the append (each batch item too)
+    broker.add_stored_hook(hook, *, topics=None)                                  # hook(msg, result) after the append (each batch item too); topics: names or a predicate
+    TopicHooks(): add(hook, topics=None), for_topic(topic) -> hooks in order     # the same rules for another backend's stored hooks
     SendResult: status (SendStatus: .code, .stored), topic, queue_id, queue_offset, msg_id,
                 uniq_key, physical_offset, store_timestamp, msg_count, remark; .ok
 
@@ -73,6 +74,7 @@ from .config import (
     PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole, ConfigError, FlushDiskType,
     configs_from_dict, store_config_for,
 )
+from .hooks import TopicHooks
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
 from .records import parse_record, queue_entries, record_message, replay_records
 from .results import PullResult, PullStatus, QueryResult, SendResult, SendStatus
@@ -89,7 +91,7 @@ from .topics import (
 )
 
 __all__ = [
-    "Broker", "open_broker", "Replicator", "LMQ_TOPIC_PREFIX",
+    "Broker", "open_broker", "Replicator", "LMQ_TOPIC_PREFIX", "TopicHooks",
     "BrokerConfig", "BrokerRole", "FlushDiskType", "ConfigError", "configs_from_dict", "store_config_for",
     "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY",
     "SendResult", "SendStatus", "PullResult", "PullStatus", "QueryResult",

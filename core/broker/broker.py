@@ -39,6 +39,7 @@ from core.store.message import StoredMessage, decode_message, pack_host, parse_o
 from .config import PERM_READ, PERM_WRITE, BrokerConfig, BrokerRole, FlushDiskType, store_config_for
 from .flush import CommitLogFlusher
 from .group_gets import GroupGetRates
+from .hooks import TopicHooks
 from .jsonfile import read_json, write_json_atomic
 from .notify import QueueNotifier
 from .offsets import ConsumerOffsetTable, SubscriptionGroupConfig, SubscriptionGroupTable
@@ -93,8 +94,8 @@ class Broker(SendPath, PullPath):
         self._flusher: CommitLogFlusher | None = None
         self._put_hooks: list[tuple[PutHook, frozenset | None]] = []  # (hook, its `when` names or None)
         self._put_always: list[PutHook] = []  # the hooks without `when`, in order
-        self._put_triggers: frozenset = frozenset()  # every hook's `when` names
-        self._stored_hooks: list[StoredHook] = []
+        self._put_triggers: tuple[str, ...] = ()  # every hook's `when` names
+        self._stored_hooks = TopicHooks()  # the stored hooks and the hooks of each topic
         self._ahead_wanted = trio.Event()  # the store asked for its next commit-log segment (_segment_ahead_loop)
         # The timer-wheel service (core.timers) when one runs; runtime info shows it.
         self.timers = None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable
 
 from core.store.errors import PutStatus
 from core.store.message import (
@@ -17,29 +16,20 @@ from core.store.message import (
 )
 
 from .config import PERM_WRITE, BrokerRole
+from .hooks import SendHooks
 from .results import SendResult, SendStatus
 from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicFilterType
 
 log = logging.getLogger("core.broker.sending")
 
-PutHook = Callable[[Message], "SendResult | None"]
-StoredHook = Callable[[Message, SendResult], None]
 
-
-class _Prepared:
-    """A message past checks, stamps and hooks, encoded and waiting for its append."""
-
-    __slots__ = ("msg", "enc", "topic", "queue_id", "wait", "index", "refused")
-
-    def __init__(self, msg: Message, enc: EncodedMessage | None, topic: str, queue_id: int, wait: bool,
-                 refused: SendResult | None = None):
-        self.msg = msg
-        self.enc = enc  # None when refused after the put hooks ran (``refused`` says why)
-        self.topic = topic  # as the sender gave it: results report this, not a hook's rewrite
-        self.queue_id = queue_id
-        self.wait = wait
-        self.index = 0
-        self.refused = refused
+# A message past checks, stamps and hooks, waiting for its append, is a tuple (one
+# allocation, read by unpacking: this is made for every message):
+#   (msg, enc, topic, queue_id, wait, index, refused)
+# enc: its EncodedMessage, None when refused after the put hooks (``refused`` says why);
+# topic: as the sender gave it (results report this, not a hook's rewrite); index: its
+# place in the call's results.
+Prepared = tuple
 
 
 _PUT_TO_SEND = {
@@ -62,138 +52,161 @@ _SEND_OK = SendStatus.SEND_OK
 _MULTI_TAG = TopicFilterType.MULTI_TAG
 
 
-class SendChecks:
+class SendChecks(SendHooks):
     """The send path's synchronous methods; the state they use is set up in ``Broker.__init__``."""
 
-    def add_put_hook(self, hook: PutHook, *, when: Iterable[str] | None = None) -> None:
-        """``hook(msg)`` runs on every send, each item of a batch included, after
-        validation and before encoding, and may rewrite topic, queue id and
-        properties in place (delay levels, timers, transactions; never on a
-        batch item: that refuses the batch). It must not block. A hook that
-        returns a `SendResult` refuses the message (a batch item: the whole
-        batch): the send answers it and nothing is stored.
+    def _check_many(self, items: list, checked: list, internal: bool) -> int:
+        """`_check_known` of each (message, queue id) from ``len(checked)`` on,
+        appended to ``checked``: (config, queue id) or a refusal. Stops at a
+        topic not known yet (`SendPath.send_many` creates it, with an await)
+        and returns where it stopped (``len(items)``: all checked). A
+        (topic, queue id) met twice is checked once (a round-robin pick, no
+        queue id, each time)."""
+        n = len(items)
+        i = len(checked)
+        if not self.writable():  # once per call: it changes only across an await
+            checked.extend([self._refuse_state(m.topic) for m, _ in items[i:]])
+            return n
+        check = self._check_topic
+        seen: dict = {}
+        while i < n:
+            msg, qid = items[i]
+            if qid is None or qid < 0:
+                c = check(msg, qid, internal)
+            else:
+                key = (msg.topic, qid)
+                if key in seen:
+                    c = seen[key]
+                else:
+                    c = check(msg, qid, internal)
+                    if c.__class__ is tuple:
+                        seen[key] = c
+            if c is None:
+                return i
+            checked.append(c)
+            i += 1
+        return n
 
-        ``when``: property names; the hook then runs only on messages that
-        carry at least one of them as the hooks start (decided once per
-        message, before the first hook), so that a hook with nothing to do
-        costs a message nothing. Hooks run in the order they were added."""
-        names = None if when is None else frozenset(when)
-        self._put_hooks.append((hook, names))
-        self._put_always = [h for h, w in self._put_hooks if w is None]
-        self._put_triggers = frozenset().union(*(w for _, w in self._put_hooks if w is not None))
+    def _prepare(self, msg: Message, cfg: TopicConfig, queue_id: int) -> Prepared | SendResult:
+        """`_prepare_many` of one message: a `SendResult` if refused before the
+        put hooks, a `Prepared` (with ``refused`` set) after them."""
+        results: list = [None]
+        prepared: list = []
+        self._prepare_many([(msg, queue_id)], [(cfg, queue_id)], results, prepared)
+        return prepared[0] if prepared else results[0]
 
-    def _hooks_for(self, props: dict) -> list[PutHook]:
-        """The put hooks that run on a message with ``props`` (see `add_put_hook`)."""
-        if props.keys().isdisjoint(self._put_triggers):
-            return self._put_always
-        return [h for h, w in self._put_hooks if w is None or not props.keys().isdisjoint(w)]
-
-    def add_stored_hook(self, hook: StoredHook) -> None:
-        """``hook(msg, result)`` runs, in send order, for every message whose put
-        hooks ran, once the call's messages are appended (before any
-        durability wait), refused ones included; ``result.ok`` says it was
-        stored. `send_many` appends its messages together, so a put hook that
-        keeps state for a message finds it here, not in a dispatch listener."""
-        self._stored_hooks.append(hook)
-
-    def _batch_put_hooks(self, msgs: list[Message], topic: str, queue_id: int) -> tuple[int, SendResult | None]:
-        """The put hooks on each item in order: (items they ran on, refusal or None).
-        One item refused refuses the batch; so does an item a hook moved to
-        another topic or queue (a batch is stored in one queue)."""
-        for i, m in enumerate(msgs):
-            try:
-                for hook in self._hooks_for(m.properties):
-                    refused = hook(m)
-                    if refused is not None:
-                        return i + 1, refused
-            except Exception:  # a hook's bug: the hooks that ran before it still hear the outcome
-                self._batch_stored(msgs[:i + 1], None, SendResult(SendStatus.SYSTEM_ERROR, topic=topic, queue_id=queue_id,
-                                                                  remark="put hook failed"))
-                raise
-            if m.topic != topic or m.queue_id != queue_id:
-                return i + 1, SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic,
-                                         remark="a put hook moved a batch message off the batch's queue")
-        return len(msgs), None
-
-    def _batch_stored(self, msgs: list[Message], put, result: SendResult,
-                      encoded: list[EncodedMessage] | None = None) -> None:
-        """The stored hooks for each item: its own `SendResult` when the batch
-        was stored (its queue and log offsets), else the batch's refusal."""
-        if put is None or not result.ok:
-            for m in msgs:
-                self._stored(m, result)
+    def _prepare_many(self, items: list, checked: list, results: list, prepared: list) -> None:
+        """Body checks, stamps, put hooks and encoding of each (message, queue
+        id) ``checked`` passed, in send order: a message refused before the
+        put hooks gets its result in ``results``; the others are appended to
+        ``prepared`` (``index``: their place in ``results``; ``refused`` set
+        when a hook or the encoding refused them). The whole batch is stamped
+        before the first put hook (`_stamp_many`)."""
+        config = self.config
+        max_size = config.max_message_size
+        check_all = config.reject_transaction_message  # else only an oversized body is refused here
+        places: list[tuple[TopicConfig, int]] = []
+        msgs: list[Message] = []
+        indexes: list[int] = []
+        i = 0
+        for c in checked:
+            if c.__class__ is SendResult:
+                results[i] = c
+            else:
+                msg = items[i][0]
+                bad = self._check_body(msg) if check_all or len(msg.body) > max_size else None
+                if bad:
+                    results[i] = bad
+                else:
+                    msgs.append(msg)
+                    places.append(c)
+                    indexes.append(i)
+            i += 1
+        if not msgs:
             return
-        status, remark, qoff, ts = result.status, result.remark, put.queue_offset, put.store_timestamp
-        topic, qid = result.topic, result.queue_id
-        for i, (m, enc, phys) in enumerate(zip(msgs, encoded, put.physical_offsets)):
-            self._stored(m, SendResult(status, topic, qid, qoff + i, enc.uniq_key or None, phys, ts, 1, remark, enc))
-
-    def _prepare(self, msg: Message, cfg: TopicConfig, queue_id: int) -> "_Prepared | SendResult":
-        """Body check, stamps, put hooks, encoding; a `SendResult` if refused
-        before the hooks, a `_Prepared` (with ``refused`` set) after them."""
-        bad = self._check_body(msg)
-        if bad:
-            return bad
-        wait = self._stamp(msg, cfg, queue_id)
-        topic = msg.topic
-        try:
+        waits = self._stamp_many(msgs, places)
+        must_wait = self._must_wait
+        always = self._put_always
+        triggers = self._put_triggers
+        add = prepared.append
+        for msg, place, index, wait in zip(msgs, places, indexes, waits):
+            topic = msg.topic
+            queue_id = place[1]
             props = msg.properties
-            hooks = self._put_always if props.keys().isdisjoint(self._put_triggers) else self._hooks_for(props)
-            for hook in hooks:
-                refused = hook(msg)
-                if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
-                    return _Prepared(msg, None, topic, queue_id, False, refused)
-        except Exception:  # a hook's bug: the hooks that ran before it still hear the outcome
-            self._stored(msg, SendResult(SendStatus.SYSTEM_ERROR, topic=topic, queue_id=queue_id, remark="put hook failed"))
-            raise
-        try:
-            enc = EncodedMessage(msg)
-        except ValueError as e:
-            return _Prepared(msg, None, topic, queue_id, False,
-                             SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e)))
-        return _Prepared(msg, enc, topic, queue_id, wait and self._must_wait)
+            refused = None
+            hooks = always
+            for name in triggers:
+                if name in props:
+                    hooks = self._hooks_for(props)
+                    break
+            try:
+                for hook in hooks:
+                    refused = hook(msg)
+                    if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
+                        break
+            except Exception:  # a hook's bug: the hooks that ran before it still hear the outcome
+                self._stored(msg, SendResult(SendStatus.SYSTEM_ERROR, topic=topic, queue_id=queue_id,
+                                             remark="put hook failed"))
+                raise
+            if refused is not None:
+                add((msg, None, topic, queue_id, False, index, refused))
+                continue
+            try:
+                enc = EncodedMessage(msg)
+            except ValueError as e:
+                add((msg, None, topic, queue_id, False, index,
+                     SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))))
+                continue
+            add((msg, enc, topic, queue_id, wait and must_wait, index, None))
 
-    def _store_prepared(self, prepared: list["_Prepared"], results: list) -> tuple[int, list[SendResult]]:
+    def _store_prepared(self, prepared: list[Prepared], results: list) -> tuple[int, list[SendResult]]:
         """Append prepared messages together and fill in their results; returns
         (log end offset to be durable up to, results that wait for it)."""
-        encs = [p.enc for p in prepared if p.enc is not None]
+        encs = [p[1] for p in prepared if p[1] is not None]
         status, rows, ts = self.store.append_many(encs) if encs else (_PUT_OK, [], 0)
-        hooks = self._stored_hooks
+        stored_hooks = self._stored_hooks
+        hooked = len(stored_hooks) > 0
+        by_topic = stored_hooks.by_topic
         waiting: list[SendResult] = []
         end = 0
         if status is not _PUT_OK:
             send_status, remark = _PUT_TO_SEND.get(status, (SendStatus.SYSTEM_ERROR, str(status)))
             if status is PutStatus.SERVICE_NOT_AVAILABLE:
                 remark = self._not_available_remark(remark)
-            for p in prepared:
-                r = p.refused if p.refused is not None else SendResult(send_status, topic=p.topic, queue_id=p.queue_id,
-                                                                       remark=remark)
-                results[p.index] = r
-                if hooks:
-                    self._stored(p.msg, r)
+            for msg, enc, topic, queue_id, wait, index, refused in prepared:
+                r = refused if refused is not None else SendResult(send_status, topic=topic, queue_id=queue_id,
+                                                                   remark=remark)
+                results[index] = r
+                if hooked:
+                    self._stored(msg, r)
             return 0, waiting
         if len(encs) < len(prepared):  # refused after the put hooks: no row of their own
             it = iter(rows)
-            rows = [None if p.enc is None else next(it) for p in prepared]
+            rows = [None if p[1] is None else next(it) for p in prepared]
         illegal = _PUT_TO_SEND[PutStatus.MESSAGE_ILLEGAL]
-        for p, row in zip(prepared, rows):
-            if p.refused is not None:
-                r = p.refused
+        for (msg, enc, topic, queue_id, wait, index, refused), row in zip(prepared, rows):
+            if refused is not None:
+                r = refused
             elif row is None:
-                r = SendResult(illegal[0], topic=p.topic, queue_id=p.queue_id,
-                               remark=f"the message is {p.enc.size} bytes stored, more than the store takes")
+                r = SendResult(illegal[0], topic=topic, queue_id=queue_id,
+                               remark=f"the message is {enc.size} bytes stored, more than the store takes")
             else:
-                enc = p.enc
                 phys = row[0]
                 # SEND_OK built here, not through a helper: this runs for every message
-                r = SendResult(_SEND_OK, p.topic, p.queue_id, row[1], enc.uniq_key or None, phys, ts, 1, "", enc)
+                r = SendResult(_SEND_OK, topic, queue_id, row[1], enc.uniq_key or None, phys, ts, 1, "", enc)
                 if phys + enc.size > end:
                     end = phys + enc.size
-                if p.wait:
+                if wait:
                     waiting.append(r)
-            results[p.index] = r
-            if hooks:
-                self._stored(p.msg, r)
+            results[index] = r
+            if hooked:  # `_stored` inlined: this runs for every message
+                stored_on = msg.topic  # not ``topic``: a put hook may have moved the message
+                hooks = by_topic[stored_on] if stored_on in by_topic else stored_hooks.for_topic(stored_on)
+                for hook in hooks:
+                    try:
+                        hook(msg, r)
+                    except Exception:
+                        log.exception("stored hook %r failed for a message to %s", hook, r.topic)
         if end > self._written:
             self._written = end
         return end, waiting
@@ -207,15 +220,6 @@ class SendChecks:
                     f"disk is full [{store.disk_usage_percent()}% used; {store.disk_full}], messages are put to "
                     f"the slave, message store has been shut down, etc.")
         return remark
-
-    def _stored(self, msg: Message, result: SendResult) -> None:
-        """Run the stored hooks; one that raises is logged and the others still run
-        (a put hook may be waiting for its message's outcome to free its state)."""
-        for hook in self._stored_hooks:
-            try:
-                hook(msg, result)
-            except Exception:
-                log.exception("stored hook %r failed for a message to %s", hook, result.topic)
 
     def _check_known(self, msg: Message, queue_id: int | None, internal: bool) -> tuple[TopicConfig, int] | SendResult | None:
         """``msgCheck`` for a topic that exists: broker state, topic permission,
@@ -276,20 +280,35 @@ class SendChecks:
                               remark=f"the broker[{self.config.broker_name}] sending transaction message is forbidden")
         return None
 
-    def _stamp(self, msg: Message, cfg: TopicConfig, queue_id: int) -> bool:
-        """Broker-side fields of a message; returns whether the sender waits for the store (WAIT)."""
-        props = msg.properties
-        wait = props.pop(PROPERTY_WAIT, "true") != "false" if PROPERTY_WAIT in props else True
-        props[PROPERTY_CLUSTER] = self.config.broker_cluster_name
-        if PROPERTY_UNIQ_KEY not in props:
-            props[PROPERTY_UNIQ_KEY] = self._uniq.next()
-        msg.queue_id = queue_id
-        msg.store_host = self.store_host
-        if not msg.born_timestamp:
-            msg.born_timestamp = time.time_ns() // 1_000_000
-        if cfg.topic_filter_type is _MULTI_TAG:
-            msg.sysflag |= MULTI_TAGS_FLAG
-        return wait
+    def _stamp_many(self, msgs: list[Message], places: list[tuple[TopicConfig, int]]) -> list[bool]:
+        """Broker-side fields of each message (``places``: its (config, queue
+        id)); returns whether each sender waits for the store (WAIT). One clock
+        read and one `UniqKeyGenerator.next_many` for the batch; each message's
+        properties change in the same order as one by one (CLUSTER, then
+        UNIQ_KEY), so the stored bytes are the same."""
+        cluster = self.config.broker_cluster_name
+        host = self.store_host
+        now = 0
+        waits: list[bool] = []
+        keyless: list[dict] = []
+        for msg, place in zip(msgs, places):
+            props = msg.properties
+            waits.append(props.pop(PROPERTY_WAIT) != "false" if PROPERTY_WAIT in props else True)
+            props[PROPERTY_CLUSTER] = cluster
+            if PROPERTY_UNIQ_KEY not in props:
+                keyless.append(props)
+            msg.queue_id = place[1]
+            msg.store_host = host
+            if not msg.born_timestamp:
+                if not now:
+                    now = time.time_ns() // 1_000_000
+                msg.born_timestamp = now
+            if place[0].topic_filter_type is _MULTI_TAG:
+                msg.sysflag |= MULTI_TAGS_FLAG
+        if keyless:
+            for props, key in zip(keyless, self._uniq.next_many(len(keyless))):
+                props[PROPERTY_UNIQ_KEY] = key
+        return waits
 
     def _send_result(self, put, encoded: list[EncodedMessage], topic: str, queue_id: int) -> SendResult:
         if put.status is _PUT_OK:  # identity first: hashing an Enum member is a Python-level call

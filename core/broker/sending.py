@@ -13,13 +13,17 @@ Rules kept here:
   (group commit, bounded by ``syncFlushTimeout``) and then the replicator
   (bounded by ``slaveTimeout``); a timeout downgrades SEND_OK to FLUSH_DISK_TIMEOUT,
   FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (the message is stored).
-- `send_many` checks, stamps, hooks and encodes every message first
-  (`_prepare`, synchronous unless a topic must be created), appends them
+- `send_many` checks every message first (synchronous unless a topic must
+  be created), then stamps, hooks and encodes them (`_prepare_many`: one
+  clock read and one call for the UNIQ_KEYs of the batch), appends them
   together (`MessageStore.append_many`) and waits once, for the last end
   offset: one flush covers the whole batch. A message refused on the way
   leaves the others alone.
 - Put hooks run in send order before encoding; stored hooks run in send
-  order after the append, for exactly the messages whose put hooks ran.
+  order after the append, for exactly the messages whose put hooks ran
+  (each message: the stored hooks of its topic, in the order added; see
+  hooks.py). Nothing awaits between a call's first put hook and its last
+  stored hook.
 - A batch (`send_batch`) is checked, appended (one lock, consecutive queue
   offsets), woken up and waited for once, but each of its items goes through
   the put and stored hooks like a single send, so MQTT subscribers and
@@ -38,8 +42,9 @@ import trio
 from core.store.message import PROPERTY_DELAY, PROPERTY_TRAN_MSG, TIMER_TRIGGERS, EncodedMessage, Message
 
 from .config import PERM_READ, PERM_WRITE
+from .hooks import PutHook, StoredHook
 from .results import SendResult, SendStatus
-from .send_checks import PutHook, SendChecks, StoredHook, _Prepared
+from .send_checks import Prepared, SendChecks
 from .topics import DEFAULT_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, TopicConfig, validate_topic
 
 __all__ = ["PutHook", "Replicator", "SendPath", "StoredHook"]
@@ -85,36 +90,29 @@ class SendPath(SendChecks):
     async def send_many(self, items: Iterable[tuple[Message, int | None]], *, internal: bool = False) -> list[SendResult]:
         """Store independent messages (any topics) with one append and one flush wait.
 
-        The hot path of the gateway and the timer service: each message is
-        checked, stamped, put through the hooks and encoded (`_prepare`; no
-        coroutine of its own unless its topic must be created), then all of
-        them go to the store together (`MessageStore.append_many`).
+        The hot path of the gateway and the timer service: every message is
+        checked (`_check_many`; an await only where a topic must be created
+        first), then the batch is stamped, put through the hooks and encoded
+        (`_prepare_many`), then all of it goes to the store together
+        (`MessageStore.append_many`): no await from the first put hook to
+        the last stored hook.
         """
-        results: list = []
-        append = results.append
-        prepared: list[_Prepared] = []
-        add = prepared.append
-        check = self._check_topic
-        prepare = self._prepare
-        writable = self.writable()  # broker state, checked again after each await
+        if items.__class__ is not list:
+            items = list(items)
+        checked: list = []
+        stop = self._check_many(items, checked, internal)
+        while stop < len(items):  # a topic to create first (may persist the topic table)
+            msg, qid = items[stop]
+            checked.append(await self._check_send(msg, qid, DEFAULT_TOPIC, None, internal))
+            stop = self._check_many(items, checked, internal)
+        results: list = [None] * len(items)
+        prepared: list[Prepared] = []
         try:
-            for msg, qid in items:
-                checked = check(msg, qid, internal) if writable else self._refuse_state(msg.topic)
-                if checked is None:  # a topic to create first (may persist the topic table)
-                    checked = await self._check_send(msg, qid, DEFAULT_TOPIC, None, internal)
-                    writable = self.writable()
-                if checked.__class__ is not SendResult:
-                    checked = prepare(msg, checked[0], checked[1])
-                    if checked.__class__ is not SendResult:
-                        checked.index = len(results)
-                        add(checked)
-                        append(None)
-                        continue
-                append(checked)
-        except BaseException:  # cancelled while creating a topic: stored hooks hear of every prepared message
-            gone = SendResult(SendStatus.SYSTEM_ERROR, remark="the send was cancelled")
+            self._prepare_many(items, checked, results, prepared)
+        except BaseException:  # a put hook's bug: stored hooks hear of every message whose put hooks ran
+            failed = SendResult(SendStatus.SYSTEM_ERROR, remark="a put hook failed")
             for p in prepared:
-                self._stored(p.msg, p.refused if p.refused is not None else gone)
+                self._stored(p[0], p[6] if p[6] is not None else failed)
             raise
         end, waiting = self._store_prepared(prepared, results) if prepared else (0, None)
         if waiting:
@@ -146,9 +144,7 @@ class SendPath(SendChecks):
             if bad:
                 await trio.lowlevel.checkpoint()
                 return bad
-        wait = True
-        for m in msgs:
-            wait &= self._stamp(m, cfg, qid)
+        wait = all(self._stamp_many(msgs, [checked] * len(msgs)))
         # from here to the stored hooks nothing awaits: the hooks hear of every item whose put hooks ran
         ran, refused = self._batch_put_hooks(msgs, topic, qid) if self._put_hooks else (len(msgs), None)
         if refused is None:
