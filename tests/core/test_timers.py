@@ -13,6 +13,7 @@ import shutil
 import pytest
 import trio
 import trio.testing
+from thread_aware_clock import thread_aware_clock
 
 from core.broker import PERM_READ, BrokerConfig, SendStatus, TopicConfig, open_broker
 from core.store import StoreConfig
@@ -28,7 +29,7 @@ def autojump_clock():
     """Virtual time that jumps only after 10 ms of real idleness: with a zero
     threshold a wait on a worker thread (fsync) would count as idle and make
     deadlines fire in virtual time while the disk is still working."""
-    return trio.testing.MockClock(autojump_threshold=QUICK_S)
+    return thread_aware_clock(QUICK_S)
 
 
 QUICK_S, PATIENT_S = 0.01, 1.0

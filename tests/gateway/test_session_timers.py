@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 import trio
-from trio.testing import MockClock
+from thread_aware_clock import thread_aware_clock
 
 from gateway.mqtt import Disconnect, Publish, ReasonCode, Will
 
@@ -23,7 +23,7 @@ BIG = 1e6  # a virtual-time timeout that never fires first
 
 @pytest.fixture
 def clock():
-    return MockClock(autojump_threshold=0.01)
+    return thread_aware_clock(0.01)
 
 
 async def test_keepalive_expiry_at_one_and_a_half(clock, memory_factory, memory_connect):

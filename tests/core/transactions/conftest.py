@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from trio.testing import MockClock
+from thread_aware_clock import thread_aware_clock
 
 sys.path.insert(0, str(Path(__file__).parent))  # txnode.py, javawire.py
 
@@ -13,4 +13,4 @@ sys.path.insert(0, str(Path(__file__).parent))  # txnode.py, javawire.py
 def clock():
     # not 0: the broker does file work in worker threads, and a clock that jumps the
     # moment the loop waits for one would fire every deadline before the thread answers
-    return MockClock(autojump_threshold=0.01)
+    return thread_aware_clock(0.01)
