@@ -8,6 +8,8 @@ from libc.string cimport memcpy, memset
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_AS_STRING
 
+from core.store._bigendian cimport put_int32, put_int64
+
 cdef extern from "Python.h":
     # the str's UTF-8 bytes, kept by the str (no copy for ASCII text)
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
@@ -27,6 +29,3 @@ cdef class EncodedMessage:
 
     cpdef _encode(self, object msg)
 
-
-cdef void _put_int(unsigned char* p, long long v) noexcept
-cdef void _put_long(unsigned char* p, long long v) noexcept

@@ -270,7 +270,7 @@ class EncodedMessage:
 
     def _encode_common(self, msg: Message) -> bool:
         """The usual entry in C (compiled only; the C names come from
-        message.pxd): a str topic, a bytes body, str properties without an
+        message.pxd and _bigendian.pxd): a str topic, a bytes body, str properties without an
         overflowing multi-dispatch list, IPv4 hosts, numbers of exact type
         int in their Java types' ranges. One buffer of the entry's size,
         written in place, the body copied once. False, with no field set,
@@ -328,20 +328,20 @@ class EncodedMessage:
         crc = zlib.crc32(body)
         buf = PyByteArray_FromStringAndSize(cython.NULL, size)
         p = cython.cast(cython.p_uchar, PyByteArray_AS_STRING(buf))
-        _put_int(p, size)
-        _put_int(p + 4, MAGIC_V1)
-        _put_int(p + 8, crc & 0x7FFFFFFF)
-        _put_int(p + 12, qid)
-        _put_int(p + 16, flag)
+        put_int32(p, size)
+        put_int32(p + 4, MAGIC_V1)
+        put_int32(p + 8, crc & 0x7FFFFFFF)
+        put_int32(p + 12, qid)
+        put_int32(p + 16, flag)
         memset(p + 20, 0, 16)  # QUEUEOFFSET, PHYSICALOFFSET: stamped at append
-        _put_int(p + 36, sysflag)
-        _put_long(p + 40, born_ts)
+        put_int32(p + 36, sysflag)
+        put_int64(p + 40, born_ts)
         memcpy(p + 48, PyBytes_AS_STRING(born_host), 8)
         memset(p + 56, 0, 8)  # STORETIMESTAMP: stamped at append
         memcpy(p + 64, PyBytes_AS_STRING(store_host), 8)
-        _put_int(p + 72, reconsume)
-        _put_long(p + 76, prepared)
-        _put_int(p + 84, body_len)
+        put_int32(p + 72, reconsume)
+        put_int64(p + 76, prepared)
+        put_int32(p + 84, body_len)
         memcpy(p + 88, PyBytes_AS_STRING(body), body_len)
         p += 88 + body_len
         p[0] = topic_len
@@ -485,19 +485,6 @@ class EncodedMessage:
         (its 20 fixed-width digits; the record's CRC covers only the empty body)."""
         i = self.buf.find(_REF_MARK) + len(_REF_MARK)
         self.buf[i:i + 20] = b"%020d" % physical_offset
-
-
-def _put_int(p, v) -> None:
-    """Big-endian int32 ``v`` at C pointer ``p`` (compiled only, like ``_put_long``)."""
-    p[0] = (v >> 24) & 0xFF
-    p[1] = (v >> 16) & 0xFF
-    p[2] = (v >> 8) & 0xFF
-    p[3] = v & 0xFF
-
-
-def _put_long(p, v) -> None:
-    _put_int(p, v >> 32)
-    _put_int(p + 4, v)
 
 
 def _split_dispatch(msg: Message) -> tuple[dict[str, str], tuple[str, ...], list[list[str]]]:
