@@ -111,3 +111,23 @@ def test_the_message_is_not_changed_and_the_entry_decodes():
     assert (got.topic, got.body, got.properties, got.queue_offset, got.physical_offset) == (
         "bench", bytes(range(64)), MQTT, 4, 500)
     assert enc.store_host == V4 and enc.store_ts_pos == 56
+
+
+def test_without_cython_installed_the_source_runs_as_it_is():
+    """A pure-Python install has no ``cython`` module: message.py and index.py
+    import `core.store._cython_shadow` instead and encode the same bytes."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['cython'] = None\n"
+            "from core.store.message import EncodedMessage, Message\n"
+            "import core.store.index as index, core.store.message as m\n"
+            "assert m.__file__.endswith('.py') and index.__file__.endswith('.py')\n"
+            "assert m.cython.__name__ == 'core.store._cython_shadow'\n"
+            "print(bytes(EncodedMessage(Message('T', b'x', 1, properties={'K': 'v'})).stamp(1, 2, 3)).hex())")
+    env = dict(os.environ, MQGATE_PURE_PYTHON="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    here = EncodedMessage(Message("T", b"x", 1, properties={"K": "v"})).stamp(1, 2, 3)
+    assert out.stdout.strip() == bytes(here).hex()
