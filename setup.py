@@ -21,6 +21,7 @@ KERNELS = [
     "core/store/message.py",
     "core/store/commitlog.py",
     "core/store/consume_queue.py",
+    "core/store/index.py",
     "core/store/store.py",
     "core/broker/send_checks.py",
     "core/broker/hooks.py",

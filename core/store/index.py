@@ -31,6 +31,11 @@ import time
 from .mapped_file import allocate
 from .java_hash import java_string_hash, java_string_hashes, load_numpy
 
+try:
+    import cython
+except ImportError:  # a pure-Python install: nothing here is compiled
+    from . import _cython_shadow as cython
+
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = 40
 ENTRY = struct.Struct(">iqii")
@@ -41,6 +46,40 @@ _I = struct.Struct(">i")
 def key_hash(text: str) -> int:
     h = abs(java_string_hash(text))
     return 0 if h > 0x7FFFFFFF else h  # Java: Math.abs(Integer.MIN_VALUE) < 0
+
+
+def message_key_hash(topic: str, key: str) -> int:
+    """`key_hash` of ``topic + "#" + key`` (what a message key is indexed
+    under); compiled, without making that string."""
+    if cython.compiled:
+        h = _java_hash_units(_java_hash_units(_java_hash_units(0, topic), "#"), key)
+        s = cython.cast(cython.int, h)
+        return 0 if s == -0x80000000 else abs(s)
+    return key_hash(f"{topic}#{key}")
+
+
+def _java_hash_units(h, text):
+    """``String.hashCode`` continued over ``text``'s UTF-16 code units (compiled only)."""
+    ch = cython.declare(cython.Py_UCS4)
+    for ch in text:
+        c = cython.cast(cython.uint, ch)  # the code point, as a number
+        if c > 0xFFFF:  # a surrogate pair in Java
+            h = h * 31 + (0xD800 + ((c - 0x10000) >> 10))
+            h = h * 31 + (0xDC00 + ((c - 0x10000) & 0x3FF))
+        else:
+            h = h * 31 + c
+    return h
+
+
+def _key_texts(rows: list[tuple]) -> list[str]:
+    """The ``topic#key`` strings of `IndexService.build_run`'s rows, in its order."""
+    texts = []
+    for topic, uniq, keys, _phys, _size, _ts in rows:
+        if keys:
+            texts += [f"{topic}#{k}" for k in keys]
+        if uniq:
+            texts.append(f"{topic}#{uniq}")
+    return texts
 
 
 def key_hashes(texts: list[str]) -> list[int]:
@@ -139,6 +178,117 @@ def _store(f: IndexFile, count: int, slot_count: int, begin_ts: int, begin_phys:
     f.end_ts = end_ts
 
 
+def _build_run(svc: IndexService, rows: list[tuple], hashes) -> tuple[int, OSError | None]:
+    """`IndexService.build_run`; compiled, the written file's mapping is held
+    (``view``) while `_build_rows` runs and let go before this returns."""
+    if cython.compiled:
+        pinned = False
+        try:
+            return _build_rows(svc, rows, hashes, cython.address(view), cython.address(pinned))
+        finally:
+            if pinned:
+                PyBuffer_Release(cython.address(view))
+    return _build_rows(svc, rows, hashes, None, None)
+
+
+def _build_rows(svc: IndexService, rows: list[tuple], hashes, view, pinned) -> tuple[int, OSError | None]:
+    """`IndexService.build_run`'s loop; ``view`` and ``pinned`` (compiled
+    only) hold the written file's mapping."""
+    f = svc.files[-1] if svc.files else None
+    n = slots = slot_count = begin_ts = begin_phys = end_ts = max_entries = 0  # set by _load before use
+    if cython.compiled:
+        p = cython.NULL
+    if f is not None:  # the written file's fields live in locals, stored back before it is left
+        mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
+        max_entries = f.max_entries
+        if cython.compiled:
+            p = _pin(mm, view, pinned, slots, max_entries)
+    at = 0
+    pack_entry = ENTRY.pack_into
+    pack_int = _I.pack_into
+    unpack_int = _I.unpack_from
+    for i, row in enumerate(rows):
+        topic = row[0]
+        uniq = row[1]
+        keys = row[2]
+        n_keys = len(keys)
+        k = n_keys + 1 if uniq else n_keys
+        phys = row[3]
+        if f is not None and phys < f.end_phys:
+            at += k  # already indexed (replay)
+            continue
+        ts = row[5]
+        if f is None or n >= max_entries:
+            if f is not None:
+                _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
+            try:
+                f = svc._writable(ts)
+            except OSError as e:
+                return i, e
+            mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
+            max_entries = f.max_entries
+            if cython.compiled:
+                p = _pin(mm, view, pinned, slots, max_entries)
+        for j in range(k):
+            if hashes is not None:
+                h = hashes[at + j]
+            else:
+                h = message_key_hash(topic, keys[j] if j < n_keys else uniq)
+            if n >= max_entries:
+                _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
+                try:
+                    f.finish_entry(phys, ts)
+                    f = svc._writable(ts)
+                except OSError as e:
+                    return i, e
+                mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
+                max_entries = f.max_entries
+                if cython.compiled:
+                    p = _pin(mm, view, pinned, slots, max_entries)
+            slot_pos = 40 + (h % slots) * 4  # HEADER_SIZE: a literal, C arithmetic
+            prev = get_int32(p + slot_pos) if cython.compiled else unpack_int(mm, slot_pos)[0]
+            if prev <= 0 or prev > n:
+                prev = 0
+                slot_count += 1
+            if n <= 1 or begin_ts == 0:
+                begin_ts = ts
+                begin_phys = phys
+            diff = (ts - begin_ts) // 1000
+            if diff < 0:
+                diff = 0
+            if cython.compiled:
+                q = p + 40 + slots * 4 + n * 20  # HEADER_SIZE, ENTRY_SIZE
+                put_int32(q, h)
+                put_int64(q + 4, phys)
+                put_int32(q + 12, diff)
+                put_int32(q + 16, prev)
+                put_int32(p + 36, n + 1)
+                put_int32(p + slot_pos, n)
+            else:
+                pack_entry(mm, HEADER_SIZE + slots * 4 + n * ENTRY_SIZE, h, phys, diff, prev)
+                pack_int(mm, 36, n + 1)
+                pack_int(mm, slot_pos, n)
+            n += 1
+            end_ts = ts
+        at += k
+    if f is not None:
+        _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
+    return len(rows), None
+
+
+def _pin(mm, view, pinned, slots, max_entries):
+    """The address of ``mm``'s bytes, held in ``view`` (compiled only; the one
+    held before is let go). Checks that the mapping holds every slot and entry."""
+    if pinned[0]:
+        PyBuffer_Release(view)
+        pinned[0] = False
+    PyObject_GetBuffer(mm, view, PyBUF_WRITABLE)
+    pinned[0] = True
+    if view.len < HEADER_SIZE + slots * 4 + max_entries * ENTRY_SIZE:
+        raise ValueError("index file mapping smaller than its geometry")
+    return cython.cast(cython.p_uchar, view.buf)
+
+
 def _file_name(now_ms: int) -> str:
     t = time.localtime(now_ms // 1000)
     return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
@@ -223,67 +373,22 @@ class IndexService:
         if finish:
             self.files[-1].finish_entry(phys + size, store_ts)
 
-    def build_run(self, rows: list[tuple], hashes: list[int]) -> tuple[int, OSError | None]:
+    def build_run(self, rows: list[tuple], hashes: list[int] | None = None) -> tuple[int, OSError | None]:
         """`build_hashed` (``finish=False``) of each row of a run, in order, in
         one loop: a row is ``(topic, uniq key, keys, phys, size, store ts)``
         and its hashes are the next ``len(keys) + (1 if uniq key)`` of
-        ``hashes``. Returns (rows indexed, None), or (rows indexed before it,
-        the error) when a new file could not be made. The same entries, in
-        the same order, as one `build_hashed` per row. Each entry is written,
-        then indexCount in the header, then its slot: after a crash no slot
-        points past indexCount (a chain stays whole; the rest of the header
-        is written by `IndexFile.finish_entry`)."""
-        f = self.files[-1] if self.files else None
-        if f is not None:  # the written file's fields live in locals, stored back before it is left
-            mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
-        at = 0
-        pack_entry = ENTRY.pack_into
-        pack_int = _I.pack_into
-        unpack_int = _I.unpack_from
-        for i, row in enumerate(rows):
-            keys = row[2]
-            k = len(keys) + 1 if row[1] else len(keys)
-            phys = row[3]
-            if f is not None and phys < f.end_phys:
-                at += k  # already indexed (replay)
-                continue
-            ts = row[5]
-            if f is None or n >= f.max_entries:
-                if f is not None:
-                    _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
-                try:
-                    f = self._writable(ts)
-                except OSError as e:
-                    return i, e
-                mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
-            for h in hashes[at:at + k]:
-                if n >= f.max_entries:
-                    _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
-                    try:
-                        f.finish_entry(phys, ts)
-                        f = self._writable(ts)
-                    except OSError as e:
-                        return i, e
-                    mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
-                slot_pos = HEADER_SIZE + (h % slots) * 4
-                prev = unpack_int(mm, slot_pos)[0]
-                if prev <= 0 or prev > n:
-                    prev = 0
-                    slot_count += 1
-                if n <= 1 or begin_ts == 0:
-                    begin_ts = ts
-                    begin_phys = phys
-                diff = (ts - begin_ts) // 1000
-                pack_entry(mm, HEADER_SIZE + slots * 4 + n * ENTRY_SIZE, h, phys, diff if diff > 0 else 0, prev)
-                pack_int(mm, 36, n + 1)
-                pack_int(mm, slot_pos, n)
-                n += 1
-                end_ts = ts
-            at += k
-        if f is not None:
-            _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
-        return len(rows), None
-
+        ``hashes``; without ``hashes``, those of its keys then its uniq key
+        (`message_key_hash`). Returns (rows indexed, None), or (rows indexed
+        before it, the error) when a new file could not be made. The same
+        entries, in the same order, as one `build_hashed` per row. Each entry
+        is written, then indexCount in the header, then its slot: after a
+        crash no slot points past indexCount (a chain stays whole; the rest of
+        the header is written by `IndexFile.finish_entry`). Compiled, the
+        hashes and the file's bytes are C arithmetic on the mapped file
+        (held for the call, released before it returns)."""
+        if hashes is None and not cython.compiled:
+            hashes = key_hashes(_key_texts(rows))  # together: numpy when it is there
+        return _build_run(self, rows, hashes)
     def query(self, text: str, max_num: int, begin: int, end: int) -> list[int]:
         h = key_hash(text)
         out: list[int] = []

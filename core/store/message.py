@@ -39,6 +39,11 @@ from dataclasses import dataclass, field
 
 from .java_hash import java_string_hash
 
+try:
+    import cython
+except ImportError:  # a pure-Python install: nothing here is compiled
+    from . import _cython_shadow as cython
+
 MAGIC_V1 = -626843481  # 0xDAA320A7 as a Java int
 MAGIC_V2 = -626843477  # 0xDAA320AB, RocketMQ 5.x long topics; never written here
 BLANK_MAGIC = -875286124  # 0xCBD43194
@@ -238,18 +243,143 @@ class Message:
         return self.properties.get(PROPERTY_UNIQ_KEY)
 
 
+@cython.no_gc  # its fields hold strings, bytes and tuples of these: no cycle to find
+@cython.freelist(64)
+@cython.cclass
 class EncodedMessage:
     """A message encoded once, with offsets and store time patched at append.
 
     Encoding the variable part (body, topic, properties) and the CRC is the
     expensive step; it happens outside the append lock. `stamp` then writes
     QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place.
+
+    Compiled (message.pxd), the usual entry is written by `_encode_common`
+    straight into its one buffer; anything else, and every error, goes
+    through `_encode`, the same code the pure-Python build runs for all.
+    Both write the same bytes and fields (tests/core/store/test_encoding.py).
     """
 
     __slots__ = ("buf", "size", "topic", "queue_id", "tags_code", "keys", "uniq_key", "sysflag", "multi_dispatch",
                  "store_ts_pos", "dispatch_refs")
 
     def __init__(self, msg: Message):
+        if cython.compiled:
+            if self._encode_common(msg):
+                return
+        self._encode(msg)
+
+    def _encode_common(self, msg: Message) -> bool:
+        """The usual entry in C (compiled only; the C names come from
+        message.pxd and _bigendian.pxd): a str topic, a bytes body, str properties without an
+        overflowing multi-dispatch list, IPv4 hosts, numbers of exact type
+        int in their Java types' ranges. One buffer of the entry's size,
+        written in place, the body copied once. False, with no field set,
+        for anything else, errors included: `_encode` then decides."""
+        topic = msg.topic
+        body = msg.body
+        props_obj = msg.properties
+        born_host = msg.born_host
+        store_host = msg.store_host
+        queue_id = msg.queue_id
+        flag_obj = msg.flag
+        sysflag_obj = msg.sysflag
+        born_obj = msg.born_timestamp
+        reconsume_obj = msg.reconsume_times
+        prepared_obj = msg.prepared_transaction_offset
+        if (type(topic) is not str or type(body) is not bytes or type(props_obj) is not dict
+                or type(born_host) is not bytes or type(store_host) is not bytes
+                or len(born_host) != 8 or len(store_host) != 8
+                or type(queue_id) is not int or type(flag_obj) is not int or type(sysflag_obj) is not int
+                or type(born_obj) is not int or type(reconsume_obj) is not int or type(prepared_obj) is not int
+                or topic == DISPATCH_REF_TOPIC or topic == TIMER_TOPIC):
+            return False
+        props = cython.cast(dict, props_obj)
+        try:
+            qid = queue_id
+            flag = flag_obj
+            sysflag = sysflag_obj
+            born_ts = born_obj
+            reconsume = reconsume_obj
+            prepared = prepared_obj
+            topic_p = PyUnicode_AsUTF8AndSize(topic, cython.address(topic_len))
+            props_len = 0
+            for name, value in props.items():  # first pass: types and length
+                if type(name) is not str or type(value) is not str:
+                    return False
+                PyUnicode_AsUTF8AndSize(name, cython.address(n))
+                props_len += n
+                PyUnicode_AsUTF8AndSize(value, cython.address(n))
+                props_len += n + 2
+        except (OverflowError, UnicodeEncodeError):
+            return False
+        if props_len:
+            props_len -= 1  # no separator after the last item
+        dispatch = props.get(PROPERTY_INNER_MULTI_DISPATCH)
+        if (not 0 < topic_len <= MAX_TOPIC_BYTES or props_len > MAX_PROPERTIES_BYTES
+                or not 0 <= qid <= 0x7FFFFFFF or not -0x80000000 <= flag <= 0x7FFFFFFF
+                or not -0x80000000 <= sysflag <= 0x7FFFFFFF or not -0x80000000 <= reconsume <= 0x7FFFFFFF
+                or (dispatch is not None and len(dispatch) > MULTI_DISPATCH_INLINE_BYTES)):
+            return False
+        sysflag &= ~0x30  # BORNHOST_V6_FLAG | STOREHOST_V6_FLAG (a literal: C arithmetic)
+        body_len = len(body)
+        size = 91 + body_len + topic_len + props_len
+        if size > 0x7FFFFFFF:
+            return False
+        crc = zlib.crc32(body)
+        buf = PyByteArray_FromStringAndSize(cython.NULL, size)
+        p = cython.cast(cython.p_uchar, PyByteArray_AS_STRING(buf))
+        put_int32(p, size)
+        put_int32(p + 4, MAGIC_V1)
+        put_int32(p + 8, crc & 0x7FFFFFFF)
+        put_int32(p + 12, qid)
+        put_int32(p + 16, flag)
+        memset(p + 20, 0, 16)  # QUEUEOFFSET, PHYSICALOFFSET: stamped at append
+        put_int32(p + 36, sysflag)
+        put_int64(p + 40, born_ts)
+        memcpy(p + 48, PyBytes_AS_STRING(born_host), 8)
+        memset(p + 56, 0, 8)  # STORETIMESTAMP: stamped at append
+        memcpy(p + 64, PyBytes_AS_STRING(store_host), 8)
+        put_int32(p + 72, reconsume)
+        put_int64(p + 76, prepared)
+        put_int32(p + 84, body_len)
+        memcpy(p + 88, PyBytes_AS_STRING(body), body_len)
+        p += 88 + body_len
+        p[0] = topic_len
+        memcpy(p + 1, topic_p, topic_len)
+        p += 1 + topic_len
+        p[0] = props_len >> 8
+        p[1] = props_len & 0xFF
+        p += 2
+        first = True
+        for name, value in props.items():  # second pass: the text, as `_encode` joins it
+            if not first:
+                p[0] = 2  # PROPERTY_SEPARATOR
+                p += 1
+            first = False
+            text_p = PyUnicode_AsUTF8AndSize(name, cython.address(n))
+            memcpy(p, text_p, n)
+            p[n] = 1  # NAME_VALUE_SEPARATOR
+            p += n + 1
+            text_p = PyUnicode_AsUTF8AndSize(value, cython.address(n))
+            memcpy(p, text_p, n)
+            p += n
+        self.buf = buf
+        self.size = size
+        self.topic = topic
+        self.queue_id = queue_id
+        self.sysflag = sysflag
+        self.store_ts_pos = 56
+        self.dispatch_refs = ()
+        tags = props.get(PROPERTY_TAGS)
+        self.tags_code = _tags_code_cached(tags) if tags else 0
+        keys = props.get(PROPERTY_KEYS)
+        self.keys = keys.split() if keys else []
+        self.uniq_key = props.get(PROPERTY_UNIQ_KEY)
+        self.multi_dispatch = multi_dispatch_queues(props) if dispatch is not None else ()
+        return True
+
+    def _encode(self, msg: Message) -> None:
+        """Any message, field by field (every message in the pure-Python build)."""
         topic = msg.topic
         topic_b = topic.encode()
         topic_len = len(topic_b)

@@ -46,7 +46,7 @@ from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
 from .consume_queue import UNIT_SIZE, ConsumeQueue
 from .errors import PutStatus, StoreClosedError, StoreLockedError
-from .index import IndexService, key_hashes
+from .index import IndexService
 from .message import (
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
@@ -460,13 +460,7 @@ class MessageStore(StoreReads):
             # between chunks, or the event loop waits up to the 5 ms switch interval.
             for start in range(0, len(pending), _INDEX_CHUNK):
                 chunk = pending[start : start + _INDEX_CHUNK]
-                texts = []
-                for topic, uniq, keys, _phys, _size, _ts in chunk:
-                    if keys:
-                        texts += [f"{topic}#{k}" for k in keys]
-                    if uniq:
-                        texts.append(f"{topic}#{uniq}")
-                done, error = build(chunk, key_hashes(texts))  # the rows in one loop, not a call per row
+                done, error = build(chunk)  # the rows in one loop (hashing their keys), not a call per row
                 if error is not None:
                     i = start + done
                     log.error("cannot create an index file, %d keyed entries wait: %s", len(pending) - i, error)

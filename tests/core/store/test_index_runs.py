@@ -4,7 +4,7 @@ file rolls, entries with several keys and entries already indexed."""
 
 import random
 
-from core.store.index import IndexService, key_hash
+from core.store.index import IndexService, key_hash, message_key_hash
 
 
 def _rows(n: int, seed: int) -> tuple[list[tuple], list[int]]:
@@ -56,3 +56,33 @@ def test_a_run_writes_what_one_call_per_entry_writes(tmp_path):
     assert _files(run) == before
     for svc in (by_one, by_run):
         svc.close()
+
+
+def test_a_run_hashes_its_rows_keys_as_the_flusher_did(tmp_path):
+    """Without hashes, a run hashes each row's keys, then its uniq key (what
+    the store's flusher passes): the same files as with `key_hash` of each
+    ``topic#key`` string, for keys of every kind of character."""
+    rows, hashes = _rows(300, seed=5)
+    odd = ["ü😀", "\udc80x", "", "x" * 300, "\u1080AB\ucb3e\x0c"]  # the last: Java hash Integer.MIN_VALUE
+    rows = [(t, u, keys + [odd[i % len(odd)]] if i % 3 == 0 and keys else keys, p, s, ts)
+            for i, (t, u, keys, p, s, ts) in enumerate(rows)]
+    hashes = [key_hash(f"{t}#{k}") for t, u, keys, *_ in rows for k in [*keys, *([u] if u else [])]]
+    given, hashed = tmp_path / "given", tmp_path / "hashed"
+    for d in (given, hashed):
+        d.mkdir()
+    by_given = IndexService(str(given), 97, 150)
+    by_hashing = IndexService(str(hashed), 97, 150)
+    assert by_given.build_run(rows, hashes) == by_hashing.build_run(rows) == (300, None)
+    for svc in (by_given, by_hashing):
+        svc.files[-1].finish_entry(rows[-1][3] + rows[-1][4], rows[-1][5])
+    assert _files(given) == _files(hashed)
+    assert by_hashing.query("T#\u1080AB\ucb3e\x0c", 10, 0, 2**62)
+    for svc in (by_given, by_hashing):
+        svc.close()
+
+
+def test_message_key_hash_is_key_hash_of_the_joined_string():
+    for topic, key in [("TopicTest", "k1"), ("a", "ü😀"), ("T", "\udc80x"), ("t" * 127, "y" * 500),
+                       ("T", "\u1080AB\ucb3e\x0c"), ("ü", "")]:
+        assert message_key_hash(topic, key) == key_hash(f"{topic}#{key}")
+    assert message_key_hash("T", "\u1080AB\ucb3e\x0c") == 0
