@@ -30,7 +30,7 @@ import trio
 from core.broker import SendStatus
 from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_properties,
-                             publish_to_message, queue_for, split_delayed)
+                             plain_publish_to_message, publish_to_message, queue_for, split_delayed)
 from gateway.meta import record
 from gateway.mqtt import InboundAction, InboundStage, Publish, ReasonCode, RemoteProtocolError
 
@@ -62,68 +62,85 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     qos2 = False
     error = None
     configs = {}  # broker topic -> config, resolved once per batch
-    # MQTT topic -> (topic, broker topic, delay, queue) of an accepted publish:
-    # the checks (ACL, mapping) run once per topic and batch. Retained ones
-    # and refusals are checked each time (a refusal is logged and counted).
+    # MQTT topic -> (topic, broker topic, delay, queue, base properties by QoS)
+    # of an accepted publish: the checks (ACL, mapping) and publish_properties
+    # run once per topic and batch. Retained ones and refusals are checked
+    # each time (a refusal is logged and counted).
     checked = {}
-    bases = {}  # (MQTT topic, QoS, retain) -> publish_properties, made once per read
+    retained_bases = {}  # (MQTT topic, QoS) -> publish_properties of a retained publish, made once per read
     client_id = conn.client_id
-    stats = gw.stats
-    for pub in batch:
-        stats.received += 1
-        stats.received_qos[pub.qos] += 1
-        try:
-            action = inbound.on_publish(pub)
-        except RemoteProtocolError as e:
-            error = e  # store and acknowledge what came before, then close
-            break
-        if action is InboundAction.ACK_PENDING:
-            continue
-        if action is InboundAction.RESEND_PUBREC:
-            plan.append((pub, None, 0, None))
-            continue
-        if quota is not None and not quota.take():
-            gw.stats.quota_exceeded += 1
-            plan.append((pub, None, R.QUOTA_EXCEEDED, f"quota exceeded: at most {quota.rate} messages/s"))
-            continue
-        known = None if pub.retain else checked.get(pub.topic)
-        if known is None:
+    plain = conn.version < 5  # a 3.1/3.1.1 PUBLISH has no properties to look for
+    counts = [0, 0, 0]  # received by QoS, added to the stats once per read
+    try:
+        for pub in batch:
+            qos = pub.qos
+            counts[qos] += 1
+            if qos:  # (QoS 0 has no flow: always delivered)
+                try:
+                    action = inbound.on_publish(pub)
+                except RemoteProtocolError as e:
+                    error = e  # store and acknowledge what came before, then close
+                    break
+                if action is InboundAction.ACK_PENDING:
+                    continue
+                if action is InboundAction.RESEND_PUBREC:
+                    plan.append((pub, None, 0, None))
+                    continue
+            if quota is not None and not quota.take():
+                gw.stats.quota_exceeded += 1
+                plan.append((pub, None, R.QUOTA_EXCEEDED, f"quota exceeded: at most {quota.rate} messages/s"))
+                continue
+            retain = pub.retain
+            known = None if retain else checked.get(pub.topic)
+            if known is None:
+                try:
+                    topic, name, delay = check_publish(conn, pub)
+                    cfg = configs.get(name)
+                    if cfg is None:
+                        cfg = gw.backend.get_topic(name)
+                        if cfg is None:  # not there yet: auto-create (the only await, once per topic)
+                            cfg = await gw.topic_config(name)
+                            checked.clear()  # the ACL may have been reloaded meanwhile
+                            if cfg is None:
+                                raise MappingError(f"broker topic {name!r} does not exist and may not be created",
+                                                   R.TOPIC_NAME_INVALID)
+                        configs[name] = cfg
+                except MappingError as e:
+                    plan.append((pub, None, e.reason_code, str(e)))
+                    continue
+                known = (topic, name, delay, queue_for(topic, cfg.write_queue_nums), [None, None, None])
+                if not retain:
+                    checked[pub.topic] = known
+            topic, name, delay, queue, bases = known
             try:
-                topic, name, delay = check_publish(conn, pub)
-                cfg = configs.get(name)
-                if cfg is None:
-                    cfg = gw.backend.get_topic(name)
-                    if cfg is None:  # not there yet: auto-create (the only await, once per topic)
-                        cfg = await gw.topic_config(name)
-                        checked.clear()  # the ACL may have been reloaded meanwhile
-                        if cfg is None:
-                            raise MappingError(f"broker topic {name!r} does not exist and may not be created",
-                                               R.TOPIC_NAME_INVALID)
-                    configs[name] = cfg
+                # a topic or property the store cannot keep (a control character) is refused here too
+                if retain:
+                    base = retained_bases.get((topic, qos))
+                    if base is None:
+                        base = retained_bases[topic, qos] = publish_properties(topic, qos, True, client_id, received)
+                else:
+                    base = bases[qos]
+                    if base is None:
+                        base = bases[qos] = publish_properties(topic, qos, False, client_id, received)
+                if plain:
+                    msg = plain_publish_to_message(pub, name, base, received)
+                else:
+                    msg = publish_to_message(pub, name, client_id, received, topic=topic, base=base)
             except MappingError as e:
                 plan.append((pub, None, e.reason_code, str(e)))
                 continue
-            known = (topic, name, delay, queue_for(topic, cfg.write_queue_nums))
-            if not pub.retain:
-                checked[pub.topic] = known
-        topic, name, delay, queue = known
-        key = (topic, pub.qos, pub.retain)
-        try:
-            # a topic or property the store cannot keep (a control character) is refused here too
-            base = bases.get(key)
-            if base is None:
-                base = bases[key] = publish_properties(topic, pub.qos, pub.retain, client_id, received)
-            msg = publish_to_message(pub, name, client_id, received, topic=topic, base=base)
-        except MappingError as e:
-            plan.append((pub, None, e.reason_code, str(e)))
-            continue
-        if delay is not None:
-            msg.properties[P_TIMER_DELAY] = str(delay)
-        item = (msg, queue)
-        plan.append((pub, len(items), 0, None))
-        items.append(item)
-        if pub.qos == 2 and sess.persistent:
-            qos2 = True
+            if delay is not None:
+                msg.properties[P_TIMER_DELAY] = str(delay)
+            plan.append((pub, len(items), 0, None))
+            items.append((msg, queue))
+            if qos == 2 and sess.persistent:
+                qos2 = True
+    finally:
+        stats = gw.stats
+        stats.received += counts[0] + counts[1] + counts[2]
+        by_qos = stats.received_qos
+        for qos in (0, 1, 2):
+            by_qos[qos] += counts[qos]
     if qos2:
         # The packet ids go into the durable state with the messages (one flush).
         pids = inbound.packet_ids(InboundStage.QOS2_UNACKED, InboundStage.QOS2_RECEIVED)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ._decode import decode_packet, peek_connect_version, read_fixed_header
+from ._decode import decode_packet, decode_publish, peek_connect_version, read_fixed_header
 from ._encode import encode
 from ._events import ConnAck, ConnectionClosed, Connect, Disconnect, Auth, Publish, _trusted
 from ._reasons import (
@@ -161,6 +161,8 @@ class MQTTConnection:
         out = []
         try:
             while True:
+                if self.state is S.CONNECTED and self._error is None:
+                    self._publishes(out)
                 event = self.next_event()
                 if event is NEED_DATA:
                     return out
@@ -169,6 +171,54 @@ class MQTTConnection:
             if out:
                 return out
             raise
+
+    def _publishes(self, out: list) -> None:
+        """Decode the PUBLISH packets at the front of the buffer into ``out``.
+
+        The common case of ``_next_event`` done in one loop for a connected
+        client: a PUBLISH with a 1- or 2-byte remaining length, whole in the
+        buffer and within ``max_packet_size``, keeps the state CONNECTED. It
+        stops at anything else (another type, a longer or malformed length,
+        an incomplete packet), which ``_next_event`` then handles as before.
+        """
+        if self._pending and self._pending_len >= self._need - (len(self._buf) - self._pos):
+            self._fill()
+        buf = self._buf
+        pos = start = self._pos
+        end = len(buf)
+        version = self.protocol_version
+        limit = self.max_packet_size
+        try:
+            while end - pos >= 2:
+                first = buf[pos]
+                if first >> 4 != 3:  # PacketType.PUBLISH
+                    break
+                length = buf[pos + 1]
+                body = pos + 2
+                if length >= 128:
+                    if end - pos < 3:
+                        break
+                    more = buf[pos + 2]
+                    if more >= 128 or not more:
+                        break
+                    length = (length & 0x7F) | (more << 7)
+                    body = pos + 3
+                stop = body + length
+                if stop > end or stop - pos > limit:
+                    break
+                event = decode_publish(first & 0x0F, buf, body, stop, version)
+                pos = stop
+                if version == 5:
+                    self._pos = pos  # as _next_event: the packet is consumed even if its alias is bad
+                    event = self._resolve_alias(event)
+                out.append(event)
+        except RemoteProtocolError as exc:
+            self._error = exc
+            raise
+        finally:
+            if pos != start:
+                self._pos = pos
+                self._need = 0
 
     def _next_event(self):
         if self._pending and self._pending_len >= self._need - (len(self._buf) - self._pos):

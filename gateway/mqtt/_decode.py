@@ -53,7 +53,6 @@ from ._wire import (
     read_u8,
     read_u16,
     read_varint,
-    unpack_u16,
 )
 
 _PROTO = ReasonCode.PROTOCOL_ERROR
@@ -120,7 +119,7 @@ def decode_packet(first: int, buf, pos: int, end: int, version: int):
     ptype = first >> 4
     flags = first & 0x0F
     if ptype == P.PUBLISH:
-        return _publish(flags, buf, pos, end, version)
+        return decode_publish(flags, buf, pos, end, version)
     if ptype == 0 or (ptype == P.AUTH and version < 5):
         raise _bad(f"reserved packet type {ptype}")
     if flags != FIXED_FLAGS[ptype]:
@@ -128,7 +127,26 @@ def decode_packet(first: int, buf, pos: int, end: int, version: int):
     return _DECODERS[ptype](buf, pos, end, version)
 
 
-def _publish(flags: int, buf, pos: int, end: int, version: int):
+# PUBLISH topic names already decoded and checked (a device sends the same few
+# topics over and over): the same bytes always give the same name, and one str
+# object per topic keeps its hash cached for every dict it is looked up in later.
+_TOPIC_NAMES: dict = {}
+_TOPIC_NAMES_MAX = 4096
+_known_topic_name = _TOPIC_NAMES.get  # (cleared, never replaced)
+
+
+def _topic_name(raw) -> str:
+    topic = decode_utf8(raw)
+    if "+" in topic or "#" in topic:
+        raise _bad("wildcard in a PUBLISH topic name", ReasonCode.TOPIC_NAME_INVALID)
+    if len(_TOPIC_NAMES) >= _TOPIC_NAMES_MAX:
+        _TOPIC_NAMES.clear()
+    _TOPIC_NAMES[raw] = topic
+    return topic
+
+
+def decode_publish(flags: int, buf, pos: int, end: int, version: int):
+    """The ``Publish`` of a PUBLISH body ``buf[pos:end]`` whose flags (low nibble) are ``flags``."""
     qos = (flags >> 1) & 3
     if qos == 3:
         raise _bad("PUBLISH with QoS 3")
@@ -138,23 +156,30 @@ def _publish(flags: int, buf, pos: int, end: int, version: int):
     stop = pos + 2
     if stop > end:
         raise _bad("truncated topic name")
-    stop += unpack_u16(buf, pos)[0]
+    stop += (buf[pos] << 8) | buf[pos + 1]
     if stop > end:
         raise _bad("topic name runs past the packet")
-    topic = decode_utf8(buf[pos + 2 : stop])
-    if "+" in topic or "#" in topic:
-        raise _bad("wildcard in a PUBLISH topic name", ReasonCode.TOPIC_NAME_INVALID)
+    raw = buf[pos + 2 : stop]
+    if type(raw) is not bytes:
+        raw = bytes(raw)
+    topic = _known_topic_name(raw)
+    if topic is None:
+        topic = _topic_name(raw)
     pos = stop
+    # Fields at their class default (QoS 0, no retain, no DUP, no packet id, no
+    # properties) are left out of the event's __dict__: the class gives them.
     if qos:
         if pos + 2 > end:
             raise _bad("truncated packet identifier")
-        packet_id = unpack_u16(buf, pos)[0]
+        packet_id = (buf[pos] << 8) | buf[pos + 1]
         if not packet_id:
             raise _bad("packet identifier 0", _PROTO)
         pos += 2
+        kw = {"topic": topic, "qos": qos, "retain": flags & 1 == 1, "dup": dup, "packet_id": packet_id}
+    elif flags & 1:
+        kw = {"topic": topic, "retain": True}
     else:
-        packet_id = None
-    kw = {"topic": topic, "qos": qos, "retain": flags & 1 == 1, "dup": dup, "packet_id": packet_id}
+        kw = {"topic": topic}
     if version == 5:
         props, pos = decode_properties(buf, pos, end, P.PUBLISH)
         if props:
@@ -163,7 +188,8 @@ def _publish(flags: int, buf, pos: int, end: int, version: int):
             raise _bad("empty topic name without a topic alias", _PROTO)
     elif not topic:
         raise _bad("empty topic name")
-    kw["payload"] = bytes(buf[pos:end])
+    payload = buf[pos:end]
+    kw["payload"] = payload if type(payload) is bytes else bytes(payload)
     return _trusted(Publish, kw)
 
 

@@ -32,10 +32,16 @@ _PROTO = ReasonCode.PROTOCOL_ERROR
 Pairs = tuple  # tuple[tuple[str, str], ...]
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
 def _trusted(cls, kw: dict):
-    """Build an event without validation; only for already-checked input."""
-    ev = object.__new__(cls)
-    ev.__dict__.update(kw)
+    """Build an event without validation; only for already-checked input.
+    ``kw`` becomes the event's ``__dict__`` (the caller gives it up); fields
+    not in it read as their class default."""
+    ev = _new(cls)
+    _set(ev, "__dict__", kw)
     return ev
 
 
