@@ -215,6 +215,18 @@ def thin_disk(tmp_path):
         subprocess.run(["umount", "-l", str(back)], check=False)
 
 
+def _thin_disk_server(cfg: Path, segment: int, broker_extra: str = "") -> tuple[tuple, str]:
+    """(``mqgate serve`` arguments, name server address) of a SYNC_FLUSH server
+    for the thin device: its config written to ``cfg``, its ports free."""
+    cfg.write_text(f"[broker]\nmappedFileSizeCommitLog = {segment}\nmappedFileSizeConsumeQueue = 60000\n"
+                   "maxHashSlotNum = 1000\nmaxIndexNum = 4000\ndiskMaxUsedSpaceRatio = 99\n"
+                   f"flushDiskType = \"SYNC_FLUSH\"\n{broker_extra}[mqtt]\nsysInterval = 0\n")
+    ns_port = free_port()
+    args = ("--config", str(cfg), "--mqtt-port", "0", "--ws-port", "0", "--broker-port", str(free_port()),
+            "--namesrv-port", str(ns_port))
+    return args, f"127.0.0.1:{ns_port}"
+
+
 async def test_an_fsync_error_is_reported_and_nothing_unflushed_is_acknowledged(thin_disk, tmp_path):
     """EIO/ENOSPC from fdatasync (a real one, see ``thin_disk``): the broker
     logs it and stops (``core.broker.flush``: it never acknowledges data it
@@ -224,14 +236,7 @@ async def test_an_fsync_error_is_reported_and_nothing_unflushed_is_acknowledged(
     while the device was healthy (see the note at the end for the others)."""
     mnt, back, img, loop = thin_disk
     data = mnt  # the store at the file system's root, its log (next to it) outside
-    cfg = tmp_path / "eio.toml"
-    cfg.write_text(f"[broker]\nmappedFileSizeCommitLog = {4 * SEGMENT}\nmappedFileSizeConsumeQueue = 60000\n"
-                   "maxHashSlotNum = 1000\nmaxIndexNum = 4000\ndiskMaxUsedSpaceRatio = 99\n"
-                   "flushDiskType = \"SYNC_FLUSH\"\n[mqtt]\nsysInterval = 0\n")
-    ns_port = free_port()
-    args = ("--config", str(cfg), "--mqtt-port", "0", "--ws-port", "0", "--broker-port", str(free_port()),
-            "--namesrv-port", str(ns_port))
-    namesrv = f"127.0.0.1:{ns_port}"
+    args, namesrv = _thin_disk_server(tmp_path / "eio.toml", 4 * SEGMENT)
     topic = "EioTopic"
     server = ServeProcess(data, *args).start()
     try:
@@ -307,14 +312,7 @@ async def test_with_warm_segments_every_acknowledged_message_survives_the_device
     message is there, the last ones before the device ran out included
     (without the key, the test above loses one in about half the runs)."""
     mnt, back, img, loop = thin_disk
-    cfg = tmp_path / "warm.toml"
-    cfg.write_text(f"[broker]\nmappedFileSizeCommitLog = {SEGMENT}\nmappedFileSizeConsumeQueue = 60000\n"
-                   "maxHashSlotNum = 1000\nmaxIndexNum = 4000\ndiskMaxUsedSpaceRatio = 99\n"
-                   "flushDiskType = \"SYNC_FLUSH\"\nwarmMapedFileEnable = true\n[mqtt]\nsysInterval = 0\n")
-    ns_port = free_port()
-    args = ("--config", str(cfg), "--mqtt-port", "0", "--ws-port", "0", "--broker-port", str(free_port()),
-            "--namesrv-port", str(ns_port))
-    namesrv = f"127.0.0.1:{ns_port}"
+    args, namesrv = _thin_disk_server(tmp_path / "warm.toml", SEGMENT, "warmMapedFileEnable = true\n")
     topic = "WarmTopic"  # created by the first send (autoCreateTopicEnable)
     server = ServeProcess(mnt, *args).start()
     try:
