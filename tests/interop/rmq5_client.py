@@ -347,13 +347,14 @@ def _send_logged(producer, topic: str, body: str, **kw) -> str | None:
         return None
 
 
-def _receive_until(consumer, want: set[str], seconds: float, keep: str | None = None) -> list[list]:
+def _receive_until(consumer, want: set[str], seconds: float, keep: str | None = None,
+                   invisible_s: int = 10) -> list[list]:
     """[body, attempt] of what comes until ``want`` has all come; every message is acked
-    but the first delivery of ``keep``."""
+    but the first delivery of ``keep`` (invisible ``invisible_s`` from its receipt)."""
     got, t0 = [], time.time()
     while not want <= {b for b, _ in got} and time.time() - t0 < seconds:
         try:
-            msgs = consumer.receive(16, 10)
+            msgs = consumer.receive(16, invisible_s)
         except Exception:  # a queue of a dead master, until the route is refreshed
             time.sleep(0.2)
             continue
@@ -366,7 +367,9 @@ def _receive_until(consumer, want: set[str], seconds: float, keep: str | None = 
 
 def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -> dict:
     """Phase 1: sends spread over every broker group, all received and acked but one
-    message of ``wanted_group`` (``keep``: left in flight, 10 s invisible). Then a line
+    message of ``wanted_group`` (``keep``: left in flight, 25 s invisible: receiving the
+    others from four queues took over 10 s beside other tests, and ``keep`` came back
+    before phase 1 ended). Then a line
     on stdout, and a line on stdin once the test has failed ``wanted_group``'s master
     over. Phase 2, the same clients: sends until one lands in ``wanted_group`` again
     (its new master, from the refreshed route), and what was sent, and ``keep``
@@ -379,7 +382,7 @@ def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -
     try:
         sent1 = {f"one-{i}": _send_logged(producer, topic, f"one-{i}") for i in range(8)}
         keep = next(b for b, g in sent1.items() if g == wanted_group)
-        got1 = _receive_until(consumer, set(sent1), 30, keep)
+        got1 = _receive_until(consumer, set(sent1), 30, keep, invisible_s=25)
         print(json.dumps({"sent": sent1, "got": got1, "keep": keep}), flush=True)
         sys.stdin.readline()
         sent2, t0 = {}, time.time()
@@ -387,7 +390,7 @@ def cluster_failover(endpoint: str, topic: str, group: str, wanted_group: str) -
             body = f"two-{len(sent2)}"
             sent2[body] = _send_logged(producer, topic, body)
             time.sleep(0.1)
-        got2 = _receive_until(consumer, {b for b, g in sent2.items() if g} | {keep}, 30)
+        got2 = _receive_until(consumer, {b for b, g in sent2.items() if g} | {keep}, 45)
         # lite messages land in every group too; a lite consumer of this endpoint gets them all
         lite_consumer = LiteSimpleConsumer(topic, config(endpoint), group + "_lite", 1)
         lite_consumer.startup()

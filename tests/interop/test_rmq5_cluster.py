@@ -103,7 +103,7 @@ async def test_a_5x_client_uses_every_broker_group_and_follows_a_failover(group)
         await wait_until(lambda: _master_is(group, topic, group.addr("s1")), 20, "the name server routes s1")
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        two = await _line(proc, 120)
+        two = await _line(proc, 180)
     finally:
         proc.kill()
         proc.wait()
