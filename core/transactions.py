@@ -122,7 +122,7 @@ class TransactionConfig:
     @classmethod
     def from_broker(cls, config: BrokerConfig) -> "TransactionConfig":
         return cls(config.transaction_timeout, config.transaction_check_interval, config.transaction_check_max,
-                   config.file_reserved_time * 3_600_000)
+                   round(config.file_reserved_time * 3_600_000))
 
 
 @dataclass(slots=True)
@@ -482,7 +482,7 @@ class TransactionService:
         if tx.check_times >= self.config.check_max:
             return f"checked {tx.check_times} times without an answer"
         if self.config.max_age_ms and self.wall_ms() - tx.born_ms > self.config.max_age_ms:
-            return f"older than fileReservedTime ({self.config.max_age_ms // 3_600_000} h)"
+            return f"older than fileReservedTime ({self.config.max_age_ms / 3_600_000:g} h)"
         return ""
 
     def _log_unreachable(self, unreachable: set[str], now: float, interval: float) -> None:

@@ -10,7 +10,7 @@ the TOML configuration file uses. Rules kept here:
   flags are accepted too) and rejects unknown keys with a `ConfigError`
   that names the key and suggests the closest known one.
 - Durations keep RocketMQ's units (milliseconds, except ``fileReservedTime``
-  in hours) so that a value copied from a ``broker.conf`` means the same here.
+  in hours, where we also accept fractions) so that a value copied from a ``broker.conf`` means the same here.
 - A config object is never mutated by the broker after it starts.
 - Keys both configs have (flushDiskType, flushIntervalCommitLog,
   syncFlushTimeout, maxMessageSize, fileReservedTime) are owned by
@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import math
 from dataclasses import dataclass, field
 import re
 import socket
@@ -82,7 +83,7 @@ class BrokerConfig:
     short_polling_time_mills: int = _key("shortPollingTimeMills", "ms an empty pull waits when long polling is off", 1000)
     enable_property_filter: bool = _key("enablePropertyFilter", "let consumers filter by SQL92 expressions on message properties; off, such pulls get SYSTEM_ERROR", False)
     max_message_size: int = _key("maxMessageSize", "largest body accepted, bytes (MESSAGE_ILLEGAL above)", 4 * 1024 * 1024)
-    file_reserved_time: int = _key("fileReservedTime", "hours a commit-log segment is kept", 72)
+    file_reserved_time: float = _key("fileReservedTime", "hours a commit-log segment is kept; fractions allowed (0.25 = 15 min; RocketMQ takes whole hours)", 72)
     delete_when: str = _key("deleteWhen", "hours of the day ('04', '01;04') when expired segments are deleted; '*' = any hour", "04")
     clean_resource_interval: int = _key("cleanResourceInterval", "ms between retention checks", 10000)
     flush_consumer_offset_interval: int = _key("flushConsumerOffsetInterval", "ms between consumer offset persists", 5000)
@@ -126,8 +127,8 @@ class BrokerConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_KEY_OF[name]} must be > 0, got {getattr(self, name)!r}")
-        if self.file_reserved_time < 0:
-            raise ConfigError(f"fileReservedTime must be >= 0, got {self.file_reserved_time!r}")
+        if not 0 <= self.file_reserved_time < math.inf:
+            raise ConfigError(f"fileReservedTime must be a number of hours >= 0, got {self.file_reserved_time!r}")
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listenPort must be 0..65535, got {self.listen_port!r}")
         if self.broker_id < 0:
@@ -230,6 +231,11 @@ def _coerce(key: str, type_name: str, raw: Any) -> Any:
             if isinstance(raw, bool):
                 raise ValueError(raw)
             return int(raw)
+        if type_name == "float":
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            value = float(raw)
+            return int(value) if value.is_integer() else value
         if type_name == "str":
             if not isinstance(raw, (str, int)):
                 raise ValueError(raw)

@@ -40,8 +40,8 @@ class StoreConfig:
     flush_interval_commit_log: int = 500
     # syncFlushTimeout: ms a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT.
     sync_flush_timeout: int = 5000
-    # fileReservedTime: hours a finished segment is kept.
-    file_reserved_time: int = 72
+    # fileReservedTime: hours a finished segment is kept (fractions allowed).
+    file_reserved_time: float = 72
     # diskMaxUsedSpaceRatio: percent of the disk in use above which the oldest
     # segments are deleted whatever their age.
     disk_max_used_space_ratio: int = 75

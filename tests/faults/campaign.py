@@ -146,7 +146,7 @@ def run(args, log=print) -> dict:
         finally:
             server.stop()
     if "soak" in kinds and args.soak_minutes > 0:
-        server = CampaignServer(work / "soak", flush="ASYNC_FLUSH")
+        server = CampaignServer(work / "soak", flush="ASYNC_FLUSH", broker_extra=soak.BROKER)
         server.start()
         try:
             rep["soak"] = soak.run(server, args.soak_minutes, log=log)

@@ -30,6 +30,7 @@ transactionCheckInterval = 2000
 # transactionCheckMax: the default (15); checks that find no producer are not
 # counted, so a transaction left open by a kill waits for its 5.x producer's
 # telemetry stream (up to ~600 s after a restart, docs/TRANSACTIONS_AND_TIMERS.md)
+{broker_extra}
 [mqtt]
 maxQueuedMessages = 1000000
 {mqtt_extra}
@@ -47,11 +48,12 @@ def wait_for(pred, timeout: float, interval: float = 0.05) -> bool:
 
 
 class CampaignServer:
-    def __init__(self, work: Path, *, flush: str = "SYNC_FLUSH", mqtt_extra: str = "", http: bool = False):
+    def __init__(self, work: Path, *, flush: str = "SYNC_FLUSH", mqtt_extra: str = "", broker_extra: str = "",
+                 http: bool = False):
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.config = self.work / "mqgate.toml"
-        self.config.write_text(CONFIG.format(flush=flush, mqtt_extra=mqtt_extra))
+        self.config.write_text(CONFIG.format(flush=flush, mqtt_extra=mqtt_extra, broker_extra=broker_extra))
         self.ports = {"mqtt": free_port(), "ws": free_port(), "namesrv": free_port(), "broker": free_port(),
                       "grpc": free_port(), "http": free_port() if http else 0}
         self.proc: ServeProcess | None = None

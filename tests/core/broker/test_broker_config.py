@@ -28,6 +28,13 @@ def test_strings_from_flags_are_coerced():
     assert cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH
 
 
+def test_file_reserved_time_takes_fractions_of_an_hour():
+    assert BrokerConfig.from_dict({"fileReservedTime": "0.25"}).file_reserved_time == 0.25
+    assert BrokerConfig.from_dict({"fileReservedTime": 0.1}).file_reserved_time == 0.1
+    whole = BrokerConfig.from_dict({"fileReservedTime": "48"})
+    assert whole.file_reserved_time == 48 and whole.to_dict()["fileReservedTime"] == 48
+
+
 def test_unknown_key_is_refused_with_a_hint():
     with pytest.raises(ConfigError, match=r"unknown broker configuration key 'autoCreateTopicEnabled'.*autoCreateTopicEnable"):
         BrokerConfig.from_dict({"autoCreateTopicEnabled": True})
@@ -36,7 +43,8 @@ def test_unknown_key_is_refused_with_a_hint():
 @pytest.mark.parametrize("values", [
     {"brokerRole": "MASTER"}, {"listenPort": "x"}, {"autoCreateTopicEnable": "maybe"},
     {"syncFlushTimeout": 0}, {"deleteWhen": "25"}, {"listenPort": 70000}, {"defaultTopicQueueNums": True},
-    {"brokerIP1": "localhost"},
+    {"brokerIP1": "localhost"}, {"fileReservedTime": -1}, {"fileReservedTime": "inf"}, {"fileReservedTime": "nan"},
+    {"fileReservedTime": True},
 ])
 def test_bad_values_are_refused(values):
     with pytest.raises(ConfigError):

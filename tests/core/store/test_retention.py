@@ -78,3 +78,20 @@ def test_nothing_expires_early(tmp_path):
         s.append(Message(topic="T", body=b"." * 1000))
     assert s.delete_expired() == []
     s.shutdown()
+
+
+def test_a_fraction_of_an_hour_is_kept(tmp_path):
+    """fileReservedTime 0.25: a segment finished 16 minutes ago goes, one of 14 minutes stays."""
+    s = MessageStore(small_config(tmp_path, file_reserved_time=0.25))
+    s.start()
+    for i in range(200):
+        s.append(Message(topic="T", body=b"." * 1000))
+    s.flush()
+    segs = sorted(os.listdir(tmp_path / "commitlog"))
+    assert len(segs) >= 3
+    age(tmp_path / "commitlog" / segs[0], 16 / 60)
+    age(tmp_path / "commitlog" / segs[1], 14 / 60)
+    deleted = s.delete_expired()
+    assert [os.path.basename(p) for p in deleted] == segs[:1]
+    s.shutdown()
+
