@@ -31,7 +31,7 @@ import report  # noqa: E402
 import soak  # noqa: E402
 from campaign_server import CampaignServer  # noqa: E402
 
-FULL = dict(rounds=20, fuzz_frames=1_000_000, slowloris=10_000, churn=100_000, topics=1_000_000, soak_minutes=60.0)
+FULL = dict(rounds=20, fuzz_frames=1_000_000, slowloris=10_000, churn=1_000_000, topics=1_000_000, soak_minutes=60.0)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,6 +95,8 @@ def verdict(rep: dict) -> list[str]:
         if h["slowloris"]["closed_by_server"] < h["slowloris"]["opened"]:
             bad.append(f"slowloris: {h['slowloris']['opened'] - h['slowloris']['closed_by_server']} half-open "
                        "connections not closed by connectTimeout")
+        if h["churn"]["failed"]:
+            bad.append(f"churn: {h['churn']['failed']} of {h['churn']['connects']} connects got no CONNACK")
         if h["tracebacks"]:
             bad.append(f"hostile: {len(h['tracebacks'])} tracebacks in the server log")
     s = rep.get("soak")
