@@ -29,12 +29,15 @@ import paho.mqtt.client as mqtt
 
 HERE = Path(__file__).resolve().parent
 RETENTION_HOURS = 0.1  # 6 minutes of log kept
-# 32 MiB segments and 200,000-entry index files: the deleted steps are small
-# beside what is kept, so the quarter means are not a saw-tooth's phase.
+# 32 MiB segments, 30,000-unit consume-queue files and 200,000-entry index
+# files: each rolls within minutes, and the deleted steps are small beside what
+# is kept, so the quarter means are not a saw-tooth's phase (6,000,000-byte
+# queue files rolled every ~30 minutes: a step in open files and disk).
 BROKER = f"""\
 fileReservedTime = {RETENTION_HOURS}
 deleteWhen = "*"
 mappedFileSizeCommitLog = 33554432
+mappedFileSizeConsumeQueue = 600000
 maxHashSlotNum = 50000
 maxIndexNum = 200000
 """
