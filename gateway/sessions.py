@@ -312,7 +312,11 @@ class Session:
         if not limit or self.node is not None:  # a stub: its own node applies the limit when reading
             return True
         backend, queue, nexts = self.gw.backend, self.queue, self.next_read
-        if sum(backend.max_offset(queue, i) - n for i, n in enumerate(nexts)) < limit:
+        if len(nexts) == 1:  # one queue id (in process): no generator per routed message
+            waiting = backend.max_offset(queue, 0) - nexts[0]
+        else:
+            waiting = sum(backend.max_offset(queue, i) - n for i, n in enumerate(nexts))
+        if waiting < limit:
             return True
         if self.cut():
             return False
