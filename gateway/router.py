@@ -16,6 +16,10 @@ Rules kept here:
   QoS, every subscription identifier; No Local skips the publisher's own
   subscriptions. Each ``$share`` group gets the message once: one member,
   round robin over the members, connected members first.
+* A topic's targets are kept (``_routes``, an empty list too) while the
+  trie's generation and the session table stay the same: every subscribe,
+  unsubscribe, new or ended session is seen by the next message. Matches
+  with ``$share`` groups or No Local subscriptions are made per message.
 * A dispatch to a session queue wakes that session's delivery task.
 * A session of another gateway node (a stub, ``gateway.cluster``) gets a
   unit in its session queue if it is persistent, else its node's queue
