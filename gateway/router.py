@@ -78,7 +78,7 @@ class Router:
         # generation or the session table changes
         self._routes: dict[str, tuple] = {}
         self._routes_gen = 0  # the trie's generation the routes were made at
-        # topic -> {payload length * 2 + retain: 3.1.1 QoS 0 PUBLISH header}: see `_deliver_v4_qos0`
+        # topic -> {payload length * 2 + retain: 3.1.1 QoS 0 PUBLISH header}: see `_head`
         self._heads: dict[str, dict[int, bytes]] = {}
 
     # ---- sessions ---------------------------------------------------------------
