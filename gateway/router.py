@@ -16,6 +16,10 @@ Rules kept here:
   QoS, every subscription identifier; No Local skips the publisher's own
   subscriptions. Each ``$share`` group gets the message once: one member,
   round robin over the members, connected members first.
+* A topic's targets are kept (``_routes``, an empty list too) while the
+  trie's generation and the session table stay the same: every subscribe,
+  unsubscribe, new or ended session is seen by the next message. Matches
+  with ``$share`` groups or No Local subscriptions are made per message.
 * A dispatch to a session queue wakes that session's delivery task.
 * A session of another gateway node (a stub, ``gateway.cluster``) gets a
   unit in its session queue if it is persistent, else its node's queue
@@ -38,9 +42,10 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from core.broker import LMQ_TOPIC_PREFIX
-from core.store import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_TIMER_OUT_MS, Message, decode_message
-from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, Outbound, is_deliverable,
+from core.broker import LMQ_TOPIC_PREFIX, SendStatus
+from core.store import (PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_OUT_MS, Message,
+                        decode_message)
+from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, P_TOPIC, Outbound, is_deliverable,
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
 from gateway.mqtt import Publish, encode_publish_v4_qos0
 from gateway.nodes import P_SHARE_PICKS, node_queue_name
@@ -52,6 +57,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgate.gateway")
 _CACHE = 4096
+_HEADS = 64  # PUBLISH headers kept per topic (one per payload length and retain flag)
+_NO_ROUTE: tuple = ((), True)  # the route of a topic nobody subscribes to
+_SEND_OK = SendStatus.SEND_OK
+_TRANSACTION_PREPARED = 0x4  # in ``sysflag & 0xC``: a prepared (half) transactional message
 
 
 class Router:
@@ -65,20 +74,23 @@ class Router:
         self._decoded: OrderedDict[bytes, Outbound | None] = OrderedDict()
         self._fired_retained: dict[int, tuple] = {}  # id(message) -> (MQTT topic, message), until stored
         self._expired: OrderedDict[int, Outbound] = OrderedDict()  # counted already (kept: ids stay unique)
-        # topic -> (trie generation, sessions generation, targets): see `targets`
-        self._targets: dict[str, tuple] = {}
-        self._sessions_gen = 0
+        # topic -> (targets, plain): see `_route`; cleared whenever the trie's
+        # generation or the session table changes
+        self._routes: dict[str, tuple] = {}
+        self._routes_gen = 0  # the trie's generation the routes were made at
+        # topic -> {payload length * 2 + retain: 3.1.1 QoS 0 PUBLISH header}: see `_head`
+        self._heads: dict[str, dict[int, bytes]] = {}
 
     # ---- sessions ---------------------------------------------------------------
 
     def add_session(self, sess: Session) -> None:
-        self._sessions_gen += 1
+        self._routes.clear()
         self.sessions[sess.client_id] = sess
         if sess.queue is not None:
             self.by_queue[sess.queue] = sess
 
     def remove_session(self, sess: Session) -> None:
-        self._sessions_gen += 1
+        self._routes.clear()
         if self.sessions.get(sess.client_id) is sess:
             del self.sessions[sess.client_id]
         if sess.queue is not None and self.by_queue.get(sess.queue) is sess:
@@ -88,23 +100,44 @@ class Router:
     # ---- matching -----------------------------------------------------------------
 
     def targets(self, topic: str, publisher: str | None) -> list[Delivery | tuple]:
-        """[(session, qos, retain_as_published, sub ids, group)] for a topic.
+        """[(session, qos, retain_as_published, sub ids, group)] for a topic."""
+        trie_gen = self.trie.generation
+        if trie_gen != self._routes_gen:
+            self._routes.clear()
+            self._routes_gen = trie_gen
+        route = self._routes.get(topic)
+        if route is None:
+            route = self._route(topic, publisher)
+        return route[0]
 
-        Kept per topic while the trie's generation and the sessions are the
-        same (equal generations mean equal subscriptions: the trie is not
-        asked again), unless the match holds ``$share`` groups (round robin)
-        or No Local subscriptions (they depend on the publisher)."""
-        trie = self.trie
-        generation = trie.generation
-        known = self._targets.get(topic)
-        if known is not None and known[0] == generation and known[1] == self._sessions_gen:
-            return known[2]
+    def _route(self, topic: str, publisher: str | None) -> tuple:
+        """(targets, plain) of a topic: the targets as `targets` gives them;
+        ``plain`` when no target has a session queue or another node (each
+        is delivered in memory, if connected). Kept in ``_routes`` (an empty
+        one too: a topic nobody subscribes to costs one lookup), unless the
+        match holds ``$share`` groups (round robin) or No Local subscriptions
+        (they depend on the publisher); the caller has checked that
+        ``_routes`` is of the trie's generation."""
         try:
-            match = trie.match(topic)
+            match = self.trie.match(topic)
         except TopicError:
-            return []
+            match = None
         if not match:
-            return []
+            route = _NO_ROUTE
+            keep = True
+        else:
+            targets, keep = self._aggregate(match, publisher)
+            route = (targets, all(t[0].queue is None and t[0].node is None for t in targets))
+        if keep:
+            routes = self._routes
+            if len(routes) >= _CACHE:
+                routes.clear()
+            routes[topic] = route
+        return route
+
+    def _aggregate(self, match, publisher: str | None) -> tuple[list, bool]:
+        """(targets of a trie match, whether they can be kept for the topic):
+        one target per client, highest QoS, every subscription identifier."""
         sessions = self.sessions
         agg: dict[str, list] = {}
         keep = not match.shared
@@ -140,11 +173,7 @@ class Router:
             sess = sessions.get(cid)
             if sess is not None:
                 out.append((sess, qos, rap, tuple(ids), group))
-        if keep:
-            if len(self._targets) >= _CACHE:
-                self._targets.clear()
-            self._targets[topic] = (generation, self._sessions_gen, out)
-        return out
+        return out, keep
 
     def _pick(self, group) -> tuple | None:
         members = group.members
@@ -162,18 +191,52 @@ class Router:
 
     def put_hook(self, msg: Message) -> None:
         props = msg.properties
+        topic = props.get(P_TOPIC)
+        if (not topic or msg.sysflag & 0xC == _TRANSACTION_PREPARED or PROPERTY_REAL_TOPIC in props
+                or P_TIMER_DELAY in props or PROPERTY_TIMER_OUT_MS in props):
+            topic = self._unusual_topic(msg)
+            if topic is None:
+                return
+        # `targets`, inline: this runs for every message the broker stores
+        trie_gen = self.trie.generation
+        if trie_gen != self._routes_gen:
+            self._routes.clear()
+            self._routes_gen = trie_gen
+        route = self._routes.get(topic)
+        if route is None:
+            route = self._route(topic, props.get(P_CLIENT))
+        targets = route[0]
+        if route[1]:  # in memory only: the kept targets themselves, if every one is connected
+            for t in targets:
+                if t[0].conn is None:
+                    break
+            else:
+                if targets:
+                    self._pending[id(msg)] = (topic, targets, msg)  # the message too: its id stays unique meanwhile
+                return
+        self._dispatch(msg, topic, targets)
+
+    def _unusual_topic(self, msg: Message) -> str | None:
+        """``put_hook``'s MQTT topic for a message that is not a plain stored
+        publish (native, transactional, delayed, a fired timer): None if it
+        is not routed now (parked, not deliverable, expired while parked)."""
+        props = msg.properties
         if P_TIMER_DELAY in props and PROPERTY_TIMER_OUT_MS not in props:
-            return  # parked in the timer wheel; routed when it fires
+            return None  # parked in the timer wheel; routed when it fires
         if not is_deliverable(msg):
-            return
+            return None
         topic = mqtt_topic_of(msg)
         if topic is None:
-            return
+            return None
         if PROPERTY_TIMER_OUT_MS in props and self._fired(msg, topic):
-            return
-        targets = self.targets(topic, props.get(P_CLIENT))
-        if not targets:
-            return
+            return None
+        return topic
+
+    def _dispatch(self, msg: Message, topic: str, targets: list) -> None:
+        """``put_hook`` for targets with a session queue or another node, or
+        one not connected: queue units (``INNER_MULTI_DISPATCH``), ``$share``
+        picks of other nodes, and what waits for the stored hook."""
+        props = msg.properties
         queues = []
         memory = []
         for t in targets:
@@ -196,7 +259,7 @@ class Router:
             old = props.get(PROPERTY_INNER_MULTI_DISPATCH)
             props[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(queues) if not old else old + "," + ",".join(queues)
         if memory:
-            self._pending[id(msg)] = (topic, memory, msg)  # the message itself too: its id cannot be reused meanwhile
+            self._pending[id(msg)] = (topic, memory, msg)
 
     def _fired(self, msg: Message, topic: str) -> bool:
         """A timer just fired (stored on its real topic): True if it expired while
@@ -213,26 +276,59 @@ class Router:
         return False
 
     def stored_hook(self, msg: Message, result) -> None:
-        """In-memory deliveries of a message, once the broker has stored it."""
+        """In-memory deliveries of a message, once the broker has stored it.
+
+        The QoS 0 fast path (a message from our own PUBLISH path, no expiry,
+        no tracer): each target that would take it at QoS 0 straight into a
+        live 3.1.1 connection's output (``Session.enqueue``'s direct case)
+        gets the PUBLISH bytes, with no ``Outbound`` or ``Delivery`` built.
+        The bytes are ``encode_publish_v4_qos0``'s; their header (all but the
+        payload) depends only on the topic, the payload's length and the
+        retain flag, so it is kept per topic (`_head`). The other targets
+        take the general path, for the same message."""
         if self._fired_retained:
             f = self._fired_retained.pop(id(msg), None)
             if f is not None and result.ok:
                 self.gw.retain_fired(f[0], msg.body, result.physical_offset)
-        if not self._pending:
+        pending = self._pending
+        if not pending:
             return
-        p = self._pending.pop(id(msg), None)
-        if p is None or not result.ok:
+        p = pending.pop(id(msg), None)
+        if p is None or (result.status is not _SEND_OK and not result.ok):  # SEND_OK first: `ok` is a property
             return
         pub = msg.note
-        targets = p[1]
+        topic, targets = p[0], p[1]
         if pub.__class__ is Publish:  # from our own PUBLISH path: no need to parse the properties back
             if pub.message_expiry_interval is None and self.gw.tracer is None:
-                targets = _deliver_v4_qos0(pub, p[0], targets)
-                if not targets:
+                rest = None
+                data = None
+                for t in targets:  # the fast path, inline: this runs for every message
+                    sess = t[0]
+                    conn = sess.conn
+                    if conn is None:
+                        continue
+                    mq = conn.mq
+                    if ((t[1] and pub.qos) or sess.pending.items or not conn.live or mq.protocol_version == 5
+                            or mq.peer_max_packet_size is not None):
+                        if rest is None:
+                            rest = []
+                        rest.append(t)
+                    else:
+                        if data is None or (t[2] and pub.retain) != retain:
+                            retain = t[2] and pub.retain
+                            payload = pub.payload
+                            heads = self._heads.get(topic)
+                            head = None if heads is None else heads.get(len(payload) * 2 + retain)
+                            if head is None:
+                                head = self._head(topic, len(payload), retain)
+                            data = head + payload
+                        conn.deliver_qos0_v4(sess, data)
+                if rest is None:
                     return
-            out = outbound_from_publish(pub, p[0], msg.properties.get(P_CLIENT), msg.born_timestamp)
+                targets = rest
+            out = outbound_from_publish(pub, topic, msg.properties.get(P_CLIENT), msg.born_timestamp)
         else:
-            out = outbound_from_message(msg, p[0])
+            out = outbound_from_message(msg, topic)
         if out is None:
             return
         if self.gw.tracer is not None:
@@ -240,6 +336,24 @@ class Router:
         for sess, qos, rap, ids, group in targets:
             if sess.conn is not None:
                 sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
+
+    def _head(self, topic: str, size: int, retain: bool) -> bytes:
+        """The 3.1.1 QoS 0 PUBLISH header of a ``size``-byte payload on
+        ``topic``: ``encode_publish_v4_qos0``'s bytes but the payload, kept
+        per topic (at most ``_HEADS`` payload lengths each)."""
+        heads = self._heads.get(topic)
+        if heads is None:
+            if len(self._heads) >= _CACHE:
+                self._heads.clear()
+            heads = self._heads[topic] = {}
+        key = size * 2 + retain
+        head = heads.get(key)
+        if head is None:
+            if len(heads) >= _HEADS:
+                heads.clear()
+            whole = encode_publish_v4_qos0(topic, bytes(size), retain)
+            head = heads[key] = whole[:len(whole) - size]
+        return head
 
     def count_expired(self, out: Outbound) -> None:
         """``out`` was dropped as expired by a session: count the message once,
@@ -306,29 +420,3 @@ class Router:
                                out.expiry, out.props, ref=list(ref))
             return out
         return None
-
-
-def _deliver_v4_qos0(pub: Publish, topic: str, targets: list) -> list:
-    """The QoS 0 fast path of ``stored_hook`` (no expiry, no tracer): each
-    target that would take the message at QoS 0 straight into a live 3.1.1
-    connection's output (``Session.enqueue``'s direct case) gets the PUBLISH
-    bytes, encoded once per message and retain flag, with no ``Outbound`` or
-    ``Delivery`` built. Returns the targets left for the general path."""
-    rest = None
-    data = None
-    for t in targets:
-        sess = t[0]
-        conn = sess.conn
-        if conn is None:
-            continue
-        if ((t[1] and pub.qos) or sess.pending.items or not conn.live or conn.mq.protocol_version == 5
-                or conn.mq.peer_max_packet_size is not None):
-            if rest is None:
-                rest = []
-            rest.append(t)
-            continue
-        retain = t[2] and pub.retain
-        if data is None or retain != data[0]:
-            data = (retain, encode_publish_v4_qos0(topic, pub.payload, retain))
-        conn.deliver_qos0_v4(sess, data[1])
-    return rest

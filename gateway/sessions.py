@@ -312,7 +312,11 @@ class Session:
         if not limit or self.node is not None:  # a stub: its own node applies the limit when reading
             return True
         backend, queue, nexts = self.gw.backend, self.queue, self.next_read
-        if sum(backend.max_offset(queue, i) - n for i, n in enumerate(nexts)) < limit:
+        if len(nexts) == 1:  # one queue id (in process): no generator per routed message
+            waiting = backend.max_offset(queue, 0) - nexts[0]
+        else:
+            waiting = sum(backend.max_offset(queue, i) - n for i, n in enumerate(nexts))
+        if waiting < limit:
             return True
         if self.cut():
             return False
@@ -332,10 +336,11 @@ class Session:
         """An in-memory delivery (clean session, retained, $SYS)."""
         pending = self.pending
         conn = self.conn
-        if not pending and conn is not None and conn.live and (not delivery.qos or self.flows.available()):
+        # ``pending.items``, not ``pending``: its ``__len__`` is a Python call, and this runs per delivery
+        if not pending.items and conn is not None and conn.live and (not delivery.qos or self.flows.available()):
             conn.deliver(self, delivery, ref=delivery.out.ref)
             return
-        if pending and pending.bytes + conn_bytes(conn) >= self.gw.settings.session.max_outbound_bytes:
+        if pending.items and pending.bytes + conn_bytes(conn) >= self.gw.settings.session.max_outbound_bytes:
             if self.cut():
                 if self.gw.tracer is not None:
                     self.gw.tracer.ended(self.client_id, delivery.out, delivery.qos, DeliveryOutcome.DROPPED)
@@ -370,7 +375,7 @@ class Session:
         """Move what the window allows from ``pending`` and the queue to ``conn``."""
         flows = self.flows
         pending = self.pending
-        while pending and conn.can_send:
+        while pending.items and conn.can_send:
             d = pending.items[0]
             if d.qos and not flows.available():
                 break

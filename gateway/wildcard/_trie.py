@@ -104,7 +104,9 @@ class SubscriptionTrie:
         # ``$share/<group>/`` so plain and shared subscriptions stay distinct.
         self._by_client: dict[str, dict[str, tuple[str, ...]]] = {}
         self._count = 0
-        self._generation = 0
+        # bumped by every change; equal values mean equal subscription sets (read
+        # for every routed message: a plain attribute, not a property)
+        self.generation = 0
         self._cache: GenerationLRU[MatchResult] = GenerationLRU(cache_size)
 
     # -- changes --------------------------------------------------------
@@ -128,7 +130,7 @@ class SubscriptionTrie:
         if is_new:
             self._by_client.setdefault(client_id, {})[topic_filter] = key
             self._count += 1
-        self._generation += 1
+        self.generation += 1
         return is_new
 
     def unsubscribe(self, client_id: str, topic_filter: str) -> bool:
@@ -173,7 +175,7 @@ class SubscriptionTrie:
         if not filters:
             del self._by_client[client_id]
         self._count -= 1
-        self._generation += 1
+        self.generation += 1
         return True
 
     # -- queries --------------------------------------------------------
@@ -184,7 +186,7 @@ class SubscriptionTrie:
         Raises :class:`TopicError` if *topic* is not a valid topic name
         (checked on cache misses only; a cached topic was valid).
         """
-        generation = self._generation
+        generation = self.generation
         result = self._cache.get(topic, generation)
         if result is None:
             validate_topic_name(topic)
@@ -223,11 +225,6 @@ class SubscriptionTrie:
 
     def cache_info(self) -> CacheInfo:
         return self._cache.info()
-
-    @property
-    def generation(self) -> int:
-        """Bumped by every change; equal values mean equal subscription sets."""
-        return self._generation
 
     def __len__(self) -> int:
         """Number of subscriptions (plain and shared members)."""

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from gateway.mapping import outbound_from_message, outbound_from_publish, publish_properties, publish_to_message
-from gateway.mqtt import Publish, Subscription, UnsubAck, Unsubscribe, encode
+from gateway.mqtt import PubAck, Publish, Subscription, UnsubAck, Unsubscribe, encode
 
 _SLOTS = ("topic", "payload", "qos", "retain", "client_id", "publish_ms", "expiry", "props")
 
@@ -123,3 +123,45 @@ async def test_no_local_and_shared_groups_are_decided_per_message(gateway_factor
         got1, got2 = await _got(m1, 2), await _got(m2, 2)  # round robin, not one cached member
         assert sorted(got1 + got2) == [b"0", b"1", b"2", b"3"]
         await _nothing(m1)
+
+
+async def test_a_topic_routed_to_nobody_reaches_its_first_subscriber(gateway_factory, client_cls):
+    """A topic nobody subscribes to is remembered as routed to nobody; the
+    first subscription, and every change after it, is seen at once."""
+    async with gateway_factory() as (broker, gw, port):
+        pub, _ = await client_cls.connect(port, "pub", version=4)
+        for i in range(3):  # QoS 1: routed (to nobody) once the PUBACK comes
+            await pub.publish("e/1", b"lost %d" % i, qos=1)
+            await pub.expect(PubAck)
+        sub, _ = await client_cls.connect(port, "sub", version=4)
+        await pub.publish("e/1", b"still nobody", qos=1)  # a new session, no subscription yet
+        await pub.expect(PubAck)
+        await sub.subscribe("e/+", qos=0)
+        await pub.publish("e/1", b"first", qos=0)
+        assert await _got(sub) == [b"first"]
+        await sub.send(Unsubscribe(packet_id=sub.next_pid(), topic_filters=("e/+",)))
+        await sub.expect(UnsubAck)
+        await pub.publish("e/1", b"after", qos=0)
+        await _nothing(sub)
+
+
+async def test_qos0_forwards_keep_exact_headers_across_payload_lengths(gateway_factory, client_cls):
+    """The fast path keeps a PUBLISH header per topic and payload length: the
+    remaining length's encoding changes at 128 and 16,384 bytes, and lengths
+    seen before come back in any order; each forward is the exact packet."""
+    async with gateway_factory() as (broker, gw, port):
+        sub, _ = await client_cls.connect(port, "sub", version=4)
+        await sub.subscribe("h/#", qos=0)
+        pub, _ = await client_cls.connect(port, "pub", version=4)
+        sizes = [0, 1, 122, 123, 124, 125, 200, 16375, 16376, 16377, 1, 0, 124, 123, 16377]
+        events = [Publish(topic="h/é" if i % 2 else "h/1", payload=bytes([65 + i]) * n, qos=0)
+                  for i, n in enumerate(sizes)]
+        await pub.send_raw(b"".join(encode(e, 4) for e in events))
+        raw = b"".join(encode(e, 4) for e in events)
+        got = b""
+        with trio.fail_after(10):
+            while len(got) < len(raw):
+                data = await sub.stream.receive_some(65536)
+                assert data
+                got += data
+        assert got == raw
