@@ -1,6 +1,8 @@
 """Commit-log flushing at the trio level: group commit and the periodic flusher.
 
-One `CommitLogFlusher` task owns every fsync of the commit log. Appends
+One `CommitLogFlusher` (its ``run`` task, with a child task for the
+periodic full flush when waiters have a flush of their own) owns every
+fsync of the commit log. Appends
 happen in the trio thread (a page-cache write); a SYNC_FLUSH sender then
 calls `wait_flushed(end_offset)`, which parks it until a flush covers that
 offset. The flusher loop runs a flush in a worker thread and, when it
