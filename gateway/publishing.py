@@ -2,6 +2,13 @@
 read, after one checkpoint: see gateway/connection.py), then acknowledge in
 arrival order.
 
+* The acks of a read go out after ``send_many`` returns, so under
+  SYNC_FLUSH after the one group commit that covers the whole batch. A
+  QoS 1 message stored with success gets a plain PUBACK (4 bytes, the same
+  in 3.1.1 and 5.0): the flows are finished in one call and the PUBACKs
+  packed in one write, with no event object per message; any other ack
+  (a failure code, a PUBREC) is an event, in its place in the order.
+
 * A PUBLISH the store does not take: a 5.0 client gets the failure reason
   code. A 3.1.1 client cannot be told: after a temporary failure (flush
   timeout, store not available) it is closed unacknowledged so that it
@@ -23,6 +30,7 @@ arrival order.
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING
 
 import trio
@@ -32,7 +40,8 @@ from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_properties,
                              plain_publish_to_message, publish_to_message, queue_for, split_delayed)
 from gateway.meta import record
-from gateway.mqtt import InboundAction, InboundStage, Publish, ReasonCode, RemoteProtocolError
+from gateway.mqtt import (ConnectionState, InboundAction, InboundStage, PubAck, Publish, ReasonCode,
+                          RemoteProtocolError)
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
@@ -42,6 +51,9 @@ log = logging.getLogger("mqgate.gateway")
 R = ReasonCode
 # store refusals that sending the message again cannot change (see the module docstring)
 _PERMANENT = frozenset({SendStatus.MESSAGE_ILLEGAL, SendStatus.NO_PERMISSION, SendStatus.TOPIC_NOT_EXIST})
+_CONNECTED = ConnectionState.CONNECTED
+_PUBACK = struct.Struct("!HH").pack  # fixed header (type 4, remaining length 2), packet id
+_PUBACK_HEAD = 0x4002
 
 
 async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
@@ -158,7 +170,8 @@ async def _after_store(conn: Connection, plan, items, results) -> None:
     gw = conn.gw
     sess = conn.session
     inbound = sess.inbound
-    acks = []
+    acks = []  # in arrival order: events, or packet ids of plain PUBACKs
+    plain = 0  # how many of them are packet ids
     retained = []
     fail_in2 = False
     resend = False  # 3.1.1 after a temporary failure: no ack for it or what follows, then close
@@ -188,19 +201,42 @@ async def _after_store(conn: Connection, plan, items, results) -> None:
                     retained.append((msg.properties[P_TOPIC], pub.payload, r.physical_offset))
         if not pub.qos or resend:
             continue
+        if pub.qos == 1 and not code:
+            acks.append(pub.packet_id)  # a plain PUBACK (see _send_acks)
+            plain += 1
+            continue
         props = {"reason_string": reason} if (code and reason and conn.version == 5) else {}
         if pub.qos == 1:
             acks.append(inbound.puback(pub.packet_id, code, **props))
         else:
             acks.append(inbound.pubrec(pub.packet_id, code, **props))
+    if plain:
+        inbound.acknowledge_qos1([a for a in acks if a.__class__ is int] if plain < len(acks) else acks)
     if retained:
         await gw.set_retained(retained)
     if fail_in2 and sess.persistent:
         await gw.write_records([conn.in2_record()])
-    for ack in acks:
-        conn.send_event(ack)
+    if acks:
+        _send_acks(conn, acks, plain == len(acks))
     if resend:
         conn.closing = True
+
+
+def _send_acks(conn: Connection, acks: list, all_plain: bool) -> None:
+    """Write the acks of a read in arrival order. A packet id stands for a
+    PUBACK with success and no properties, the same bytes in 3.1.1 and 5.0:
+    when every ack is one (the common case) they are packed together, with no
+    event per message; the connection's state rules still apply (nothing
+    after the client's DISCONNECT; dropped for a client whose Maximum Packet
+    Size is under 4 bytes, as an oversized ack is)."""
+    mq = conn.mq
+    if all_plain and mq.state is _CONNECTED:
+        limit = mq.peer_max_packet_size
+        if limit is None or limit >= 4:
+            conn.write(b"".join([_PUBACK(_PUBACK_HEAD, pid) for pid in acks]))
+        return
+    for ack in acks:
+        conn.send_event(PubAck(packet_id=ack) if ack.__class__ is int else ack)
 
 
 def _permanent(gw: MQTTGateway, status: SendStatus) -> bool:

@@ -3,6 +3,7 @@ does not depend on the machine or on what else it is doing.
 
     python -m loadtest.bench_instructions [--targets ours,mosquitto] [--count 2000]
                                           [--qos 0] [--publishers 4] [--settle]
+                                          [--flush-sync] [--keep DIR]
 
 Each target is run twice under ``valgrind --tool=callgrind``, from start to
 a SIGTERM: once with a fan-in of ``--count`` messages (``--publishers``
@@ -14,6 +15,10 @@ until the broker is idle; without it, lazy start-up work overlaps the load
 by a different amount in each run). (Timers that tick while the longer run lasts are not removed;
 they weigh little against the messages. callgrind_control cannot be used
 instead: an idle broker sits in epoll and never reads its commands.)
+
+``--flush-sync`` starts ours with ``--flush sync`` (S2's setting; the
+others have no such mode). ``--keep DIR`` keeps the callgrind outputs there
+(``<target>.<messages>``) for ``callgrind_annotate --inclusive=yes``.
 
 Prints one JSON object: per target, the instructions of each run and per
 message, and each target's ratio to the first. Slow: the broker runs ~50x
@@ -78,13 +83,14 @@ def wait_idle(pid: int, timeout: float = 600.0, window: float = 2.0) -> bool:
     return False
 
 
-def measure(target: str, count: int, publishers: int, qos: int, settle: bool = False) -> dict:
+def measure(target: str, count: int, publishers: int, qos: int, settle: bool = False,
+            flush_sync: bool = False, keep: Path | None = None) -> dict:
     dumps = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     runs = []
     try:
         for n in (count, 2 * count):
             out = dumps / f"cg.{n}"
-            b = brokers.Broker(target, startup_timeout=600, stop_timeout=600,
+            b = brokers.Broker(target, flush_sync=flush_sync and target == "ours", startup_timeout=600, stop_timeout=600,
                                wrap=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
             with b:
                 if settle and not wait_idle(b.pid):
@@ -94,6 +100,9 @@ def measure(target: str, count: int, publishers: int, qos: int, settle: bool = F
                 raise RuntimeError(f"{target}: callgrind wrote no counts (did the broker exit on SIGTERM?)")
             runs.append({"messages": n, "delivered": rec["delivered"], "lost": rec["lost"],
                          "instructions": _total(out)})
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy(out, keep / f"{target}.{n}")
     finally:
         shutil.rmtree(dumps, ignore_errors=True)
     per = (runs[1]["instructions"] - runs[0]["instructions"]) / count
@@ -109,14 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--qos", type=int, choices=(0, 1, 2), default=0)
     ap.add_argument("--settle", action="store_true",
                     help="start each run's load once the broker is idle (steadier: start-up does not overlap the load)")
+    ap.add_argument("--flush-sync", action="store_true", help="ours with --flush sync (SYNC_FLUSH), as in S2")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the callgrind outputs in this folder")
     a = ap.parse_args(argv)
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     targets = [t for t in a.targets.split(",") if t]
-    result = {"qos": a.qos, "publishers": a.publishers, "count": a.count, "targets": {}}
+    result = {"qos": a.qos, "publishers": a.publishers, "count": a.count, "flush_sync": a.flush_sync, "targets": {}}
     for t in targets:
-        result["targets"][t] = measure(t, a.count, a.publishers, a.qos, a.settle)
+        result["targets"][t] = measure(t, a.count, a.publishers, a.qos, a.settle, a.flush_sync, a.keep)
         print(json.dumps({t: result["targets"][t]}), file=sys.stderr)
     first = result["targets"][targets[0]]["instructions_per_message"]
     for t in targets[1:]:

@@ -17,6 +17,10 @@ Rules it keeps:
   (PR_SET_PDEATHSIG) even if we are killed with SIGKILL.
 - ``start`` returns only once the port accepts connections, or raises
   ``BrokerStartError`` with the command and the tail of its output.
+- Brokers that have the setting get the same window of unacknowledged QoS 1/2
+  messages towards a subscriber (``OUTBOUND_INFLIGHT``: Mosquitto's
+  ``max_inflight_messages``, our ``maxInflightMessages``), so a QoS 1
+  scenario compares the brokers, not their windows.
 """
 
 from __future__ import annotations
@@ -48,6 +52,11 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+
+# QoS 1/2 messages a broker may have unacknowledged towards one subscriber.
+# A small window makes a fan-in subscriber's rate a matter of round trips
+# (Mosquitto's default is 20, ours 32); both get this one.
+OUTBOUND_INFLIGHT = 1000
 
 FD_LIMIT = 1 << 20  # what a broker may open: a 100,000-connection storm needs more than the usual 1024-20000
 
@@ -99,7 +108,7 @@ def _mosquitto(port: int, tmp: Path, _opts: dict) -> list[str]:
         f"user {getpass.getuser()}\n"
         # generous queues, as our gateway has, so that neither drops first
         "max_queued_messages 1000000\n"
-        "max_inflight_messages 1000\n"
+        f"max_inflight_messages {OUTBOUND_INFLIGHT}\n"
         "max_keepalive 65535\n"
         "set_tcp_nodelay true\n"
         "log_dest stderr\n"
@@ -154,7 +163,9 @@ def _rabbitmq(port: int, tmp: Path, opts: dict) -> list[str]:
 
 
 def _ours(port: int, tmp: Path, opts: dict) -> list[str]:
-    cmd = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp / "data"),
+    conf = tmp / "mqgate.toml"
+    conf.write_text(f"[mqtt]\nmaxInflightMessages = {OUTBOUND_INFLIGHT}\n")
+    cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(conf), "--data-dir", str(tmp / "data"),
            "--mqtt-port", str(port), "--ws-port", "0", "--namesrv-port", "0",
            "--broker-port", "0",
            # free ports, not the defaults (8081, 18083): runs of several benchmarks at once must not collide

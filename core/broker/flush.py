@@ -1,6 +1,8 @@
 """Commit-log flushing at the trio level: group commit and the periodic flusher.
 
-One `CommitLogFlusher` task owns every fsync of the commit log. Appends
+One `CommitLogFlusher` (its ``run`` task, with a child task for the
+periodic full flush when waiters have a flush of their own) owns every
+fsync of the commit log. Appends
 happen in the trio thread (a page-cache write); a SYNC_FLUSH sender then
 calls `wait_flushed(end_offset)`, which parks it until a flush covers that
 offset. The flusher loop runs a flush in a worker thread and, when it
@@ -16,14 +18,23 @@ Two kinds of flush (RocketMQ's GroupCommitService and FlushRealTimeService):
   one, the full ``flush`` (log, consume queues, index, checkpoint); without
   ``flush_log`` waiters get the full flush too.
 
+With ``flush_log`` the two run in tasks of their own: the periodic full
+flush (several fsyncs and the index build, tens of ms on a busy disk) never
+holds up the waiters' log flushes, which go on while it runs. The store
+lets them overlap (its commit log is a thread-safe group commit of its own,
+and the rest of a full flush is serialised by the store).
+
 Rules kept here:
-- At most one flush runs at a time, and only this task calls them.
+- At most one waiters' flush and one periodic full flush run at a time, and
+  only this task's two loops call them.
 - A waiter is woken exactly when ``flushed_offset >= its offset``; a waiter
-  past its deadline gets False (FLUSH_DISK_TIMEOUT), never a hang.
+  past its deadline gets False (FLUSH_DISK_TIMEOUT), never a hang. Every
+  waiter queued when a flush returns is woken by it (if covered) in one
+  pass, and a flush for the rest starts at once.
 - ``flush_count`` counts the flushes that made new log bytes durable.
-- ``flush_started`` is the trio time the running flush began (None between
-  flushes): a flush that runs long means the disk cannot keep up, which the
-  send path answers with SYSTEM_BUSY (`Broker.page_cache_busy_ms`).
+- ``flush_started`` is the trio time the oldest running flush began (None
+  when none runs): a flush that runs long means the disk cannot keep up,
+  which the send path answers with SYSTEM_BUSY (`Broker.page_cache_busy_ms`).
 - A flush that raises (disk gone) is logged and re-raised: the broker's
   nursery fails loudly rather than acknowledging unflushed data.
 """
@@ -60,7 +71,7 @@ class CommitLogFlusher:
         self._waiters: list[tuple[int, int, trio.Event]] = []  # heap of (offset, seq, event)
         self._seq = itertools.count()
         self._kick = trio.Event()
-        self.flush_started: float | None = None
+        self._started: list[float] = []  # trio start times of the running flushes
 
     async def wait_flushed(self, offset: int, deadline: float) -> bool:
         """True once the log is durable up to ``offset`` (an end offset); False at ``deadline``."""
@@ -77,9 +88,24 @@ class CommitLogFlusher:
         """Ask for a flush soon without waiting for it (e.g. before shutdown)."""
         self._kick.set()
 
+    @property
+    def flush_started(self) -> float | None:
+        started = self._started
+        return min(started) if started else None
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        interval = self._interval_s
+        if self._flush_log is None or self._interval_s is None:
+            task_status.started()
+            await self._serve_waiters(self._flush_log or self._flush, self._interval_s)
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._periodic, self._interval_s)
+            task_status.started()
+            await self._serve_waiters(self._flush_log, None)
+
+    async def _serve_waiters(self, fn: Callable[[], int], interval: float | None) -> None:
+        """Flush for the waiters with ``fn``; with ``interval``, this loop also
+        runs the periodic full flush (``fn`` is then the full flush)."""
         next_full = trio.current_time() + interval if interval is not None else float("inf")
         while True:
             with trio.move_on_at(next_full):
@@ -93,25 +119,35 @@ class CommitLogFlusher:
             if not full and (not self._waiters or written <= self.flushed_offset):
                 self._covered(self.flushed_offset)
                 continue
-            fn = self._flush if full or self._flush_log is None else self._flush_log
-            started = time.perf_counter()
-            self.flush_started = trio.current_time()
-            try:
-                flushed = await trio.to_thread.run_sync(fn)
-            except BaseException:
-                log.exception("commit log flush failed")
-                raise
-            finally:
-                self.flush_started = None
-            if fn is self._flush:
-                self._fully_flushed = max(self._fully_flushed, flushed)
             before = self.flushed_offset
-            if flushed > before:
-                self.flush_count += 1
-                self.latency.observe(time.perf_counter() - started)
-            self._covered(flushed)
+            await self._run_flush(fn)
             if self._waiters and self.flushed_offset > before:
                 self._kick.set()  # waiters that arrived during that flush need another
+
+    async def _periodic(self, interval: float) -> None:
+        """The full flush every ``interval`` s when something was written since the last."""
+        while True:
+            await trio.sleep(interval)  # a period, not a wait for an event
+            if self._written() > self._fully_flushed:
+                await self._run_flush(self._flush)
+
+    async def _run_flush(self, fn: Callable[[], int]) -> None:
+        started = time.perf_counter()
+        mark = trio.current_time()
+        self._started.append(mark)
+        try:
+            flushed = await trio.to_thread.run_sync(fn)
+        except BaseException:
+            log.exception("commit log flush failed")
+            raise
+        finally:
+            self._started.remove(mark)
+        if fn is self._flush:
+            self._fully_flushed = max(self._fully_flushed, flushed)
+        if flushed > self.flushed_offset:
+            self.flush_count += 1
+            self.latency.observe(time.perf_counter() - started)
+        self._covered(flushed)
 
     def _covered(self, flushed: int) -> None:
         if flushed > self.flushed_offset:

@@ -1,0 +1,74 @@
+"""CommitLogFlusher over a real store: a SYNC_FLUSH waiter is woken by the
+commit-log fsync that covers its entry, and never waits for a periodic full
+flush (queues, index, checkpoint) that runs meanwhile (issue 13, S2)."""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+
+from core.broker.flush import CommitLogFlusher
+from core.store import MessageStore
+from core.store.message import Message
+
+from .conftest import small_store_config
+
+
+async def test_a_waiter_is_woken_by_its_log_fsync_while_a_full_flush_runs(tmp_path):
+    store = MessageStore(small_store_config(tmp_path / "store"))
+    store.start()
+    entered, release = threading.Event(), threading.Event()
+
+    def held_full_flush() -> int:
+        # The real full flush, held at its start as a slow disk would hold it.
+        entered.set()
+        release.wait(30)
+        return store.flush()
+
+    flusher = CommitLogFlusher(held_full_flush, lambda: store.max_phy_offset, interval_s=0.01,
+                               flushed=store.flushed_offset, flush_log=store.flush_log)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flusher.run)
+            put = store.append(Message("T", b"acked only once durable"))
+            assert put.ok and store.flushed_offset < put.end_offset
+            assert await trio.to_thread.run_sync(entered.wait, 10), "the periodic full flush did not start"
+            assert flusher.flush_started is not None  # page_cache_busy_ms sees the running flush
+            with trio.fail_after(5):  # before the change it waited for the held full flush
+                durable = await flusher.wait_flushed(put.end_offset, trio.current_time() + 10)
+            # the ack's condition: the log is on disk past the entry, by the log's own fsync
+            assert durable and store.flushed_offset >= put.end_offset
+            assert flusher.flushed_offset >= put.end_offset and not release.is_set()
+            assert flusher.flush_count == 1
+            release.set()
+            nursery.cancel_scope.cancel()  # waits for the full flush's thread to return
+    finally:
+        release.set()
+        store.shutdown()
+
+
+async def test_waiters_of_one_flush_are_woken_together(tmp_path):
+    """Entries appended by several senders before a flush: one fsync wakes them all."""
+    store = MessageStore(small_store_config(tmp_path / "store"))
+    store.start()
+    flusher = CommitLogFlusher(store.flush, lambda: store.max_phy_offset, interval_s=60.0,
+                               flushed=store.flushed_offset, flush_log=store.flush_log)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flusher.run)
+            ends = [store.append(Message("T", b"m%d" % i)).end_offset for i in range(8)]
+            woken = []
+
+            async def waiter(end: int) -> None:
+                assert await flusher.wait_flushed(end, trio.current_time() + 10)
+                assert store.flushed_offset >= end  # never before its fsync
+                woken.append(end)
+
+            async with trio.open_nursery() as waiters:
+                for end in ends:
+                    waiters.start_soon(waiter, end)
+            assert sorted(woken) == ends and flusher.flush_count == 1
+            nursery.cancel_scope.cancel()
+    finally:
+        store.shutdown()
