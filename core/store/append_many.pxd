@@ -21,6 +21,7 @@ cpdef tuple plan(object store, list encs, long long mark)
 
 @cython.locals(enc=EncodedMessage, cq=ConsumeQueue, size=Py_ssize_t, qoff=cython.longlong, pos=cython.longlong,
                start=cython.longlong, seg_size=cython.longlong, phys=cython.longlong, rel=Py_ssize_t,
-               upos=cython.longlong, urel=Py_ssize_t, tspos=Py_ssize_t, i=Py_ssize_t, held=cython.bint,
+               upos=cython.longlong, unit_size=cython.longlong, ufstart=cython.longlong, ufend=cython.longlong,
+               tspos=Py_ssize_t, i=Py_ssize_t, held=cython.bint, uheld=cython.bint,
                p=cython.p_uchar, b=cython.p_uchar, u=cython.p_uchar, segview=Py_buffer, unitview=Py_buffer)
 cpdef write(object store, list encs, list cqs, long long ts, list rows)

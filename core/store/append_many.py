@@ -129,6 +129,10 @@ def write(store, encs: list, cqs: list, ts: int, rows: list) -> None:
     seg = cl.current
     start = seg.start
     held = False
+    uheld = False  # compiled: ``unitview`` holds the mapping of ``ufile``, the last unit's file
+    ufile = None
+    ufstart = ufend = 0
+    unit_size = UNIT_SIZE
     if cython.compiled:
         PyObject_GetBuffer(seg.mm, cython.address(segview), PyBUF_WRITABLE)
         held = True
@@ -182,22 +186,30 @@ def write(store, encs: list, cqs: list, ts: int, rows: list) -> None:
                     seg.mm[rel : rel + enc.size] = buf
                 pos = phys + enc.size
             size = enc.size
-            upos = qoff * UNIT_SIZE
+            upos = qoff * unit_size
             if upos >= cq.room_end:
                 cq.ensure_room(1)  # `plan` made room: not reached
             f = cq._write_file
-            if f is None or upos >= f.start + cq.file_size or upos < f.start:
-                f = cq._write_file = cq._file_at(upos)
-            urel = upos - f.start
             if cython.compiled:
-                PyObject_GetBuffer(f.mm, cython.address(unitview), PyBUF_WRITABLE)
-                u = cython.cast(cython.p_uchar, unitview.buf) + urel
+                if f is not ufile or upos < ufstart or upos >= ufend:  # another file than the last unit's
+                    if f is None or upos >= f.start + cq.file_size or upos < f.start:
+                        f = cq._write_file = cq._file_at(upos)
+                    if uheld:
+                        PyBuffer_Release(cython.address(unitview))
+                        uheld = False
+                    PyObject_GetBuffer(f.mm, cython.address(unitview), PyBUF_WRITABLE)
+                    uheld = True
+                    ufile = f
+                    ufstart = f.start
+                    ufend = ufstart + cq.file_size
+                u = cython.cast(cython.p_uchar, unitview.buf) + (upos - ufstart)
                 put_int64(u, phys)
                 put_int32(u + 8, size)
                 put_int64(u + 12, enc.tags_code)
-                PyBuffer_Release(cython.address(unitview))
             else:
-                UNIT.pack_into(f.mm, urel, phys, size, enc.tags_code)
+                if f is None or upos >= f.start + cq.file_size or upos < f.start:
+                    f = cq._write_file = cq._file_at(upos)
+                UNIT.pack_into(f.mm, upos - f.start, phys, size, enc.tags_code)
             cq.max_offset = qoff + 1
             cq.last_phys = phys
             if pending is not None and (enc.uniq_key or enc.keys):
@@ -209,3 +221,5 @@ def write(store, encs: list, cqs: list, ts: int, rows: list) -> None:
             cl.last_store_ts = ts
         if held:
             PyBuffer_Release(cython.address(segview))
+        if uheld:
+            PyBuffer_Release(cython.address(unitview))
