@@ -325,10 +325,14 @@ class MessageStore(StoreReads):
             ts = time.time_ns() // 1_000_000  # one store time for the call (never before the last one)
             if ts < cl.last_store_ts:
                 ts = cl.last_store_ts
-            _many.write(self, encs, cqs, ts, rows)
-            self._dirty.update(touched)
-        if self._listeners and touched:
-            self._notify({(cq.topic, cq.queue_id): cq.max_offset for cq in touched})
+            try:
+                _many.write(self, encs, cqs, ts, rows)
+            finally:  # units written before an error are synced at the next flush too
+                self._dirty.update(touched)
+            # each queue's newest offset as this call left it (read under the lock)
+            notes = {(cq.topic, cq.queue_id): cq.max_offset for cq in touched} if self._listeners else None
+        if notes:
+            self._notify(notes)
         return PutStatus.PUT_OK, rows, ts
 
     def _reserve(self, encs: list[EncodedMessage]) -> None:
