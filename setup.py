@@ -24,6 +24,7 @@ KERNELS = [
     "core/store/consume_queue.py",
     "core/store/index.py",
     "core/store/store.py",
+    "core/store/append_many.py",
     "core/broker/send_checks.py",
     "core/broker/hooks.py",
     "core/broker/topic_names.py",

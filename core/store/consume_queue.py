@@ -41,7 +41,7 @@ ALLOCATION_STEP = 3276 * UNIT_SIZE  # ~64 KiB of disk blocks reserved at a time
 
 class ConsumeQueue:
     __slots__ = ("topic", "queue_id", "directory", "file_size", "files", "max_offset", "min_offset", "last_phys", "room_end",
-                 "_write_file", "_synced_pos")
+                 "_write_file", "_synced_pos", "batch_mark", "batch_need")
 
     def __init__(self, topic: str, queue_id: int, directory: str, file_size: int):
         self.topic = topic
@@ -55,6 +55,8 @@ class ConsumeQueue:
         self.room_end = 0  # units below this byte offset have a file with disk blocks for them
         self._write_file: MappedFile | None = None  # the file holding unit max_offset
         self._synced_pos = 0  # bytes below this were durable at the last sync
+        self.batch_mark = 0  # the store's `append_many` that last counted this queue (`core.store.append_many.plan`)
+        self.batch_need = 0  # units that call writes here
 
     # ---- loading ----
 

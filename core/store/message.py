@@ -100,6 +100,22 @@ class Message:
         return self.properties.get(PROPERTY_UNIQ_KEY)
 
 
+if cython.compiled:  # where `_encode_common` finds a Message's fields (message.pxd)
+    _AT_TOPIC = _slot_offset(Message, "topic")
+    _AT_BODY = _slot_offset(Message, "body")
+    _AT_QUEUE_ID = _slot_offset(Message, "queue_id")
+    _AT_FLAG = _slot_offset(Message, "flag")
+    _AT_PROPERTIES = _slot_offset(Message, "properties")
+    _AT_SYSFLAG = _slot_offset(Message, "sysflag")
+    _AT_BORN_TS = _slot_offset(Message, "born_timestamp")
+    _AT_BORN_HOST = _slot_offset(Message, "born_host")
+    _AT_STORE_HOST = _slot_offset(Message, "store_host")
+    _AT_RECONSUME = _slot_offset(Message, "reconsume_times")
+    _AT_PREPARED = (_slot_offset(Message, "prepared_transaction_offset")
+                    if all((_AT_TOPIC, _AT_BODY, _AT_QUEUE_ID, _AT_FLAG, _AT_PROPERTIES, _AT_SYSFLAG, _AT_BORN_TS,
+                            _AT_BORN_HOST, _AT_STORE_HOST, _AT_RECONSUME)) else 0)
+
+
 @cython.no_gc  # its fields hold strings, bytes and tuples of these: no cycle to find
 @cython.freelist(64)
 @cython.cclass
@@ -132,17 +148,30 @@ class EncodedMessage:
         int in their Java types' ranges. One buffer of the entry's size,
         written in place, the body copied once. False, with no field set,
         for anything else, errors included: `_encode` then decides."""
-        topic = msg.topic
-        body = msg.body
-        props_obj = msg.properties
-        born_host = msg.born_host
-        store_host = msg.store_host
-        queue_id = msg.queue_id
-        flag_obj = msg.flag
-        sysflag_obj = msg.sysflag
-        born_obj = msg.born_timestamp
-        reconsume_obj = msg.reconsume_times
-        prepared_obj = msg.prepared_transaction_offset
+        if type(msg) is Message and _AT_PREPARED:  # the fields where they sit (message.pxd): no getattr
+            topic = _slot(msg, _AT_TOPIC, "topic")
+            body = _slot(msg, _AT_BODY, "body")
+            props_obj = _slot(msg, _AT_PROPERTIES, "properties")
+            born_host = _slot(msg, _AT_BORN_HOST, "born_host")
+            store_host = _slot(msg, _AT_STORE_HOST, "store_host")
+            queue_id = _slot(msg, _AT_QUEUE_ID, "queue_id")
+            flag_obj = _slot(msg, _AT_FLAG, "flag")
+            sysflag_obj = _slot(msg, _AT_SYSFLAG, "sysflag")
+            born_obj = _slot(msg, _AT_BORN_TS, "born_timestamp")
+            reconsume_obj = _slot(msg, _AT_RECONSUME, "reconsume_times")
+            prepared_obj = _slot(msg, _AT_PREPARED, "prepared_transaction_offset")
+        else:
+            topic = msg.topic
+            body = msg.body
+            props_obj = msg.properties
+            born_host = msg.born_host
+            store_host = msg.store_host
+            queue_id = msg.queue_id
+            flag_obj = msg.flag
+            sysflag_obj = msg.sysflag
+            born_obj = msg.born_timestamp
+            reconsume_obj = msg.reconsume_times
+            prepared_obj = msg.prepared_transaction_offset
         if (type(topic) is not str or type(body) is not bytes or type(props_obj) is not dict
                 or type(born_host) is not bytes or type(store_host) is not bytes
                 or len(born_host) != 8 or len(store_host) != 8

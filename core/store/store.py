@@ -40,6 +40,7 @@ import shutil
 import threading
 import time
 
+from . import append_many as _many
 from . import replica
 from .checkpoint import Checkpoint, remove_abort
 from .commitlog import CommitLog
@@ -60,7 +61,7 @@ from .results import PutResult, RecoveryReport
 
 log = logging.getLogger(__name__)
 
-DELETE_QUEUE_TOPIC = "%MQGATE%DELETE_QUEUE"  # reserved: append() refuses it
+DELETE_QUEUE_TOPIC = _many.DELETE_QUEUE_TOPIC  # reserved: append() refuses it
 _SKIP_TX = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 
@@ -96,6 +97,7 @@ class MessageStore(StoreReads):
         self.report: RecoveryReport | None = None
         self.disk_full: str | None = None  # why the last put that needed a file was refused for space
         self._replica_from = 0  # end of the last entry dispatched (a replica's log may hold a partial one after it)
+        self._batch_serial = 0  # `append_many` calls so far (`append_many.plan` marks the queues of one call with it)
 
     # ---------------------------------------------------------------- lifetime
 
@@ -308,27 +310,28 @@ class MessageStore(StoreReads):
         refuses (MESSAGE_ILLEGAL: too big, reserved topic; the others are
         stored). A file that cannot be made refuses them all, before anything
         is written. Listeners hear once per queue, with its newest offset,
-        after the last message is written. The broker's batched send path."""
+        after the last message is written. The broker's batched send path:
+        `append_many.plan` and `append_many.write` (one loop each, typed when compiled)."""
         if not self._running:
             return PutStatus.SERVICE_NOT_AVAILABLE, [], 0
-        max_entry = self._max_entry
-        notes: dict = {}  # (topic, queue id) -> newest max offset
         rows: list[tuple[int, int] | None] = []
-        row = rows.append
-        append_locked = self._append_locked
         with self._lock:
+            self._batch_serial += 1
             try:
-                self._reserve(encs)
+                cqs, touched = _many.plan(self, encs, self._batch_serial)
             except OSError as e:
                 return self._file_failed(e).status, [], 0
+            cl = self.commitlog
             ts = time.time_ns() // 1_000_000  # one store time for the call (never before the last one)
-            for enc in encs:
-                if enc.size > max_entry or enc.topic == DELETE_QUEUE_TOPIC:
-                    row(None)
-                    continue
-                phys, qoff, ts = append_locked(enc, notes, ts)
-                row((phys, qoff))
-        if self._listeners:
+            if ts < cl.last_store_ts:
+                ts = cl.last_store_ts
+            try:
+                _many.write(self, encs, cqs, ts, rows)
+            finally:  # units written before an error are synced at the next flush too
+                self._dirty.update(touched)
+            # each queue's newest offset as this call left it (read under the lock)
+            notes = {(cq.topic, cq.queue_id): cq.max_offset for cq in touched} if self._listeners else None
+        if notes:
             self._notify(notes)
         return PutStatus.PUT_OK, rows, ts
 

@@ -296,3 +296,23 @@ async def test_a_failing_stored_hook_does_not_starve_the_others(broker_config, s
         results = await broker.send_many(items)
         assert [r.status for r in results] == EXPECTED_STATUS
         assert heard == [(bytes(items[i][0].body), EXPECTED_STATUS[i] is OK) for i in HOOKED]
+
+
+async def test_a_stored_messages_result_is_the_dataclass_the_constructor_makes(broker_config, store_config):
+    """Compiled, SEND_OK results are filled slot by slot (send_checks.pxd), not by
+    the dataclass's ``__init__``: they compare, print, change and collect like one."""
+    import gc
+
+    async with open_broker(broker_config, store_config) as broker:
+        await broker.update_topic(TopicConfig("A", 2, 2))
+        results = await broker.send_many([(msg("A", b"m%d" % i), i % 2) for i in range(3)])
+        for r in results:
+            assert r.__class__ is SendResult and gc.is_tracked(r)
+            same = SendResult(OK, "A", r.queue_id, r.queue_offset, r.uniq_key, r.physical_offset,
+                              r.store_timestamp, 1, "", r._put)
+            assert r == same and repr(r) == repr(same)
+            assert (r.topic, r.msg_count, r.remark) == ("A", 1, "") and r.ok and r.msg_ids == [r.msg_id]
+            r.status, r.remark = SendStatus.FLUSH_DISK_TIMEOUT, "flush to disk timed out"  # as `_await_durable` does
+            assert r.ok and r.remark == "flush to disk timed out"
+        del results, r, same
+        gc.collect()

@@ -211,3 +211,65 @@ def test_notification_has_the_final_offset_when_a_multi_dispatch_entry_comes_fir
         assert sorted(heard) == [("%LMQ%x", 0, 1), ("A", 0, 3)]
     finally:
         store.shutdown()
+
+
+def _log_and_units(store: MessageStore) -> tuple[bytes, dict]:
+    """The written log with each entry's STORETIMESTAMP zeroed (the clock's), and
+    every consume queue's units."""
+    log = bytearray()
+    pos = store.min_phy_offset
+    while pos < store.max_phy_offset:
+        entry = store.commitlog.read_entry(pos)
+        if entry is None:  # a BLANK: the next segment
+            pos += store.config.mapped_file_size_commit_log - pos % store.config.mapped_file_size_commit_log
+            continue
+        m = decode_message(entry)
+        at = 56 if len(m.born_host) == 8 else 68
+        log += entry[:at] + bytes(8) + entry[at + 8:]
+        pos += len(entry)
+    units = {key: cq.units(cq.min_offset, cq.max_offset) for key, cq in store._queues.items()}
+    return bytes(log), units
+
+
+def test_the_batch_writes_what_one_append_at_a_time_writes(tmp_path):
+    """The batched loop and the one-message path (`append`) leave the same log
+    bytes (store times aside), units and index keys: across segment ends,
+    consume-queue file ends, refused, multi-dispatch and half messages."""
+    kw = dict(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 8)
+    batched, single = open_store(tmp_path / "batched", **kw), open_store(tmp_path / "single", **kw)
+    try:
+        encs = []
+        for i in range(90):
+            body = bytes([48 + i % 10]) * (40 + 13 * i % 300)
+            if i % 17 == 5:
+                encs.append(enc("A", 0, b"x" * 5000))  # refused: more than a segment
+            elif i % 11 == 3:
+                encs.append(enc("A", i % 2, body, INNER_MULTI_DISPATCH=f"%LMQ%s{i % 3},%LMQ%t"))
+            elif i % 13 == 7:
+                encs.append(EncodedMessage(Message("H", body, sysflag=TRANSACTION_PREPARED_TYPE)))
+            else:
+                encs.append(enc("AB"[i % 2], i % 3, body, KEYS=f"k{i} all", UNIQ_KEY=f"U{i:04d}"))
+        status, rows, _ = batched.append_many(encs)
+        assert status is PutStatus.PUT_OK
+        again = [enc_again(e) for e in encs]
+        singles = [single.append(e) for e in again]
+        assert [r if r is None else r[1] for r in rows] == [s.queue_offset if s.ok else None for s in singles]
+        assert [r if r is None else r[0] for r in rows] == [s.physical_offset if s.ok else None for s in singles]
+        assert _log_and_units(batched) == _log_and_units(single)
+        batched.flush(), single.flush()
+        for key in ("k3", "all", "U0002"):
+            got = [sorted(decode_message(e).body for e in s.query_by_key("A", key, 100).messages) for s in (batched, single)]
+            assert got[0] == got[1]
+        assert [m.body for m in map(decode_message, batched.query_by_key("A", "all", 100).messages)]
+    finally:
+        batched.shutdown()
+        single.shutdown()
+
+
+def enc_again(e: EncodedMessage) -> EncodedMessage:
+    """The same entry as a new object (the first was stamped by its append)."""
+    m = decode_message(bytes(e.buf))
+    return EncodedMessage(Message(m.topic, m.body, queue_id=m.queue_id, flag=m.flag, properties=m.properties,
+                                  sysflag=m.sysflag, born_timestamp=m.born_timestamp, born_host=m.born_host,
+                                  store_host=m.store_host, reconsume_times=m.reconsume_times,
+                                  prepared_transaction_offset=m.prepared_transaction_offset))

@@ -113,6 +113,15 @@ def test_the_message_is_not_changed_and_the_entry_decodes():
     assert enc.store_host == V4 and enc.store_ts_pos == 56
 
 
+def test_a_message_missing_a_field_fails_as_getattr_does():
+    """Compiled, a `Message`'s fields are read where its slots sit (message.pxd), not through getattr."""
+    for name in ("topic", "body", "properties", "prepared_transaction_offset"):
+        msg = Message("T", b"abc", properties={"K": "v"})
+        delattr(msg, name)
+        with pytest.raises(AttributeError, match=f"'Message' object has no attribute '{name}'"):
+            EncodedMessage(msg)
+
+
 def test_without_cython_installed_the_source_runs_as_it_is():
     """A pure-Python install has no ``cython`` module: message.py and index.py
     import `core.store._cython_shadow` instead and encode the same bytes."""
@@ -122,9 +131,9 @@ def test_without_cython_installed_the_source_runs_as_it_is():
 
     code = ("import sys; sys.modules['cython'] = None\n"
             "from core.store.message import EncodedMessage, Message\n"
-            "import core.store.index as index, core.store.message as m\n"
-            "assert m.__file__.endswith('.py') and index.__file__.endswith('.py')\n"
-            "assert m.cython.__name__ == 'core.store._cython_shadow'\n"
+            "import core.store.index as index, core.store.message as m, core.store.append_many as am\n"
+            "assert m.__file__.endswith('.py') and index.__file__.endswith('.py') and am.__file__.endswith('.py')\n"
+            "assert m.cython.__name__ == am.cython.__name__ == 'core.store._cython_shadow'\n"
             "print(bytes(EncodedMessage(Message('T', b'x', 1, properties={'K': 'v'})).stamp(1, 2, 3)).hex())")
     env = dict(os.environ, MQGATE_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

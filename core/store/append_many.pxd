@@ -1,0 +1,27 @@
+# C declarations for append_many.py when Cython compiles it (setup.py KERNELS;
+# ARCHITECTURE.md decision 10): the store's batched append as C arithmetic on
+# the messages' buffers and the mappings. append_many.py stays plain Python:
+# the pure-Python twin, its `cython.compiled` branches use the names cimported here.
+
+cimport cython
+from libc.string cimport memcpy
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING
+
+from core.store._bigendian cimport put_int32, put_int64
+from core.store.consume_queue cimport ConsumeQueue
+from core.store.message cimport EncodedMessage
+
+
+cdef int _count(ConsumeQueue cq, long long mark, list touched) except -1
+
+@cython.locals(enc=EncodedMessage, cq=ConsumeQueue, size=Py_ssize_t, max_entry=Py_ssize_t, total=Py_ssize_t,
+               flag=cython.longlong, tx=cython.longlong, general=cython.bint, cqs=list, touched=list)
+cpdef tuple plan(object store, list encs, long long mark)
+
+@cython.locals(enc=EncodedMessage, cq=ConsumeQueue, size=Py_ssize_t, qoff=cython.longlong, pos=cython.longlong,
+               start=cython.longlong, seg_size=cython.longlong, phys=cython.longlong, rel=Py_ssize_t,
+               upos=cython.longlong, unit_size=cython.longlong, ufstart=cython.longlong, ufend=cython.longlong,
+               tspos=Py_ssize_t, i=Py_ssize_t, held=cython.bint, uheld=cython.bint,
+               p=cython.p_uchar, b=cython.p_uchar, u=cython.p_uchar, segview=Py_buffer, unitview=Py_buffer)
+cpdef write(object store, list encs, list cqs, long long ts, list rows)

@@ -1,0 +1,225 @@
+"""`MessageStore.append_many`'s two loops: what a call needs, then the writes.
+
+`plan` (before anything is written) finds each message's consume queue,
+counts the units each queue gets and makes every file the call needs
+(`ConsumeQueue.ensure_room`, `CommitLog.reserve`): ``OSError`` there means
+nothing was written. `write` then stamps and copies each entry into the
+mapped segment and writes its unit, the same bytes `MessageStore._append_locked`
+writes one call per message.
+
+Rules kept (the caller holds the store lock across both):
+- A message is either *refused* (too big, the reserved topic: no row, no
+  bytes), *plain* (one unit in its topic's queue) or *general* (multi-dispatch,
+  dispatch references, a half or rolled-back transaction, a buffer that is not
+  a bytearray): a general one goes through `_append_locked`, so the rare
+  shapes have one implementation.
+- Units of one queue are consecutive and in log order; the log position
+  (``CommitLog.write_pos``) and ``last_store_ts`` are written back before a
+  general message or a segment roll (`CommitLog.append` does those) and
+  when `write` returns or raises.
+- ``touched`` lists each queue the call writes to, once, in the order of
+  its first unit (the order listeners hear of them); a queue's
+  ``batch_mark`` says which call counted it (``batch_need``: its units).
+
+Compiled (append_many.pxd), the loops read `EncodedMessage` and
+`ConsumeQueue` fields as C fields and write through the mappings' buffers
+(held only while `write` runs: nothing closes a mapping under the store
+lock); interpreted, the same steps use struct and slice assignment.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
+from .message import TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, EncodedMessage
+
+try:
+    import cython
+except ImportError:  # a pure-Python install: nothing here is compiled
+    from . import _cython_shadow as cython
+
+DELETE_QUEUE_TOPIC = "%MQGATE%DELETE_QUEUE"  # reserved: the store's delete_queue markers (store.py)
+
+_GENERAL = object()  # `plan`'s mark of a message `write` hands to `_append_locked`
+_QQ = struct.Struct(">qq")
+_Q = struct.Struct(">q")
+
+
+def _count(cq: ConsumeQueue, mark: int, touched: list) -> None:
+    if cq.batch_mark != mark:
+        cq.batch_mark = mark
+        cq.batch_need = 0
+        touched.append(cq)
+    cq.batch_need += 1
+
+
+def plan(store, encs: list, mark: int) -> tuple[list, list]:
+    """(per message: its `ConsumeQueue` if plain, None if refused, `_GENERAL`;
+    the queues written, in order). Makes the files the call needs first:
+    ``OSError`` before anything is written."""
+    queues = store._queues
+    max_entry = store._max_entry
+    cqs: list = []
+    touched: list = []
+    general = False
+    total = 8  # the plain entries' bytes, and room for a BLANK
+    last_topic = None
+    last_qid = None
+    last_cq = None
+    for obj in encs:
+        enc = obj  # compiled: a type check (EncodedMessage)
+        size = enc.size
+        topic = enc.topic
+        if size > max_entry or topic == DELETE_QUEUE_TOPIC:
+            cqs.append(None)
+            continue
+        flag = enc.sysflag
+        tx = flag & TRANSACTION_MASK
+        if tx == TRANSACTION_PREPARED_TYPE or tx == TRANSACTION_ROLLBACK_TYPE:  # no unit
+            cqs.append(_GENERAL)
+            general = True
+            continue
+        qid = enc.queue_id
+        if topic is last_topic and qid == last_qid:
+            cq = last_cq
+        else:
+            cq = queues.get((topic, qid))
+            if cq is None:
+                cq = store._queue(topic, qid)
+            last_topic = topic
+            last_qid = qid
+            last_cq = cq
+        _count(cq, mark, touched)
+        multi = enc.multi_dispatch
+        if multi or enc.dispatch_refs or enc.buf.__class__ is not bytearray:
+            for name in multi:
+                _count(queues.get((name, 0)) or store._queue(name, 0), mark, touched)
+            cqs.append(_GENERAL)
+            general = True
+        else:
+            cqs.append(cq)
+            total += size
+    for cq in touched:
+        if (cq.max_offset + cq.batch_need) * UNIT_SIZE > cq.room_end:
+            cq.ensure_room(cq.batch_need)
+    cl = store.commitlog
+    if general:
+        sizes = []
+        for obj, c in zip(encs, cqs):
+            if c is not None:
+                sizes.append(obj.size)
+                for ref in obj.dispatch_refs:  # reference records, written right after their entry
+                    sizes.append(ref.size)
+        if cl.write_pos - cl.current.start + sum(sizes) + 8 > cl.segment_size:
+            cl.reserve(sizes)
+    elif cl.write_pos - cl.current.start + total > cl.segment_size:
+        cl.reserve([obj.size for obj, c in zip(encs, cqs) if c is not None])
+    return cqs, touched
+
+
+def write(store, encs: list, cqs: list, ts: int, rows: list) -> None:
+    """Write the messages `plan` planned, stamped with store time ``ts``;
+    append a row to ``rows`` for each: (physical offset, queue offset), or None."""
+    cl = store.commitlog
+    seg_size = cl.segment_size
+    pending = store._pending_index if store._index is not None else None
+    scratch: dict = {}  # what `_append_locked` notes (``touched`` says it already)
+    pos = cl.write_pos
+    seg = cl.current
+    start = seg.start
+    held = False
+    uheld = False  # compiled: ``unitview`` holds the mapping of ``ufile``, the last unit's file
+    ufile = None
+    ufstart = ufend = 0
+    unit_size = UNIT_SIZE
+    if cython.compiled:
+        PyObject_GetBuffer(seg.mm, cython.address(segview), PyBUF_WRITABLE)
+        held = True
+        p = cython.cast(cython.p_uchar, segview.buf)
+    try:
+        for i in range(len(encs)):
+            c = cqs[i]
+            if c is None:
+                rows.append(None)
+                continue
+            enc = encs[i]
+            if c is _GENERAL or pos - start + enc.size + 8 > seg_size:  # the latter: a BLANK, the next segment
+                if pos != cl.write_pos:  # the log's state, for `_append_locked` and `CommitLog.append`
+                    cl.write_pos = pos
+                    cl.last_store_ts = ts
+                if c is _GENERAL:
+                    phys, qoff, _ts = store._append_locked(enc, scratch, ts)
+                    rows.append((phys, qoff))
+                else:
+                    cq = c
+                    qoff = cq.max_offset
+                    phys = cl.append(enc, qoff, ts)
+                pos = cl.write_pos
+                if cl.current is not seg:
+                    seg = cl.current
+                    start = seg.start
+                    if held:
+                        PyBuffer_Release(cython.address(segview))
+                        held = False
+                        PyObject_GetBuffer(seg.mm, cython.address(segview), PyBUF_WRITABLE)
+                        held = True
+                        p = cython.cast(cython.p_uchar, segview.buf)
+                if c is _GENERAL:
+                    continue
+            else:
+                cq = c
+                qoff = cq.max_offset
+                phys = pos
+                rel = pos - start
+                buf = enc.buf
+                if cython.compiled:
+                    b = cython.cast(cython.p_uchar, PyByteArray_AS_STRING(buf))
+                    tspos = enc.store_ts_pos
+                    put_int64(b + 20, qoff)  # QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP
+                    put_int64(b + 28, phys)
+                    put_int64(b + tspos, ts)
+                    memcpy(p + rel, b, enc.size)
+                else:
+                    _QQ.pack_into(buf, 20, qoff, phys)
+                    _Q.pack_into(buf, enc.store_ts_pos, ts)
+                    seg.mm[rel : rel + enc.size] = buf
+                pos = phys + enc.size
+            size = enc.size
+            upos = qoff * unit_size
+            if upos >= cq.room_end:
+                cq.ensure_room(1)  # `plan` made room: not reached
+            f = cq._write_file
+            if cython.compiled:
+                if f is not ufile or upos < ufstart or upos >= ufend:  # another file than the last unit's
+                    if f is None or upos >= f.start + cq.file_size or upos < f.start:
+                        f = cq._write_file = cq._file_at(upos)
+                    if uheld:
+                        PyBuffer_Release(cython.address(unitview))
+                        uheld = False
+                    PyObject_GetBuffer(f.mm, cython.address(unitview), PyBUF_WRITABLE)
+                    uheld = True
+                    ufile = f
+                    ufstart = f.start
+                    ufend = ufstart + cq.file_size
+                u = cython.cast(cython.p_uchar, unitview.buf) + (upos - ufstart)
+                put_int64(u, phys)
+                put_int32(u + 8, size)
+                put_int64(u + 12, enc.tags_code)
+            else:
+                if f is None or upos >= f.start + cq.file_size or upos < f.start:
+                    f = cq._write_file = cq._file_at(upos)
+                UNIT.pack_into(f.mm, upos - f.start, phys, size, enc.tags_code)
+            cq.max_offset = qoff + 1
+            cq.last_phys = phys
+            if pending is not None and (enc.uniq_key or enc.keys):
+                pending.append((enc.topic, enc.uniq_key, enc.keys, phys, size, ts))
+            rows.append((phys, qoff))
+    finally:
+        if pos != cl.write_pos:
+            cl.write_pos = pos
+            cl.last_store_ts = ts
+        if held:
+            PyBuffer_Release(cython.address(segview))
+        if uheld:
+            PyBuffer_Release(cython.address(unitview))
