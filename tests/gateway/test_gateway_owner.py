@@ -36,6 +36,7 @@ import signal
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import trio
@@ -145,16 +146,18 @@ def _connack(raw: Raw, timeout: float = WAIT) -> ConnAck:
 def owned(tmp_path_factory):
     root = tmp_path_factory.mktemp("gwowner")
     (root / "etcd").mkdir()
-    etcd = EtcdProcess(root / "etcd").start()
-    broker = ServeProcess(root / "broker", "--mqtt-port", "0", "--ws-port", "0", "--namesrv-port", str(free_port()),
-                          "--broker-port", str(free_port()))
-    nodes = []
+    etcd = EtcdProcess(root / "etcd")
+    namesrv = f"127.0.0.1:{free_port()}"
+    broker = ServeProcess(root / "broker", "--mqtt-port", "0", "--ws-port", "0", "--namesrv-port",
+                          namesrv.rsplit(":", 1)[1], "--broker-port", str(free_port()))
+    nodes = [ServeProcess(root / f"node{i}", "--namesrv", namesrv, "--etcd", etcd.endpoint,
+                          "--mqtt-port", str(free_port()), "--ws-port", "0", role="gateway") for i in range(2)]
     try:
-        broker.start()
-        namesrv = f"127.0.0.1:{broker.ports['namesrv']}"
-        for i in range(2):
-            nodes.append(ServeProcess(root / f"node{i}", "--namesrv", namesrv, "--etcd", etcd.endpoint,
-                                      "--mqtt-port", str(free_port()), "--ws-port", "0", role="gateway").start())
+        # etcd and the broker at once, then both nodes at once (module setup time)
+        with ThreadPoolExecutor(2) as pool:
+            for starts in ((etcd, broker), nodes):
+                for done in [pool.submit(p.start) for p in starts]:
+                    done.result()
         yield etcd, namesrv, [n.ports["mqtt-tcp"] for n in nodes], root
     finally:
         for n in nodes:
