@@ -26,9 +26,13 @@ Rules kept here:
   message before its send, the stored hooks of its topic after its answer. Every message
   carries ``mqgateNode`` (this node's id).
 * The offset cache (module docstring of ``gateway.backend``): a max offset
-  is raised by read answers, by the long poll of a watched queue and by one
-  for each of our own sends that named the queue (a lower bound of the
-  broker's, since other nodes' sends are not counted). Commits are kept
+  is raised by read answers, by the long poll of a watched queue and, for
+  a queue not watched during the send, by one for each of our own sends
+  that named it (a lower bound of the broker's, since other nodes' sends
+  are not counted).
+  Never above the broker's: a reader stopped at an offset with no entry
+  waits for the cache to rise, and answers that count the entry later
+  would no longer raise it (issue 17). Commits are kept
   here at once and sent by one task (the newest per queue), and flushed
   at shutdown.
 * A send or read that fails at the connection level answers like a broker
@@ -191,13 +195,19 @@ class RemoteBackend:
         for hook in self._put_hooks:
             hook(msg)
         group = self.routes.group_for(msg)
+        # Counted here: the queues of the message that no long poll watches for
+        # the whole send. A watched queue's long poll counts the entry, and its
+        # answer often comes before this one (the broker answers a parked pull
+        # at the append, a send after its flush): one more would count it twice.
+        dispatch = msg.properties.get(PROPERTY_INNER_MULTI_DISPATCH)
+        unwatched = () if dispatch is None else [k for q in dispatch.split(",") if (k := (q, group)) in self._max
+                                                 and k not in self._watches]
         result = await self._send(msg, 0 if queue_id is None or queue_id < 0 else queue_id, group)
         for hook in self._stored_hooks.for_topic(msg.topic):
             hook(msg, result)
-        if result.ok and PROPERTY_INNER_MULTI_DISPATCH in msg.properties:
-            for q in msg.properties[PROPERTY_INNER_MULTI_DISPATCH].split(","):
-                key = (q, group)
-                if key in self._max:
+        if result.ok:
+            for key in unwatched:
+                if key in self._max and key not in self._watches:
                     self._dispatched(key, self._max[key] + 1)
         return result
 

@@ -19,6 +19,10 @@ can deliver a QoS 2 message twice is too short to hit on purpose); they
 check that the etcd path keeps them: the takeover's CONNACK after the old
 connection's DISCONNECT 0x8E, the PUBREL flow completed once, and a dead
 owner's session taken within the lease's TTL and a margin.
+
+One test runs a node's broker backend in this process against the
+module's broker: the cached max offset of a watched session queue never
+stands above the broker's (the cause of a flake of the QoS 1 test, issue 17).
 """
 
 from __future__ import annotations
@@ -32,12 +36,18 @@ import signal
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import trio
 
+from core.broker import LMQ_TOPIC_PREFIX
+from core.client import MessageQueue, open_client_api, parse_namesrv
+from core.store import PROPERTY_INNER_MULTI_DISPATCH, Message
 from gateway.mqtt import (ConnAck, Connect, Disconnect, PubComp, PubRec, PubRel, Publish, SubAck, Subscribe,
                           Subscription, decode_all, encode)
 from gateway.owners import OWNER_TTL
+from gateway.remote_backend import RemoteBackend
 from tests.gateway.test_gateway_nodes import WAIT, Mqtt
 from tests.support.etcd_process import EtcdProcess
 from tests.support.mqtt_packets import split_packets as _split
@@ -136,16 +146,18 @@ def _connack(raw: Raw, timeout: float = WAIT) -> ConnAck:
 def owned(tmp_path_factory):
     root = tmp_path_factory.mktemp("gwowner")
     (root / "etcd").mkdir()
-    etcd = EtcdProcess(root / "etcd").start()
-    broker = ServeProcess(root / "broker", "--mqtt-port", "0", "--ws-port", "0", "--namesrv-port", str(free_port()),
-                          "--broker-port", str(free_port()))
-    nodes = []
+    etcd = EtcdProcess(root / "etcd")
+    namesrv = f"127.0.0.1:{free_port()}"
+    broker = ServeProcess(root / "broker", "--mqtt-port", "0", "--ws-port", "0", "--namesrv-port",
+                          namesrv.rsplit(":", 1)[1], "--broker-port", str(free_port()))
+    nodes = [ServeProcess(root / f"node{i}", "--namesrv", namesrv, "--etcd", etcd.endpoint,
+                          "--mqtt-port", str(free_port()), "--ws-port", "0", role="gateway") for i in range(2)]
     try:
-        broker.start()
-        namesrv = f"127.0.0.1:{broker.ports['namesrv']}"
-        for i in range(2):
-            nodes.append(ServeProcess(root / f"node{i}", "--namesrv", namesrv, "--etcd", etcd.endpoint,
-                                      "--mqtt-port", str(free_port()), "--ws-port", "0", role="gateway").start())
+        # etcd and the broker at once, then both nodes at once (module setup time)
+        with ThreadPoolExecutor(2) as pool:
+            for starts in ((etcd, broker), nodes):
+                for done in [pool.submit(p.start) for p in starts]:
+                    done.result()
         yield etcd, namesrv, [n.ports["mqtt-tcp"] for n in nodes], root
     finally:
         for n in nodes:
@@ -226,6 +238,48 @@ def test_qos1_in_flight_on_a_live_connection_moves_with_its_packet_ids(owned):
     for c in (old, new):
         c.close()
     pub.close()
+
+
+async def test_a_node_never_counts_an_entry_of_a_watched_queue_twice(owned):
+    """Why the test above once saw 2 of its 3 messages (issue 17): a node
+    counted its own send to a session's queue once more on the send's answer
+    after the watching long poll's answer had counted it already, so its
+    cached max offset stood one above the broker's. The session's delivery
+    then read at an offset with no entry, and the answers that counted the
+    next entry did not raise the cache, so nothing woke it: the last message
+    waited for a later one. Here a ``RemoteBackend`` of this process against
+    the module's broker (the code of a node; the broker answers a parked
+    pull at the append, a send after its flush): after each send, the cache
+    of a watched queue is never above the broker's, and the long poll brings
+    it to the end; a queue not watched still counts the node's own sends
+    (queue limits of offline sessions need them)."""
+    _etcd, namesrv, _ports, _root = owned
+    watched, offline = f"{LMQ_TOPIC_PREFIX}own-cache-watched", f"{LMQ_TOPIC_PREFIX}own-cache-offline"
+    sends = 50
+    async with open_client_api() as api, trio.open_nursery() as nursery:
+        backend = await nursery.start(RemoteBackend(api, parse_namesrv(namesrv), node_id="gwcachetest").run)
+        at_end = trio.Event()
+        backend.add_dispatch_listener(lambda q, _qid, end: at_end.set() if (q, end) == (watched, sends) else None)
+        for q in (watched, offline):
+            await backend.prepare_queue(q)
+        backend.watch_queue(watched, True)
+
+        async def broker_max(q: str) -> int:
+            return await api.max_offset(backend.home_addr, MessageQueue(q, backend.home_name, 0))
+
+        assert await broker_max(watched) == 0  # so the broker's is i + 1 after send i: only this test sends there
+        for i in range(sends):
+            msg = Message(topic="own_cache", body=b"%d" % i, properties={PROPERTY_INNER_MULTI_DISPATCH: watched})
+            assert (await backend.send(msg)).ok
+            assert backend.max_offset(watched, 0) <= i + 1, i
+        assert await broker_max(watched) == sends
+        with trio.fail_after(WAIT):
+            await at_end.wait()
+        for i in range(3):
+            msg = Message(topic="own_cache", body=b"%d" % i, properties={PROPERTY_INNER_MULTI_DISPATCH: offline})
+            assert (await backend.send(msg)).ok
+        assert backend.max_offset(offline, 0) == await broker_max(offline) == 3
+        nursery.cancel_scope.cancel()
 
 
 def _extra_node(owned, name: str, *config: str) -> ServeProcess:
