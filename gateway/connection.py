@@ -233,16 +233,21 @@ class Connection(PublishOutput):
         if scope is not None and (self._writer_of != READER or self._acting):
             scope.cancel()
 
+    def _pump_due(self) -> bool:
+        sess = self.session
+        return sess is not None and sess.due and self.live and not self.closing and sess.conn is self
+
     async def _flush(self) -> None:
         """Run the session's pump when it is due, and write everything queued;
         again until there is nothing more (others may queue meanwhile)."""
         while True:
-            sess = self.session
-            if sess is not None and sess.due and self.live and not self.closing and sess.conn is self:
-                sess.due = False
-                await sess.pump(self)
+            if self._pump_due():
+                self.session.due = False
+                await self.session.pump(self)
             out = self.out
             if not out:
+                if self._pump_due():
+                    continue  # notified during the pump: wake() did nothing, as this writer runs
                 return
             data = b"".join(out)
             self.out = NO_OUTPUT
