@@ -42,14 +42,14 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from core.broker import LMQ_TOPIC_PREFIX, SendStatus
+from core.broker import LMQ_TOPIC_PREFIX, PullStatus, SendStatus
 from core.store import (PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_OUT_MS, Message,
                         decode_message)
 from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, P_TOPIC, Outbound, is_deliverable,
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
 from gateway.mqtt import Publish, encode_publish_v4_qos0
 from gateway.nodes import P_SHARE_PICKS, node_queue_name
-from gateway.sessions import REF_MASK, REF_SHIFT, Delivery, Session
+from gateway.sessions import REF_MASK, REF_SHIFT, Delivery, MessageUnavailable, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ _HEADS = 64  # PUBLISH headers kept per topic (one per payload length and retain
 _NO_ROUTE: tuple = ((), True)  # the route of a topic nobody subscribes to
 _SEND_OK = SendStatus.SEND_OK
 _TRANSACTION_PREPARED = 0x4  # in ``sysflag & 0xC``: a prepared (half) transactional message
+_UNAVAILABLE = frozenset({PullStatus.SERVICE_NOT_AVAILABLE, PullStatus.SYSTEM_ERROR})  # a read that says nothing about the entry
 
 
 class Router:
@@ -402,13 +403,16 @@ class Router:
         return out
 
     async def load(self, ref, queue: str | None) -> Outbound | None:
-        """The message a flow ref points at (for redelivery), or None if gone."""
+        """The message a flow ref points at (for redelivery), or None if gone;
+        `MessageUnavailable` if its queue's broker does not answer."""
         broker = self.gw.backend
         if type(ref) is int and queue is not None:
             qid, off = ref >> REF_SHIFT, ref & REF_MASK
             result = await broker.read_queue(queue, qid, off, 1)
             if result.entries and result.queue_offsets and result.queue_offsets[0] == off:
                 return self.decoded(result.entries[0])
+            if result.status in _UNAVAILABLE:
+                raise MessageUnavailable(f"{queue} queue {qid} offset {off}: {result.status.name}")
             return None
         if isinstance(ref, (list, tuple)) and len(ref) == 3 and ref[0] == "r":
             raw = await broker.read_at(ref[1])

@@ -70,6 +70,11 @@ REF_SHIFT = 40
 REF_MASK = (1 << REF_SHIFT) - 1
 
 
+class MessageUnavailable(Exception):
+    """A message in flight is still stored but cannot be read now (its broker
+    group did not answer): not the same as gone."""
+
+
 class SubOptions(NamedTuple):
     qos: int
     no_local: bool = False
@@ -467,7 +472,15 @@ class Session:
                 continue
             d = self.mem.get(pid)
             if d is None:
-                out = await self.gw.router.load(ref, self.queue)
+                try:
+                    out = await self.gw.router.load(ref, self.queue)
+                except MessageUnavailable as e:
+                    # Ending the flow would lose a message still stored: keep it (and
+                    # the rest) for the next connect, and end this one.
+                    log.warning("client %s: in-flight message not readable (%s); closing to retry on reconnect",
+                                self.client_id, e)
+                    conn.kick(0x88)  # Server unavailable
+                    return
                 m = None if out is None else self.match(out)
                 if out is None:
                     # Gone from the store (retention): end the flow.
