@@ -202,9 +202,15 @@ class RemoteBackend:
         dispatch = msg.properties.get(PROPERTY_INNER_MULTI_DISPATCH)
         unwatched = () if dispatch is None else [k for q in dispatch.split(",") if (k := (q, group)) in self._max
                                                  and k not in self._watches]
-        result = await self._send(msg, 0 if queue_id is None or queue_id < 0 else queue_id, group)
-        for hook in self._stored_hooks.for_topic(msg.topic):
-            hook(msg, result)
+        # Cancelled (its connection closed) or failed before an answer: the
+        # stored hooks still hear the message, as not stored, so what its put
+        # hooks left waiting for them is not kept forever.
+        result = SendResult(SendStatus.SERVICE_NOT_AVAILABLE, topic=msg.topic, remark="no answer")
+        try:
+            result = await self._send(msg, 0 if queue_id is None or queue_id < 0 else queue_id, group)
+        finally:
+            for hook in self._stored_hooks.for_topic(msg.topic):
+                hook(msg, result)
         if result.ok:
             for key in unwatched:
                 if key in self._max and key not in self._watches:

@@ -458,3 +458,21 @@ def test_etcd_down_connects_are_refused_and_clients_closed_then_accepted_again(o
             break
         time.sleep(0.2)
     assert code == 0
+
+
+async def test_a_send_cancelled_before_its_answer_still_reaches_the_stored_hooks(owned):
+    """A node's send cancelled while it waits for the broker (its publisher's
+    connection closed): the stored hooks hear the message as not stored, so
+    what the put hooks left for them (the router's pending deliveries) is not
+    kept forever."""
+    _etcd, namesrv, _ports, _root = owned
+    heard = []
+    async with open_client_api() as api, trio.open_nursery() as nursery:
+        backend = await nursery.start(RemoteBackend(api, parse_namesrv(namesrv), node_id="gwcanceltest").run)
+        backend.add_stored_hook(lambda msg, result: heard.append((msg.body, result.ok)))
+        with trio.move_on_after(0):  # cancelled at the send's first wait
+            await backend.send(Message(topic="own_cancel", body=b"cancelled"))
+        assert heard == [(b"cancelled", False)]
+        assert (await backend.send(Message(topic="own_cancel", body=b"sent"))).ok
+        assert heard[1:] == [(b"sent", True)]
+        nursery.cancel_scope.cancel()
