@@ -53,7 +53,7 @@ from .message_format import (  # noqa: F401 - re-exported: the format is read th
     PROPERTY_INNER_DISPATCH_REF, DISPATCH_REF_TOPIC, MULTI_DISPATCH_INLINE_BYTES, MULTI_DISPATCH_REF_BYTES,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET, MessageFormatError, TIMER_TOPIC, PROPERTY_TIMER_OUT_MS, TIMER_TRIGGERS,
     queue_tags_code, tags_code, cached_tags_code, body_crc, encode_properties, decode_properties, entry_length, pack_host,
-    unpack_host, offset_msg_id, parse_offset_msg_id,
+    unpack_host, offset_msg_id, parse_offset_msg_id, multi_dispatch_queues, parse_dispatch_ref,
 )
 
 _HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")  # TOTALSIZE .. BODY length
@@ -402,18 +402,6 @@ def _dispatch_refs(msg: Message, chunks: list[list[str]], size: int, tags: int) 
         for chunk in chunks)
 
 
-def parse_dispatch_ref(properties: dict[str, str]) -> tuple[int, int, int] | None:
-    """(physical offset, size, tags code) a reference record points at, or None."""
-    value = properties.get(PROPERTY_INNER_DISPATCH_REF)
-    if not value:
-        return None
-    try:
-        phys, size, tags = (int(v) for v in value.split(","))
-    except ValueError:
-        return None
-    return phys, size, tags
-
-
 _HEAD_V4_HOSTS = struct.Struct(">iiiiiqqiq8sq8siqi")
 _PROP_SEP = PROPERTY_SEPARATOR
 _NAME_SEP = NAME_VALUE_SEPARATOR
@@ -423,15 +411,6 @@ _EMPTY = bytearray()
 _EMPTY_STR = ""
 _TOPIC_LEN = [bytes((n,)) for n in range(256)]
 _REF_MARK = (PROPERTY_INNER_DISPATCH_REF + NAME_VALUE_SEPARATOR).encode()
-
-
-def multi_dispatch_queues(properties: dict[str, str]) -> tuple[str, ...]:
-    """The extra queue names of ``INNER_MULTI_DISPATCH`` (each gets a unit in
-    consume queue (name, 0)); empty names are ignored, duplicates kept once."""
-    text = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
-    if not text:
-        return ()
-    return tuple(dict.fromkeys(n for n in text.split(",") if n))
 
 
 def encode_message(msg: Message, queue_offset: int = 0, physical_offset: int = 0, store_timestamp: int = 0) -> bytes:

@@ -1,6 +1,6 @@
 """The commit-log entry's format: its constants, property names, the
-properties text, tags codes, hosts and offset message ids (RocketMQ 4.x,
-magic V1). `core.store.message` encodes and decodes whole entries with
+properties text, tags codes, the multi-dispatch properties, hosts and offset
+message ids (RocketMQ 4.x, magic V1). `core.store.message` encodes and decodes whole entries with
 these; its docstring has the layout.
 
 Invariants kept here:
@@ -146,6 +146,27 @@ def decode_properties(text: str) -> dict[str, str]:
         if len(item) >= 3 and 0 < i < len(item) - 1:
             props[item[:i]] = item[i + 1 :]
     return props
+
+
+def multi_dispatch_queues(properties: dict[str, str]) -> tuple[str, ...]:
+    """The extra queue names of ``INNER_MULTI_DISPATCH`` (each gets a unit in
+    consume queue (name, 0)); empty names are ignored, duplicates kept once."""
+    text = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
+    if not text:
+        return ()
+    return tuple(dict.fromkeys(n for n in text.split(",") if n))
+
+
+def parse_dispatch_ref(properties: dict[str, str]) -> tuple[int, int, int] | None:
+    """(physical offset, size, tags code) a reference record points at, or None."""
+    value = properties.get(PROPERTY_INNER_DISPATCH_REF)
+    if not value:
+        return None
+    try:
+        phys, size, tags = (int(v) for v in value.split(","))
+    except ValueError:
+        return None
+    return phys, size, tags
 
 
 def entry_length(sysflag: int, body_len: int, topic_len: int, props_len: int) -> int:
