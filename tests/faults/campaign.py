@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--load-min", type=float, default=2.0, help="seconds of load before a kill, at least")
     p.add_argument("--load-max", type=float, default=8.0)
     p.add_argument("--fuzz-frames", type=int, default=FULL["fuzz_frames"])
+    p.add_argument("--fuzz-targets", default=",".join(fuzz.TARGETS),
+                   help="comma-separated listeners to fuzz: " + ",".join(fuzz.TARGETS))
     p.add_argument("--slowloris", type=int, default=FULL["slowloris"], help="connections that never finish CONNECT")
     p.add_argument("--max-connection-rate", type=int, default=0,
                    help="[mqtt] maxConnectionRate of the hostile run's server (0: none)")
@@ -124,7 +126,8 @@ def run(args, log=print) -> dict:
         server = CampaignServer(work / "fuzz", http=True)
         server.start()
         try:
-            rep["fuzz"] = fuzz.run(server, args.fuzz_frames, seed=args.seed, log=log)
+            rep["fuzz"] = fuzz.run(server, args.fuzz_frames, seed=args.seed, targets=args.fuzz_targets.split(","),
+                                   log=log)
         finally:
             server.stop()
     if "hostile" in kinds:

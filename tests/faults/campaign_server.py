@@ -8,6 +8,7 @@ Rules it keeps:
   "ready" line (recovery of the store and the gateway's records included).
 - `sample` reads RSS, open files and threads from /proc of the live process.
 - `tracebacks` counts the unhandled tracebacks the server logged since start.
+- `drift` compares the last quarter of a series with the second (soak, fuzz).
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ def wait_for(pred, timeout: float, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return pred()
+
+
+def drift(values: list[float]) -> float | None:
+    """(mean of the last quarter of ``values``) / (mean of the second quarter) - 1:
+    the first quarter is warm-up; near 0 when a figure has levelled off."""
+    n = len(values)
+    if n < 8:
+        return None
+    q2 = values[n // 4: n // 2]
+    q4 = values[3 * n // 4:]
+    base = sum(q2) / len(q2)
+    return round((sum(q4) / len(q4)) / base - 1, 4) if base else None
 
 
 class CampaignServer:

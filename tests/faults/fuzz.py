@@ -14,7 +14,11 @@ Rules it keeps:
 - Meanwhile a paho canary publishes and receives QoS 1 every 0.2 s; every
   message must come back within 5 s (`canary_failures` must be 0).
 - The verdict: the server process is alive at the end, logged no traceback,
-  the canary never failed; peak RSS is reported.
+  the canary never failed.
+- Memory is sampled every 0.5 s (RSS and its anonymous part, against frames
+  sent); the report gives each quarter's mean and the last quarter's drift
+  against the second (``memory_summary``): bounded memory levels off.
+- ``targets`` picks the listeners (all by default), to tell which one grows.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import threading
 import time
 
 import paho.mqtt.client as mqtt
+
+from campaign_server import drift
 
 
 def _mqtt_str(s: bytes) -> bytes:
@@ -255,15 +261,21 @@ class Canary:
                 "p99_ms": round(rtts[int(len(rtts) * 0.99) - 1] * 1000, 2) if rtts else None}
 
 
-def run(server, frames: int, seed: int = 1, threads: int = 8, per_conn: int = 8, log=print) -> dict:
-    """Fuzz ``server`` (a started CampaignServer) with about ``frames`` frames."""
-    ports = {"mqtt": server.ports["mqtt"], "ws": server.ports["ws"], "remoting": server.ports["broker"]}
-    if server.ports.get("http"):
-        ports["http"] = server.ports["http"]
+TARGETS = ("http", "mqtt", "remoting", "ws")
+
+
+def run(server, frames: int, seed: int = 1, threads: int = 8, per_conn: int = 8, targets=TARGETS, log=print) -> dict:
+    """Fuzz ``server`` (a started CampaignServer) with about ``frames`` frames,
+    spread over ``targets`` (those of TARGETS it has a port for)."""
+    bad = set(targets) - set(TARGETS)
+    if bad:
+        raise ValueError(f"unknown fuzz targets {sorted(bad)}; known: {', '.join(TARGETS)}")
+    ports = {t: server.ports["broker" if t == "remoting" else t] for t in targets}
+    ports = {t: p for t, p in ports.items() if p}
     targets = sorted(ports)
     counters = Counters()
     canary = Canary(server.ports["mqtt"])
-    rss: list[tuple[float, int]] = []
+    samples: list[tuple] = []  # (s since start, frames sent, RSS KiB, anonymous KiB, file-backed KiB)
     t0 = time.monotonic()
     stop = threading.Event()
 
@@ -281,10 +293,13 @@ def run(server, frames: int, seed: int = 1, threads: int = 8, per_conn: int = 8,
         if not server.alive():
             stop.set()
             break
-        rss.append((time.monotonic() - t0, server.sample()["rss_kib"]))
+        m = server.sample()
+        samples.append((round(time.monotonic() - t0, 1), counters.total(), m["rss_kib"], m["rss_anon_kib"],
+                        m["rss_file_kib"]))
         if time.monotonic() - last_log > 10:
             last_log = time.monotonic()
-            log(f"fuzz: {counters.total()}/{frames} frames, rss {rss[-1][1] // 1024} MiB")
+            log(f"fuzz: {counters.total()}/{frames} frames, rss {m['rss_kib'] // 1024} MiB "
+                f"(anon {m['rss_anon_kib'] // 1024} MiB)")
         stop.wait(0.5)
     for t in pool:
         t.join(10)
@@ -293,6 +308,23 @@ def run(server, frames: int, seed: int = 1, threads: int = 8, per_conn: int = 8,
     return {"frames": counters.frames, "frames_total": counters.total(), "connections": counters.connections,
             "connect_refused": counters.refused, "seconds": round(time.monotonic() - t0, 1),
             "server_alive": alive, "tracebacks": server.tracebacks(), "canary": canary_result,
-            "rss_peak_mib": round(max(r for _, r in rss) / 1024, 1) if rss else None,
-            "rss_start_mib": round(rss[0][1] / 1024, 1) if rss else None,
-            "rss_series": [(round(t, 1), r) for t, r in rss]}
+            **memory_summary(samples), "rss_series": samples}
+
+
+def memory_summary(samples: list[tuple]) -> dict:
+    """RSS and its anonymous part (the heap; the rest is mapped files: libraries,
+    commit-log and consume-queue pages) at the start and the peak, the mean of
+    each quarter of the run, and the drift of the last quarter against the
+    second: near 0 when memory has levelled off (the first quarter is warm-up)."""
+    if not samples:
+        return {"rss_start_mib": None, "rss_peak_mib": None}
+    out = {}
+    for name, col in (("rss", 2), ("anon", 3)):
+        values = [s[col] / 1024 for s in samples]
+        n = len(values)
+        quarters = [values[n * q // 4: max(n * (q + 1) // 4, n * q // 4 + 1)] for q in range(4)]
+        out[f"{name}_start_mib"] = round(values[0], 1)
+        out[f"{name}_peak_mib"] = round(max(values), 1)
+        out[f"{name}_quarter_means_mib"] = [round(sum(q) / len(q), 1) for q in quarters]
+        out[f"{name}_drift"] = drift(values)
+    return out

@@ -55,8 +55,14 @@ def write_html(rep: dict, out: Path) -> Path:
                      + f"<img src='{img}'>" + _table({f"round {r['round']}": r for r in rounds}))
     f = rep.get("fuzz")
     if f:
-        img = _plot(out / "fuzz.png", "fuzzing: server RSS", [t for t, _ in f["rss_series"]],
-                    {"RSS MiB": [r / 1024 for _, r in f["rss_series"]]}, "s")
+        series = f["rss_series"]  # (s, frames, RSS KiB, anonymous KiB, file-backed KiB); (s, RSS KiB) before
+        if series and len(series[0]) == 2:
+            img = _plot(out / "fuzz.png", "fuzzing: server RSS", [s[0] for s in series],
+                        {"RSS MiB": [s[1] / 1024 for s in series]}, "s")
+        else:
+            img = _plot(out / "fuzz.png", "fuzzing: server memory", [s[1] for s in series],
+                        {"RSS MiB": [s[2] / 1024 for s in series], "anonymous MiB": [s[3] / 1024 for s in series],
+                         "file-backed MiB": [s[4] / 1024 for s in series]}, "frames sent")
         parts.append("<h2>Fuzzing</h2>" + _table(f) + f"<img src='{img}'>")
     h = rep.get("hostile")
     if h:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
+from campaign_server import drift
+
 HERE = Path(__file__).resolve().parent
 RETENTION_HOURS = 0.1  # 6 minutes of log kept
 # 32 MiB segments, 30,000-unit consume-queue files and 200,000-entry index
@@ -74,16 +76,6 @@ def _capacity(port: int, seconds: float = 5.0) -> float:
         c.disconnect()
         c.loop_stop()
     return rate
-
-
-def _drift(values: list[float]) -> float | None:
-    n = len(values)
-    if n < 8:
-        return None
-    q2 = values[n // 4: n // 2]
-    q4 = values[3 * n // 4:]
-    base = sum(q2) / len(q2)
-    return round((sum(q4) / len(q4)) / base - 1, 4) if base else None
 
 
 def run(server, minutes: float, interval: float = 5.0, rate: float | None = None, native_rate: float = 50.0,
@@ -148,8 +140,8 @@ def run(server, minutes: float, interval: float = 5.0, rate: float | None = None
             c.loop_stop()
     native_acked = sum(1 for line in (server.work / "soak-native.jsonl").read_text().splitlines()
                        if '"native"' in line or '"timer"' in line)
-    drift = {k: _drift([s[k] for s in samples if s[k] is not None]) for k in ("rss_mib", "rss_anon_mib", "fds", "p99_ms", "disk_mib")}
+    drifts = {k: drift([s[k] for s in samples if s[k] is not None]) for k in ("rss_mib", "rss_anon_mib", "fds", "p99_ms", "disk_mib")}
     return {"minutes": minutes, "capacity_msgs_per_s": round(capacity), "rate_msgs_per_s": round(rate),
             "native_rate_msgs_per_s": native_rate,
-            "native_acked": native_acked, "samples": samples, "drift": drift,
+            "native_acked": native_acked, "samples": samples, "drift": drifts,
             "tracebacks": server.tracebacks(), "server_alive": server.alive()}
