@@ -10,13 +10,17 @@ arrival order.
   (a failure code, a PUBREC) is an event, in its place in the order.
 
 * A PUBLISH the store does not take: a 5.0 client gets the failure reason
-  code. A 3.1.1 client cannot be told: after a temporary failure (flush
-  timeout, store not available) it is closed unacknowledged so that it
-  sends the message again; a permanent refusal (``MESSAGE_ILLEGAL``, e.g.
-  a delay over ``timerMaxDelaySec``; ``NO_PERMISSION`` on the topic;
+  code. A 3.1.1 client cannot be told: after a temporary failure (store
+  not available, busy) it is closed unacknowledged so that it sends the
+  message again; a permanent refusal (``MESSAGE_ILLEGAL``, e.g. a delay
+  over ``timerMaxDelaySec``; ``NO_PERMISSION`` on the topic;
   ``TOPIC_NOT_EXIST``) would come back forever from a persistent session,
   so it is acknowledged and dropped (counted in ``dropped``), as Mosquitto
-  does with messages it will not take.
+  does with messages it will not take. A message stored whose flush or
+  replication timed out (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
+  SLAVE_NOT_AVAILABLE: stored statuses, which RocketMQ's producers do not
+  send again) is acknowledged like a stored one
+  (tests/gateway/test_stored_degraded.py).
 * Over ``maxPublishRate`` (gateway/quota.py): a 5.0 client's PUBLISH gets
   0x97 Quota exceeded and is not stored (a QoS 0 one is dropped; both are
   counted in ``quota_exceeded``); a 3.1.1 client's read waits until the
