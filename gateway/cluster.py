@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from core.broker import PullStatus
+from core.broker import PERM_READ, PERM_WRITE, PullStatus
 from core.store import decode_message
 from gateway.mapping import now_ms
 from gateway.membership import Membership
@@ -144,7 +144,21 @@ class ClusterSync:
             if not returned_after_waiting(result) and self.meta_offset == start:
                 log.warning("gateway meta records: read at %d answered %s %s", start, result.status.name,
                             result.remark)
+                if "TOPIC_NOT_EXIST" in result.remark:
+                    await self._recreate_meta_topic()
                 await trio.sleep(RETRY_PAUSE)
+
+    async def _recreate_meta_topic(self) -> None:
+        """A slave promoted before it copied the meta topic's config holds its
+        records (the commit log is replicated) but answers TOPIC_NOT_EXIST:
+        create the topic there again, or no record is ever read (and every
+        CONNECT is refused, ``catch_up``)."""
+        try:
+            await self.backend.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
+            log.warning("gateway meta records: topic %s created again on broker %s", META_TOPIC,
+                        self.backend.home_addr)
+        except Exception as e:  # noqa: BLE001 - the home broker is away: the next failed read tries again
+            log.warning("gateway meta records: topic %s not created: %s", META_TOPIC, e)
 
     def _apply_read(self, start: int, result) -> None:
         """Apply what a read from ``start`` found, skipping what a concurrent
