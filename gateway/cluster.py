@@ -32,6 +32,10 @@ cluster:
   session's final record is written, and a record of another node never
   closes a connection here (that node wrote it without owning the id).
   ``wait_release`` does not wait then.
+* Before a CONNECT decides about its client id, ``catch_up`` reads the meta
+  queue to its end; a read that fails (the home broker does not answer)
+  raises ``MetaUnavailable`` and the CONNECT is refused (0x88, 3.1.1: 3),
+  never decided on what the tail had seen so far.
 * A node's own records come back through the tail and are skipped
   (``mqgateNode`` property), except by the image of the meta records
   (``gateway.node_meta_log``), which holds every node's, in queue order:
@@ -56,7 +60,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from core.broker import PullStatus
+from core.broker import PERM_READ, PERM_WRITE, PullStatus
 from core.store import decode_message
 from gateway.mapping import now_ms
 from gateway.membership import Membership
@@ -77,6 +81,17 @@ log = logging.getLogger("mqgate.gateway")
 RETRY_PAUSE = 1.0
 RELEASE_WAIT = 2.0  # seconds a CONNECT waits for another node to release a session (wait_release; [mqtt] releaseWait)
 NEVER = 0xFFFFFFFF  # a session expiry interval that never ends
+
+
+# Answers about the meta queue itself (entries, its end, an offset moved by
+# retention); any other status says nothing about what it holds.
+_QUEUE_ANSWERS = frozenset({PullStatus.FOUND, PullStatus.PULL_NOT_FOUND, PullStatus.PULL_OFFSET_MOVED,
+                            PullStatus.PULL_RETRY_IMMEDIATELY})
+
+
+class MetaUnavailable(Exception):
+    """The meta records could not be read to their end now (the home broker
+    did not answer): what this node knows of other nodes' sessions may be stale."""
 
 
 def _here(sess: Session) -> bool:
@@ -129,7 +144,21 @@ class ClusterSync:
             if not returned_after_waiting(result) and self.meta_offset == start:
                 log.warning("gateway meta records: read at %d answered %s %s", start, result.status.name,
                             result.remark)
+                if "TOPIC_NOT_EXIST" in result.remark:
+                    await self._recreate_meta_topic()
                 await trio.sleep(RETRY_PAUSE)
+
+    async def _recreate_meta_topic(self) -> None:
+        """A slave promoted before it copied the meta topic's config holds its
+        records (the commit log is replicated) but answers TOPIC_NOT_EXIST:
+        create the topic there again, or no record is ever read (and every
+        CONNECT is refused, ``catch_up``)."""
+        try:
+            await self.backend.ensure_topic(META_TOPIC, 1, PERM_READ | PERM_WRITE)
+            log.warning("gateway meta records: topic %s created again on broker %s", META_TOPIC,
+                        self.backend.home_addr)
+        except Exception as e:  # noqa: BLE001 - the home broker is away: the next failed read tries again
+            log.warning("gateway meta records: topic %s not created: %s", META_TOPIC, e)
 
     def _apply_read(self, start: int, result) -> None:
         """Apply what a read from ``start`` found, skipping what a concurrent
@@ -145,13 +174,18 @@ class ClusterSync:
     async def catch_up(self) -> None:
         """Apply every record up to the end of the meta queue now (before a
         CONNECT decides about its client id: a session that just left
-        another node is known here)."""
+        another node is known here). ``MetaUnavailable`` if a read fails
+        first: an empty answer with an error status is not the end, and a
+        CONNECT decided on what this node knew might resume a stale session."""
         while True:
             start = self.meta_offset
             result = await self.backend.read_queue(META_TOPIC, 0, start, 256)
-            if not result.entries:
-                return
+            if result.status not in _QUEUE_ANSWERS:
+                raise MetaUnavailable(f"gateway meta records not read from offset {start}: "
+                                      f"{result.status.name} {result.remark}".rstrip())
             self._apply_read(start, result)
+            if not result.entries and self.meta_offset == start:
+                return
 
     def _apply_raw(self, raw: bytes) -> None:
         try:

@@ -10,7 +10,13 @@ Data. The same exchange re-authenticates a live connection (client AUTH
 0x19), for the same username only. Refusals: a method the server does not
 offer, CONNACK 0x8C; a failed exchange, CONNACK 0x87 (re-authentication:
 DISCONNECT 0x87). What is logged of a failure is the username and the RFC
-5802 error name, never the exchange's messages."""
+5802 error name, never the exchange's messages.
+
+On a gateway node, a CONNECT the node cannot decide is refused with Server
+unavailable (0x88; 3.1.1: return code 3) and one log line, and the client
+tries again: its client id owned elsewhere in etcd (``OwnerUnavailable``), or
+the cluster's meta records not readable to their end (``MetaUnavailable``:
+a session that just left another node would be resumed stale here)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
+from gateway.cluster import MetaUnavailable
 from gateway.owners import OwnerUnavailable
 from gateway.mqtt import Auth, ConnAck, Connect, Disconnect, ReasonCode, RemoteProtocolError
 from gateway.scram import ScramExchange, ScramFailed
@@ -172,7 +179,7 @@ async def _admit(conn: Connection, c: Connect, username: str | None, auth_data: 
     conn.will = c.will
     try:
         sess, present = await gw.open_session(conn, cid, clean_start=c.clean_start, expiry=expiry, version=v)
-    except OwnerUnavailable as e:  # never two owners: the client tries again later
+    except (OwnerUnavailable, MetaUnavailable) as e:  # never two owners, nor a stale session: the client tries again
         return _refuse(conn, R.SERVER_UNAVAILABLE, f"client {cid}: {e}", tell="server unavailable: try again")
     ack = dict(session_present=present)
     if v == 5:

@@ -479,7 +479,7 @@ class Session:
                     # the rest) for the next connect, and end this one.
                     log.warning("client %s: in-flight message not readable (%s); closing to retry on reconnect",
                                 self.client_id, e)
-                    conn.kick(0x88)  # Server unavailable
+                    conn.kick(0x89)  # Server busy (0x88 is a CONNACK code, not a DISCONNECT one)
                     return
                 m = None if out is None else self.match(out)
                 if out is None:
