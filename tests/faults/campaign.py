@@ -123,7 +123,7 @@ def run(args, log=print) -> dict:
                                                     tx_settle=args.tx_settle), log=log)
         rep["kills"]["seconds"] = round(time.monotonic() - t0, 1)
     if "fuzz" in kinds:
-        server = CampaignServer(work / "fuzz", http=True)
+        server = CampaignServer(work / "fuzz", http=True, ha=True)
         server.start()
         try:
             rep["fuzz"] = fuzz.run(server, args.fuzz_frames, seed=args.seed, targets=args.fuzz_targets.split(","),

@@ -62,13 +62,15 @@ def drift(values: list[float]) -> float | None:
 
 class CampaignServer:
     def __init__(self, work: Path, *, flush: str = "SYNC_FLUSH", mqtt_extra: str = "", broker_extra: str = "",
-                 http: bool = False):
+                 http: bool = False, ha: bool = False):
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.config = self.work / "mqgate.toml"
-        self.config.write_text(CONFIG.format(flush=flush, mqtt_extra=mqtt_extra, broker_extra=broker_extra))
         self.ports = {"mqtt": free_port(), "ws": free_port(), "namesrv": free_port(), "broker": free_port(),
-                      "grpc": free_port(), "http": free_port() if http else 0}
+                      "grpc": free_port(), "http": free_port() if http else 0, "ha": free_port() if ha else 0}
+        if ha:  # the master's HA port, where slaves connect (fixed, so the fuzzer knows it)
+            broker_extra += f"\nhaListenPort = {self.ports['ha']}"
+        self.config.write_text(CONFIG.format(flush=flush, mqtt_extra=mqtt_extra, broker_extra=broker_extra))
         self.proc: ServeProcess | None = None
         self.starts = 0
 

@@ -2,7 +2,8 @@
 
 Targets: MQTT over TCP, MQTT over WebSocket (a real handshake, then mutated
 MQTT in masked binary frames, and sometimes a mutated WebSocket frame
-header), RocketMQ remoting, and HTTP.  Each connection sends a valid opening
+header), RocketMQ remoting, HTTP, and the master's HA port (what a slave
+sends there: 8-byte commit-log offsets, reference 8).  Each connection sends a valid opening
 (CONNECT, handshake) or not, then a few frames, each a corpus frame mutated
 by bit flips, byte changes, inserts, deletes, truncation, duplicated slices,
 splices of two frames or a random length prefix.
@@ -97,6 +98,13 @@ def remoting_corpus() -> list[bytes]:
             remoting_frame(37, {"consumerGroup": "FZG", "topic": "FuzzT", "queueId": "0", "commitOffset": "5"})]
 
 
+def ha_corpus() -> list[bytes]:
+    """A slave's reports (int64 big-endian commit-log ends): from the start,
+    small, far past the end, several in one write, and half of one."""
+    reports = [struct.pack(">q", n) for n in (0, 1, 4096, 1 << 20, 1 << 40, (1 << 63) - 1)]
+    return reports + [reports[0] + reports[2], reports[2] + reports[3] + reports[0], reports[3][:5]]
+
+
 def http_corpus() -> list[bytes]:
     return [b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /api/v1/clients HTTP/1.1\r\nHost: x\r\n\r\n",
             b"POST /api/v1/publish HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 41\r\n\r\n"
@@ -165,7 +173,7 @@ class Counters:
 
 def one_connection(rng: random.Random, target: str, port: int, counters: Counters, per_conn: int) -> None:
     """One connection to ``target``: an opening or not, ``per_conn`` mutated frames, a reset."""
-    corpus = {"mqtt": MQTT, "ws": MQTT, "remoting": REMOTING, "http": HTTP}[target]
+    corpus = {"mqtt": MQTT, "ws": MQTT, "remoting": REMOTING, "http": HTTP, "ha": HA}[target]
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=2)
     except OSError:
@@ -201,7 +209,7 @@ def one_connection(rng: random.Random, target: str, port: int, counters: Counter
         counters.add(target, sent)
 
 
-MQTT, REMOTING, HTTP = mqtt_corpus(), remoting_corpus(), http_corpus()
+MQTT, REMOTING, HTTP, HA = mqtt_corpus(), remoting_corpus(), http_corpus(), ha_corpus()
 
 
 class Canary:
@@ -261,7 +269,7 @@ class Canary:
                 "p99_ms": round(rtts[int(len(rtts) * 0.99) - 1] * 1000, 2) if rtts else None}
 
 
-TARGETS = ("http", "mqtt", "remoting", "ws")
+TARGETS = ("ha", "http", "mqtt", "remoting", "ws")
 
 
 def run(server, frames: int, seed: int = 1, threads: int = 8, per_conn: int = 8, targets=TARGETS, log=print) -> dict:
@@ -270,7 +278,7 @@ def run(server, frames: int, seed: int = 1, threads: int = 8, per_conn: int = 8,
     bad = set(targets) - set(TARGETS)
     if bad:
         raise ValueError(f"unknown fuzz targets {sorted(bad)}; known: {', '.join(TARGETS)}")
-    ports = {t: server.ports["broker" if t == "remoting" else t] for t in targets}
+    ports = {t: server.ports.get("broker" if t == "remoting" else t) for t in targets}
     ports = {t: p for t, p in ports.items() if p}
     targets = sorted(ports)
     counters = Counters()

@@ -50,14 +50,14 @@ def test_kill_rounds_deliver_qos2_exactly_once(kill_result):
 
 def test_fuzz_burst_and_hostile_clients(tmp_path):
     hostile.raise_nofile()
-    server = CampaignServer(tmp_path / "fuzz", http=True)
+    server = CampaignServer(tmp_path / "fuzz", http=True, ha=True)
     server.start()
     try:
         f = fuzz.run(server, 20_000, seed=5, log=lambda m: None)
     finally:
         server.stop()
     assert f["server_alive"] and f["tracebacks"] == [], f["tracebacks"]
-    assert f["frames_total"] >= 20_000 and set(f["frames"]) == {"mqtt", "ws", "remoting", "http"}
+    assert f["frames_total"] >= 20_000 and set(f["frames"]) == {"mqtt", "ws", "remoting", "http", "ha"}
     assert f["canary"]["failures"] == 0 and f["canary"]["round_trips"] > 0, f["canary"]
 
     acl = tmp_path / "acl"
