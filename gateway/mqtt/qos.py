@@ -107,6 +107,9 @@ OUTBOUND: dict[tuple[OutboundStage, type, bool], tuple[OutboundStage, bool]] = {
 }
 
 
+_DONE, _AWAIT_PUBACK, _AWAIT_PUBREC, _AWAIT_PUBCOMP = O.DONE, O.AWAIT_PUBACK, O.AWAIT_PUBREC, O.AWAIT_PUBCOMP
+
+
 class OutboundAck(NamedTuple):
     packet_id: int
     ref: Any  # the caller's ref, or None for an unknown packet id
@@ -192,13 +195,18 @@ class OutboundFlows:
                 if cls is PubRec:
                     replies.append(PUBREL_WORD | NOT_FOUND | packet_id)
                 continue
-            step = OUTBOUND.get((flow[1], cls, event.reason_code < 0x80))
-            if step is None:
-                raise RemoteProtocolError(
-                    f"{cls.__name__} for packet {packet_id} in stage {O(flow[1]).name}", _PROTO
-                )
-            stage, release = step
-            if stage is O.DONE:
+            # the common steps first, as OUTBOUND has them (no key tuple, no lookup)
+            at = flow[1]
+            if cls is PubComp and at is _AWAIT_PUBCOMP or cls is PubAck and at is _AWAIT_PUBACK:
+                stage, release = _DONE, False
+            elif cls is PubRec and at is _AWAIT_PUBREC and event.reason_code < 0x80:
+                stage, release = _AWAIT_PUBCOMP, True
+            else:
+                step = OUTBOUND.get((at, cls, event.reason_code < 0x80))
+                if step is None:
+                    raise RemoteProtocolError(f"{cls.__name__} for packet {packet_id} in stage {O(at).name}", _PROTO)
+                stage, release = step
+            if stage is _DONE:
                 del flows[packet_id]
                 done.append(packet_id)
             else:
@@ -304,9 +312,18 @@ class InboundFlows:
 
     def on_publish(self, event: Publish) -> InboundAction:
         """What to do with a PUBLISH received from the client."""
-        if not event.qos:
+        qos = event.qos
+        if not qos:
             return A.DELIVER
-        return self._step(event.packet_id, "publish1" if event.qos == 1 else "publish2")
+        packet_id = event.packet_id
+        flows = self._flows
+        if packet_id not in flows and len(flows) < self.receive_maximum:
+            # INBOUND's (ABSENT, "publish1"/"publish2"), without a key tuple and a lookup
+            if flows is _NO_FLOWS:
+                flows = self._flows = {}
+            flows[packet_id] = I.QOS1_UNACKED if qos == 1 else I.QOS2_UNACKED
+            return A.DELIVER
+        return self._step(packet_id, "publish1" if qos == 1 else "publish2")
 
     def puback(self, packet_id: int, reason_code: int = ReasonCode.SUCCESS, **props) -> PubAck:
         """Finish a QoS 1 message (after it is stored); returns the PubAck to send."""
