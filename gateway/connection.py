@@ -22,7 +22,10 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   read. Consecutive PUBLISHes are stored with one ``send_many`` (one flush
   wait, SYNC_FLUSH); their acks go out in arrival order. Any other packet
   (except client acks and PINGREQ) first finishes the publishes before it,
-  so a SUBSCRIBE never overtakes an earlier PUBLISH. Across connections,
+  so a SUBSCRIBE never overtakes an earlier PUBLISH. The client's acks
+  and PUBRELs are acted on in runs, in arrival order (one call and one
+  write per run, ``_acks``); a PUBREL after PUBLISHes of the same read
+  finishes them first. Across connections,
   the publishes of a read are routed after one checkpoint: packets read in
   the same wake-up of the loop (trio runs those readers in random order)
   have been acted on first, so a SUBSCRIBE that arrived before another
@@ -56,8 +59,8 @@ from gateway.connecting import accept_connect, on_auth
 from gateway.mapping import now_ms
 from gateway.meta import record
 from gateway.mqtt import (
-    Auth, Connect, ConnectionClosed, ConnectionState, Disconnect, InboundStage, MQTTConnection, PingReq, PingResp,
-    PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, Subscribe, Unsubscribe,
+    NOT_FOUND, Auth, Connect, ConnectionClosed, ConnectionState, Disconnect, InboundStage, MQTTConnection, PingReq,
+    PingResp, PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, Subscribe, Unsubscribe,
 )
 from gateway.publish_output import NO_OUTPUT, NOBODY, READER, TASK, PublishOutput
 from gateway.publishing import publish_batch
@@ -73,7 +76,7 @@ R = ReasonCode
 _CONNECTED = ConnectionState.CONNECTED
 _CLOSED = ConnectionState.CLOSED
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-_CLIENT_ACKS = (PubAck, PubRec, PubComp)
+_ACKS_AND_RELEASES = (PubAck, PubRec, PubComp, PubRel)
 LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
 
 
@@ -95,8 +98,8 @@ class Connection(PublishOutput):
         self.out: list[bytes] = NO_OUTPUT  # a list of its own while output waits
         self.out_bytes = 0
         self.live = False  # CONNACK and redelivery done: new messages may go out
-        self._held: list | None = None  # PUBCOMPs waiting for an "in2" record (see _handle)
-        self._held_rel: list | None = None  # outbound PUBRELs waiting for a "sess" record
+        self._held: list | None = None  # PUBCOMP words waiting for an "in2" record (see _handle)
+        self._held_rel: list | None = None  # outbound PUBREL words waiting for a "sess" record
         self.closing = False
         self.session = None
         self.client_id: str | None = None
@@ -168,11 +171,13 @@ class Connection(PublishOutput):
                 return
             raise
 
-    def hold_pubrel(self, rel: PubRel) -> None:
-        """Send ``rel`` once this read's ``"sess"`` record is written (see _handle)."""
+    def hold_pubrels(self, words: list) -> None:
+        """Send these PUBRELs (ack words) once this read's ``"sess"`` record is
+        written (see _handle)."""
         if self._held_rel is None:
-            self._held_rel = []
-        self._held_rel.append(rel)
+            self._held_rel = words
+        else:
+            self._held_rel += words
 
     def deliver(self, sess, d: Delivery, ref=None) -> None:
         """Send one message of ``sess`` (called by the session's pump)."""
@@ -453,15 +458,32 @@ class Connection(PublishOutput):
 
     async def _handle(self, events: list) -> None:
         batch: list[Publish] = []
+        run = None  # client acks and PUBRELs not acted on yet, in arrival order (see _acks)
         sess = self.session
         for ev in events:
             t = type(ev)
             if t is Publish:
                 batch.append(ev)
                 continue
-            if t in _CLIENT_ACKS:
-                sess.on_ack(ev, self)
+            if t in _ACKS_AND_RELEASES:
+                if t is PubRel and (batch or self.closing):
+                    # A PUBREL after PUBLISHes of this read: those are stored and
+                    # acknowledged first (the inbound flows change in arrival order).
+                    if run:
+                        self._acks(run)
+                        run = None
+                    if batch:
+                        await publish_batch(self, batch)
+                        batch = []
+                    if self.closing:
+                        return
+                if run is None:
+                    run = []
+                run.append(ev)
                 continue
+            if run:
+                self._acks(run)
+                run = None
             if t is PingReq:
                 self.send_event(PingResp())
                 continue
@@ -475,14 +497,6 @@ class Connection(PublishOutput):
                 sess = self.session
                 if sess is None:
                     return
-            elif t is PubRel:
-                comp = sess.inbound.on_pubrel(ev)
-                if sess.persistent and comp.reason_code == 0:
-                    if self._held is None:
-                        self._held = []
-                    self._held.append(comp)
-                else:
-                    self.send_event(comp)
             elif t is Subscribe:
                 await subscribe(self, ev)
             elif t is Unsubscribe:
@@ -498,6 +512,8 @@ class Connection(PublishOutput):
                 sess = self.session  # set by the end of a CONNECT's exchange
                 if sess is None or self.closing:
                     return
+        if run:
+            self._acks(run)
         if batch:
             await publish_batch(self, batch)
         if self._held or self._held_rel:
@@ -509,12 +525,47 @@ class Connection(PublishOutput):
             if self._held_rel:
                 items.append(record("sess", sess.client_id, sess.to_record(gone=None)))
             await self.gw.write_records(items)
-            held, self._held = self._held or (), None
-            held_rel, self._held_rel = self._held_rel or (), None
-            for comp in held:
-                self.send_event(comp)
-            for rel in held_rel:
-                self.send_event(rel)
+            held, self._held = self._held, None
+            held_rel, self._held_rel = self._held_rel, None
+            if held:
+                self.send_acks(held, plain=True)
+            if held_rel:
+                self.send_acks(held_rel, plain=True)
+
+    def _acks(self, run: list) -> None:
+        """Act on a run of a read's client acks (PUBACK, PUBREC, PUBCOMP: the
+        session's outbound flows) and PUBRELs (its inbound QoS 2 flows), in
+        arrival order, a stretch of one kind at a time, each in one call and
+        one write. Nothing in it waits: the read's PUBLISHes before it have
+        been acted on and those after it will be (see _handle). A PUBCOMP with
+        success of a persistent session waits for the read's ``"in2"`` record."""
+        sess = self.session
+        start, n = 0, len(run)
+        while start < n:
+            inbound = run[start].__class__ is PubRel
+            stop = start + 1
+            while stop < n and (run[stop].__class__ is PubRel) is inbound:
+                stop += 1
+            part = run if stop - start == n else run[start:stop]
+            start = stop
+            if not inbound:
+                sess.on_acks(part, self)
+                continue
+            comps: list = []
+            try:
+                sess.inbound.release(part, comps)
+            finally:
+                if comps and sess.persistent:
+                    # the packet ids forgotten durably before the PUBCOMPs go out
+                    held = [w for w in comps if not w & NOT_FOUND]
+                    if held:
+                        if self._held is None:
+                            self._held = held
+                        else:
+                            self._held += held
+                        comps = [w for w in comps if w & NOT_FOUND] if len(held) < len(comps) else None
+                if comps:
+                    self.send_acks(comps)
 
     def in2_record(self):
         sess = self.session

@@ -22,6 +22,9 @@ Rules kept here (ARCHITECTURE decision 7; the writer side is
   is counted (session and ``$SYS``) and traced when a tracer runs.
 * The fast path gives the same result as ``deliver`` for what it is given:
   a 3.1.1 QoS 0 message without expiry, no tracer, nothing pending.
+* ``send_acks`` writes a run of acks (ack words, ``gateway.mqtt.qos``) as
+  ``send_event`` would write their events one by one, in one write when
+  every one is a plain success ack.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 import trio
 
 from core.trace import DeliveryOutcome
-from gateway.mqtt import ConnectionState
+from gateway.mqtt import NOT_FOUND, ConnectionState, ack_event, plain_acks
 
 _CONNECTED = ConnectionState.CONNECTED
 
@@ -69,6 +72,27 @@ class PublishOutput:
                 self.wake()
         elif self._admit_qos0(sess, None):
             self._append_publish(data, 0)
+
+    def send_acks(self, words: list, plain: bool = False) -> None:
+        """Send the acks ``words`` stands for, in order (see the module
+        docstring); ``plain``: the caller knows none has a flag. A client
+        whose Maximum Packet Size is under 4 bytes gets none, as
+        ``send_event`` drops an ack too large for it."""
+        mq = self.mq
+        if mq.state is _CONNECTED:
+            if not plain:
+                for w in words:
+                    if w & NOT_FOUND:
+                        break
+                else:
+                    plain = True
+            if plain:
+                limit = mq.peer_max_packet_size
+                if limit is None or limit >= 4:
+                    self.write(plain_acks(words))
+                return
+        for w in words:
+            self.send_event(ack_event(w))
 
     def _admit_qos0(self, sess, out) -> bool:
         """Whether a QoS 0 PUBLISH may join the output; False: dropped and

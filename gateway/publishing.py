@@ -34,7 +34,6 @@ arrival order.
 from __future__ import annotations
 
 import logging
-import struct
 from typing import TYPE_CHECKING
 
 import trio
@@ -44,8 +43,8 @@ from core.store import PROPERTY_TIMER_OUT_MS
 from gateway.mapping import (P_TIMER_DELAY, P_TOPIC, MappingError, broker_topic_for, now_ms, publish_properties,
                              plain_publish_to_message, publish_to_message, queue_for, split_delayed)
 from gateway.meta import record
-from gateway.mqtt import (ConnectionState, InboundAction, InboundStage, PubAck, Publish, ReasonCode,
-                          RemoteProtocolError)
+from gateway.mqtt import (PUBREC_WORD, ConnectionState, InboundAction, InboundStage, Publish, ReasonCode,
+                          RemoteProtocolError, ack_event)
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
@@ -56,8 +55,6 @@ R = ReasonCode
 # store refusals that sending the message again cannot change (see the module docstring)
 _PERMANENT = frozenset({SendStatus.MESSAGE_ILLEGAL, SendStatus.NO_PERMISSION, SendStatus.TOPIC_NOT_EXIST})
 _CONNECTED = ConnectionState.CONNECTED
-_PUBACK = struct.Struct("!HH").pack  # fixed header (type 4, remaining length 2), packet id
-_PUBACK_HEAD = 0x4002
 
 
 async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
@@ -205,8 +202,8 @@ async def _after_store(conn: Connection, plan, items, results) -> None:
                     retained.append((msg.properties[P_TOPIC], pub.payload, r.physical_offset))
         if not pub.qos or resend:
             continue
-        if pub.qos == 1 and not code:
-            acks.append(pub.packet_id)  # a plain PUBACK (see _send_acks)
+        if not code:  # a plain PUBACK or PUBREC (an ack word, see _send_acks)
+            acks.append(pub.packet_id if pub.qos == 1 else PUBREC_WORD | pub.packet_id)
             plain += 1
             continue
         props = {"reason_string": reason} if (code and reason and conn.version == 5) else {}
@@ -215,7 +212,7 @@ async def _after_store(conn: Connection, plan, items, results) -> None:
         else:
             acks.append(inbound.pubrec(pub.packet_id, code, **props))
     if plain:
-        inbound.acknowledge_qos1([a for a in acks if a.__class__ is int] if plain < len(acks) else acks)
+        inbound.acknowledge([a for a in acks if a.__class__ is int] if plain < len(acks) else acks)
     if retained:
         await gw.set_retained(retained)
     if fail_in2 and sess.persistent:
@@ -227,20 +224,18 @@ async def _after_store(conn: Connection, plan, items, results) -> None:
 
 
 def _send_acks(conn: Connection, acks: list, all_plain: bool) -> None:
-    """Write the acks of a read in arrival order. A packet id stands for a
-    PUBACK with success and no properties, the same bytes in 3.1.1 and 5.0:
-    when every ack is one (the common case) they are packed together, with no
-    event per message; the connection's state rules still apply (nothing
-    after the client's DISCONNECT; dropped for a client whose Maximum Packet
-    Size is under 4 bytes, as an oversized ack is)."""
-    mq = conn.mq
-    if all_plain and mq.state is _CONNECTED:
-        limit = mq.peer_max_packet_size
-        if limit is None or limit >= 4:
-            conn.write(b"".join([_PUBACK(_PUBACK_HEAD, pid) for pid in acks]))
+    """Write the acks of a read in arrival order. An int is an ack word (a
+    PUBACK's is its packet id, a PUBREC's ``PUBREC_WORD | pid``): an ack with
+    success and no properties, the same bytes in 3.1.1 and 5.0. When every
+    ack is one (the common case) they are packed together, with no event per
+    message; the connection's state rules still apply (nothing after the
+    client's DISCONNECT; dropped for a client whose Maximum Packet Size is
+    under 4 bytes, as an oversized ack is)."""
+    if all_plain:
+        conn.send_acks(acks, plain=True)
         return
     for ack in acks:
-        conn.send_event(PubAck(packet_id=ack) if ack.__class__ is int else ack)
+        conn.send_event(ack_event(ack) if ack.__class__ is int else ack)
 
 
 def _permanent(gw: MQTTGateway, status: SendStatus) -> bool:

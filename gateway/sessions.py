@@ -58,8 +58,8 @@ from core.broker import PullStatus
 from core.trace import DeliveryOutcome
 from gateway.limits import QueueOverflow
 from gateway.mapping import Outbound, now_ms, session_queue_name
-from gateway.mqtt import (InboundFlows, OutboundFlows, OutboundStage, PacketTooLarge, PubAck, PublishTemplate, PubRec,
-                          PubRel)
+from gateway.mqtt import (NO_REF, NOT_FOUND, InboundFlows, OutboundFlows, OutboundStage, PacketTooLarge, PubAck,
+                          PublishTemplate, PubRec, PubRel)
 from gateway.wildcard import TopicFilter, parse_filter, topic_matches
 
 if TYPE_CHECKING:
@@ -438,29 +438,48 @@ class Session:
             # resent with the same packet id and DUP. One record per wake-up.
             await self.gw.save_session(self)
 
-    def on_ack(self, event, conn) -> None:
-        """A PUBACK, PUBREC or PUBCOMP from the client."""
-        ack = self.flows.on_ack(event)  # may raise RemoteProtocolError
-        if ack.reply is not None:
-            if self.queue is not None and ack.ref is not None:
-                # The client frees the packet id on PUBREL: the flow past PUBREC
-                # must be durable first (the connection writes one "sess" record
-                # for the read, then sends these).
-                conn.hold_pubrel(ack.reply)
-            else:
-                conn.send_event(ack.reply)
-        if ack.completed:
-            self.untrack(ack.packet_id)
-            if self.gw.tracer is not None:
-                self.gw.tracer.acked(self.client_id, ack.packet_id)
-            if self.queue is not None:
+    def on_acks(self, events: list, conn) -> None:
+        """A run of a read's client acks (PubAck, PubRec, PubComp), in order:
+        one flows call (``OutboundFlows.on_acks``), the PUBRELs in one write,
+        one commit and one notify. A protocol error is raised after what the
+        acks before it did is done.
+
+        A PUBREL of a flow past PUBREC is held (``conn.hold_pubrels``) when
+        the session is persistent: the client frees the packet id on PUBREL,
+        so the flow's new stage must be durable first (the connection writes
+        one ``"sess"`` record for the read, then sends them). A flow past
+        PUBREC no longer holds the committed offset back: the message is
+        received, only PUBREL remains."""
+        replies: list = []
+        done: list = []
+        received: list = []
+        try:
+            self.flows.on_acks(events, replies, done, received)
+        finally:
+            if replies:
+                if self.queue is not None:
+                    # the flows past PUBREC durable first (see above)
+                    now = [w for w in replies if w & (NO_REF | NOT_FOUND)]
+                    if len(now) < len(replies):
+                        conn.hold_pubrels([w for w in replies if not w & (NO_REF | NOT_FOUND)])
+                    if now:
+                        conn.send_acks(now)
+                else:
+                    conn.send_acks(replies)
+            if received:
+                refs = self.refs
+                for pid in received:
+                    refs[pid] = None
+            if done:
+                tracer = self.gw.tracer
+                for pid in done:
+                    self.untrack(pid)
+                    if tracer is not None:
+                        tracer.acked(self.client_id, pid)
+            if done or received:
                 self.commit()
-            self.notify()
-        elif type(event).__name__ == "PubRec" and ack.ref is not None:
-            # QoS 2 past PUBREC: the message is received; only PUBREL remains.
-            if type(ack.ref) is int:
-                self.refs[ack.packet_id] = None
-                self.commit()
+            if done:
+                self.notify()
 
     async def redeliver(self, conn) -> None:
         """After a reconnect to an existing session: resend what is in flight."""

@@ -66,6 +66,13 @@ from ._topic_alias import InboundTopicAliases, OutboundTopicAliases
 from ._wire import PacketType
 from .fanout import PublishTemplate, encode_publish_v4_qos0
 from .qos import (
+    NOT_FOUND,
+    NO_REF,
+    PUBACK_WORD,
+    PUBCOMP_WORD,
+    PUBREC_WORD,
+    PUBREL_WORD,
+    WORD_PID,
     InboundAction,
     InboundFlows,
     InboundStage,
@@ -73,6 +80,8 @@ from .qos import (
     OutboundFlows,
     OutboundStage,
     Redelivery,
+    ack_event,
+    plain_acks,
 )
 
 __all__ = [
@@ -92,4 +101,6 @@ __all__ = [
     "InboundTopicAliases", "OutboundTopicAliases", "PublishTemplate", "encode_publish_v4_qos0",
     "OutboundFlows", "OutboundStage", "OutboundAck", "Redelivery",
     "InboundFlows", "InboundStage", "InboundAction",
+    "PUBACK_WORD", "PUBREC_WORD", "PUBREL_WORD", "PUBCOMP_WORD", "NOT_FOUND", "NO_REF", "WORD_PID",
+    "plain_acks", "ack_event",
 ]

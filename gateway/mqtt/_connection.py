@@ -43,7 +43,8 @@ from dataclasses import replace
 
 from ._decode import decode_packet, decode_publish, peek_connect_version, read_fixed_header
 from ._encode import encode
-from ._events import ConnAck, ConnectionClosed, Connect, Disconnect, Auth, Publish, _trusted
+from ._events import (Auth, ConnAck, ConnectionClosed, Connect, Disconnect, PubAck, PubComp, PubRec, PubRel, Publish,
+                      _trusted)
 from ._reasons import (
     ALLOWED_REASONS,
     LocalProtocolError,
@@ -61,6 +62,7 @@ S = ConnectionState
 _PROTO = ReasonCode.PROTOCOL_ERROR
 UNLIMITED = 268_435_460  # 1 + 4 + the largest remaining length
 _PROBLEM_INFO_ALWAYS = (Publish, ConnAck, Disconnect)
+_PLAIN_ACKS = {0x40: PubAck, 0x50: PubRec, 0x62: PubRel, 0x70: PubComp}  # an ack's first byte -> its event
 # Whose turn it is in an enhanced authentication exchange (see the module docstring).
 _NO_EXCHANGE, _SERVER_TURN, _CLIENT_TURN = 0, 1, 2
 
@@ -173,14 +175,14 @@ class MQTTConnection:
             raise
 
     def _publishes(self, out: list) -> None:
-        """Decode the PUBLISH packets at the front of the buffer into ``out``.
+        """Decode the PUBLISH packets and plain acks at the front of the buffer into ``out``.
 
         The common case of ``_next_event`` done in one loop for a connected
         client: a PUBLISH with a 1- or 2-byte remaining length, whole in the
-        buffer and within ``max_packet_size``, keeps the state CONNECTED. It
-        stops at anything else (another type, a longer or malformed length,
-        an incomplete packet), which ``_next_event`` then handles as before.
-        """
+        buffer and within ``max_packet_size``, or an ack of 4 bytes (valid as
+        read: built unchecked), keeps the state CONNECTED. It stops at anything
+        else (another type, a longer or malformed length, an incomplete
+        packet), which ``_next_event`` then handles as before."""
         if self._pending and self._pending_len >= self._need - (len(self._buf) - self._pos):
             self._fill()
         buf = self._buf
@@ -192,7 +194,13 @@ class MQTTConnection:
             while end - pos >= 2:
                 first = buf[pos]
                 if first >> 4 != 3:  # PacketType.PUBLISH
-                    break
+                    cls = _PLAIN_ACKS.get(first)  # a plain ack: no reason code, no properties, id > 0
+                    if (cls is None or buf[pos + 1] != 2 or end - pos < 4 or limit < 4
+                            or not buf[pos + 2] | buf[pos + 3]):
+                        break
+                    pos += 4
+                    out.append(_trusted(cls, {"packet_id": buf[pos - 2] << 8 | buf[pos - 1]}))
+                    continue
                 length = buf[pos + 1]
                 body = pos + 2
                 if length >= 128:

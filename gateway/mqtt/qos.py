@@ -24,10 +24,18 @@ Rules kept here (3.1.1 section 4.3-4.6, 5.0 section 4.3-4.9):
   ``reset_unacked()`` (on reconnect) forgets messages we never acknowledged:
   the client will resend them. Call ``pubrec`` only once the message is
   stored, and persist the state with it.
+* Batch-through (a read's acks): ``InboundFlows.acknowledge``,
+  ``InboundFlows.release`` and ``OutboundFlows.on_acks`` make the same
+  changes as ``puback``/``pubrec``, ``on_pubrel`` and ``on_ack`` one after
+  the other, in order, and raise the same errors at the same packet, but
+  build no event per packet: they answer in plain ack words (``PUBREC_WORD
+  | packet id`` etc., see ``plain_acks``), which ``plain_acks`` turns into
+  the 4-byte packets a success ack without properties is in 3.1.1 and 5.0.
 """
 
 from __future__ import annotations
 
+import struct
 from enum import Enum, IntEnum
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -38,6 +46,8 @@ from ._reasons import LocalProtocolError, ReasonCode, RemoteProtocolError
 __all__ = [
     "OutboundStage", "OutboundFlows", "OutboundAck", "Redelivery", "OUTBOUND",
     "InboundStage", "InboundAction", "InboundFlows", "INBOUND",
+    "PUBACK_WORD", "PUBREC_WORD", "PUBREL_WORD", "PUBCOMP_WORD", "NOT_FOUND", "NO_REF", "WORD_PID",
+    "plain_acks", "ack_event",
 ]
 
 _PROTO = ReasonCode.PROTOCOL_ERROR
@@ -45,6 +55,34 @@ _NOT_FOUND = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
 # The flows of a table with none yet (most sessions, most of the time): read-only
 # and shared, replaced by a dict of its own at the first flow.
 _NO_FLOWS: Any = MappingProxyType({})
+
+# Ack words: a packet id (bits 0-15), the ack's type (bits 16-17) and flags.
+# A word without flags is a success ack without properties: 4 bytes on the
+# wire in 3.1.1 and 5.0 (first byte, remaining length 2, packet id).
+WORD_PID = 0xFFFF
+PUBACK_WORD = 0  # a QoS 1 message's PUBACK is its bare packet id
+PUBREC_WORD = 1 << 16
+PUBREL_WORD = 2 << 16
+PUBCOMP_WORD = 3 << 16
+NOT_FOUND = 1 << 18  # reason code 0x92 Packet Identifier not found (an event, not plain)
+NO_REF = 1 << 19  # OutboundFlows.on_acks: a PUBREL for a flow whose ref is None
+_WORD_TYPES = (PubAck, PubRec, PubRel, PubComp)
+_WORD_HEADS = (0x4002, 0x5002, 0x6202, 0x7002)  # first byte and remaining length of each
+_HEAD_PID = struct.Struct("!HH").pack
+
+
+def plain_acks(words) -> bytes:
+    """The packets of ``words`` (success acks, no flags but ``NO_REF``) in one bytes."""
+    heads, pack = _WORD_HEADS, _HEAD_PID
+    return b"".join([pack(heads[(w >> 16) & 3], w & 0xFFFF) for w in words])
+
+
+def ack_event(word: int):
+    """The event of one ack word (for the general path: a flag, a state check)."""
+    cls = _WORD_TYPES[(word >> 16) & 3]
+    if word & NOT_FOUND:
+        return cls(packet_id=word & 0xFFFF, reason_code=_NOT_FOUND)
+    return cls(packet_id=word & 0xFFFF)
 
 
 class OutboundStage(IntEnum):
@@ -67,6 +105,9 @@ OUTBOUND: dict[tuple[OutboundStage, type, bool], tuple[OutboundStage, bool]] = {
     (O.AWAIT_PUBCOMP, PubComp, True): (O.DONE, False),
     (O.AWAIT_PUBCOMP, PubComp, False): (O.DONE, False),
 }
+
+
+_DONE, _AWAIT_PUBACK, _AWAIT_PUBREC, _AWAIT_PUBCOMP = O.DONE, O.AWAIT_PUBACK, O.AWAIT_PUBREC, O.AWAIT_PUBCOMP
 
 
 class OutboundAck(NamedTuple):
@@ -135,6 +176,45 @@ class OutboundFlows:
         else:
             flow[1] = stage
         return OutboundAck(packet_id, flow[2], stage is O.DONE, PubRel(packet_id=packet_id) if release else None)
+
+    def on_acks(self, events, replies: list, done: list, received: list) -> None:
+        """``on_ack`` for each of ``events`` (a run of a read's PubAck, PubRec
+        and PubComp), in order, with no result object per ack. Appends to
+        ``replies`` the PUBRELs to send, in order, as words: ``PUBREL_WORD |
+        pid``, ``| NO_REF`` when the flow's ref is None, ``| NOT_FOUND`` for an
+        unknown packet id; to ``done`` the packet ids whose flow is over; to
+        ``received`` those past PUBREC whose ref is an int (a queue entry). A
+        protocol error is raised at the ack that causes it, the lists holding
+        what the acks before it did."""
+        flows = self._flows
+        for event in events:
+            packet_id = event.packet_id
+            flow = flows.get(packet_id)
+            cls = type(event)
+            if flow is None:
+                if cls is PubRec:
+                    replies.append(PUBREL_WORD | NOT_FOUND | packet_id)
+                continue
+            # the common steps first, as OUTBOUND has them (no key tuple, no lookup)
+            at = flow[1]
+            if cls is PubComp and at is _AWAIT_PUBCOMP or cls is PubAck and at is _AWAIT_PUBACK:
+                stage, release = _DONE, False
+            elif cls is PubRec and at is _AWAIT_PUBREC and event.reason_code < 0x80:
+                stage, release = _AWAIT_PUBCOMP, True
+            else:
+                step = OUTBOUND.get((at, cls, event.reason_code < 0x80))
+                if step is None:
+                    raise RemoteProtocolError(f"{cls.__name__} for packet {packet_id} in stage {O(at).name}", _PROTO)
+                stage, release = step
+            if stage is _DONE:
+                del flows[packet_id]
+                done.append(packet_id)
+            else:
+                flow[1] = stage
+                if cls is PubRec and type(flow[2]) is int:
+                    received.append(packet_id)
+            if release:
+                replies.append(PUBREL_WORD | packet_id if flow[2] is not None else PUBREL_WORD | NO_REF | packet_id)
 
     def redeliveries(self) -> list[Redelivery]:
         """What to resend after the client reconnects, in original order."""
@@ -232,9 +312,18 @@ class InboundFlows:
 
     def on_publish(self, event: Publish) -> InboundAction:
         """What to do with a PUBLISH received from the client."""
-        if not event.qos:
+        qos = event.qos
+        if not qos:
             return A.DELIVER
-        return self._step(event.packet_id, "publish1" if event.qos == 1 else "publish2")
+        packet_id = event.packet_id
+        flows = self._flows
+        if packet_id not in flows and len(flows) < self.receive_maximum:
+            # INBOUND's (ABSENT, "publish1"/"publish2"), without a key tuple and a lookup
+            if flows is _NO_FLOWS:
+                flows = self._flows = {}
+            flows[packet_id] = I.QOS1_UNACKED if qos == 1 else I.QOS2_UNACKED
+            return A.DELIVER
+        return self._step(packet_id, "publish1" if qos == 1 else "publish2")
 
     def puback(self, packet_id: int, reason_code: int = ReasonCode.SUCCESS, **props) -> PubAck:
         """Finish a QoS 1 message (after it is stored); returns the PubAck to send."""
@@ -252,6 +341,24 @@ class InboundFlows:
                 raise LocalProtocolError(f"puback for packet {pid} in stage {self.stage(pid).name}")
             del flows[pid]
 
+    def acknowledge(self, words) -> None:
+        """``puback(pid)`` for each ``PUBACK_WORD | pid`` and ``pubrec(pid)``
+        for each ``PUBREC_WORD | pid`` of ``words``, with success: a read's
+        stored messages, acknowledged in one call with ``plain_acks(words)``."""
+        flows = self._flows
+        unacked1, unacked2, received = I.QOS1_UNACKED, I.QOS2_UNACKED, I.QOS2_RECEIVED
+        for word in words:
+            pid = word & 0xFFFF
+            stage = flows.get(pid)
+            if word >> 16 == 0:
+                if stage is not unacked1:
+                    raise LocalProtocolError(f"puback for packet {pid} in stage {self.stage(pid).name}")
+                del flows[pid]
+            elif stage is unacked2:
+                flows[pid] = received
+            elif stage is not received:  # received already: the PUBREC of RESEND_PUBREC
+                raise LocalProtocolError(f"pubrec for packet {pid} in stage {self.stage(pid).name}")
+
     def pubrec(self, packet_id: int, reason_code: int = ReasonCode.SUCCESS, **props) -> PubRec:
         """Acknowledge a QoS 2 message (after it is stored); returns the PubRec to send.
 
@@ -266,6 +373,25 @@ class InboundFlows:
         known = event.packet_id in self._flows
         self._step(event.packet_id, "pubrel")
         return PubComp(packet_id=event.packet_id, reason_code=ReasonCode.SUCCESS if known else _NOT_FOUND)
+
+    def release(self, events, comps: list) -> None:
+        """``on_pubrel`` for each of ``events`` (a run of a read's PubRel), in
+        order, with no PubComp built: appends ``PUBCOMP_WORD | pid`` to
+        ``comps``, ``| NOT_FOUND`` for a packet id not awaiting PUBREL. A
+        protocol error is raised at the PUBREL that causes it, ``comps``
+        holding the answers to those before it."""
+        flows = self._flows
+        received = I.QOS2_RECEIVED
+        for event in events:
+            pid = event.packet_id
+            stage = flows.get(pid)
+            if stage is received:
+                del flows[pid]
+                comps.append(PUBCOMP_WORD | pid)
+            elif stage is None:
+                comps.append(PUBCOMP_WORD | NOT_FOUND | pid)
+            else:
+                raise RemoteProtocolError(f"pubrel for packet {pid} in stage {stage.name}", _PROTO)
 
     def reset_unacked(self) -> None:
         """On a new connection: forget messages we never acknowledged."""
