@@ -330,17 +330,6 @@ class InboundFlows:
         self._step(packet_id, "puback")
         return PubAck(packet_id=packet_id, reason_code=reason_code, **props)
 
-    def acknowledge_qos1(self, packet_ids: list) -> None:
-        """``puback(pid)`` with success for each of ``packet_ids``, without
-        building the events: the caller encodes the plain PUBACKs itself (the
-        QoS 1 fast path of a read's batch)."""
-        flows = self._flows
-        unacked = I.QOS1_UNACKED
-        for pid in packet_ids:
-            if flows.get(pid) is not unacked:
-                raise LocalProtocolError(f"puback for packet {pid} in stage {self.stage(pid).name}")
-            del flows[pid]
-
     def acknowledge(self, words) -> None:
         """``puback(pid)`` for each ``PUBACK_WORD | pid`` and ``pubrec(pid)``
         for each ``PUBREC_WORD | pid`` of ``words``, with success: a read's
