@@ -36,7 +36,7 @@ import time
 import zlib
 
 from . import codec, procstat, rawclient
-from .bench_nodes import _free_port, _start, _stop, start_broker
+from .bench_nodes import _stop, start_broker, start_nodes
 
 PER_NODE = 17_000   # connections a node holds at most by default: its 20,000 files less its own
 PER_PROC = 15_000   # connections a client process opens at most (same limit, on our side)
@@ -82,12 +82,7 @@ def run(connections: int, nodes: int, procs: int, tmp: str) -> dict:
     gateways = []
     try:
         namesrv = f"127.0.0.1:{ports['namesrv']}"
-        node_ports = []
-        for i in range(nodes):
-            p, pt = _start(["gateway", "--namesrv", namesrv, "--mqtt-port", str(_free_port()), "--ws-port", "0"],
-                           os.path.join(tmp, f"node{i}.log"))
-            gateways.append(p)
-            node_ports.append(pt["mqtt-tcp"])
+        node_ports = start_nodes(nodes, namesrv, tmp, "node", gateways)
         pids = [g.pid for g in gateways]
         before = _node_rss(pids)
         broker_before = procstat.steady_rss(broker.pid) or 0

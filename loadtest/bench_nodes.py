@@ -89,16 +89,23 @@ def _client(port: int, cid: str) -> paho.Client:
     return c
 
 
+def start_nodes(count: int, namesrv: str, tmp: str, prefix: str, procs: list[subprocess.Popen]) -> list[int]:
+    """Start ``count`` ``mqgate gateway`` nodes (appended to ``procs`` as they
+    start, so the caller stops them even if a later one fails); their MQTT ports."""
+    ports = []
+    for i in range(count):
+        p, pt = _start(["gateway", "--namesrv", namesrv, "--mqtt-port", str(_free_port()), "--ws-port", "0"],
+                       os.path.join(tmp, f"{prefix}{i}.log"))
+        procs.append(p)
+        ports.append(pt["mqtt-tcp"])
+    return ports
+
+
 def run_once(nodes: int, publishers: int, subscribers: int, count: int, tmp: str, namesrv: str,
              broker_pids: list[int]) -> dict:
     procs = []
     try:
-        ports = []
-        for i in range(nodes):
-            p, pt = _start(["gateway", "--namesrv", namesrv, "--mqtt-port", str(_free_port()), "--ws-port", "0"],
-                           os.path.join(tmp, f"node{nodes}-{i}.log"))
-            procs.append(p)
-            ports.append(pt["mqtt-tcp"])
+        ports = start_nodes(nodes, namesrv, tmp, f"node{nodes}-", procs)
         latencies: list[float] = []
         lock = threading.Lock()
         expected = publishers * count * subscribers

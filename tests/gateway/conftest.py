@@ -69,6 +69,16 @@ class Client:
         self.pid = self.pid % 65535 + 1
         return self.pid
 
+    async def read_exactly(self, n: int, timeout: float = 10.0) -> bytes:
+        """The next ``n`` bytes from the server, undecoded (for tests of exact bytes)."""
+        with trio.fail_after(timeout):
+            while len(self.buf) < n:
+                data = await self.stream.receive_some(65536)
+                assert data, "connection closed"
+                self.buf += data
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
     async def send(self, *events) -> None:
         await self.stream.send_all(b"".join(encode(e, self.version) for e in events))
 

@@ -6,7 +6,6 @@ give, and only once the log is durable past every message they answer
 from __future__ import annotations
 
 import pytest
-import trio
 
 from core.broker import BrokerConfig, FlushDiskType
 from gateway.mqtt import PubAck, Publish, encode
@@ -14,16 +13,6 @@ from gateway.mqtt import PubAck, Publish, encode
 from .conftest import Client, running_gateway
 
 SYNC = BrokerConfig(default_topic_queue_nums=4, listen_port=0, flush_disk_type=FlushDiskType.SYNC_FLUSH)
-
-
-async def _read_exactly(client: Client, n: int) -> bytes:
-    with trio.fail_after(10):
-        while len(client.buf) < n:
-            data = await client.stream.receive_some(65536)
-            assert data, "connection closed"
-            client.buf += data
-    data, client.buf = client.buf[:n], client.buf[n:]
-    return data
 
 
 @pytest.mark.parametrize("version", [4, 5])
@@ -35,7 +24,7 @@ async def test_a_batch_of_pubacks_is_durable_ordered_and_exact(tmp_path, version
                          for pid in pids])  # one write: one read, one batch
         expected = b"".join(encode(PubAck(packet_id=pid), version) for pid in pids)
         assert len(expected) == 4 * len(pids)
-        assert await _read_exactly(pub, len(expected)) == expected
+        assert await pub.read_exactly(len(expected)) == expected
         # acknowledged: the commit log is on disk past every message of the batch
         assert broker.flushed_offset >= broker.store.max_phy_offset > 0
         assert broker.store.flushed_offset >= broker.store.max_phy_offset
@@ -51,5 +40,5 @@ async def test_a_batch_of_pubacks_is_durable_ordered_and_exact(tmp_path, version
 
         # the flows are finished: the same packet ids are new messages again, stored and acknowledged
         await pub.send(*[Publish(topic="batch/again", payload=b"y", qos=1, packet_id=pid) for pid in (1, 2, 3)])
-        assert await _read_exactly(pub, 12) == b"".join(encode(PubAck(packet_id=p), version) for p in (1, 2, 3))
+        assert await pub.read_exactly(12) == b"".join(encode(PubAck(packet_id=p), version) for p in (1, 2, 3))
         await pub.disconnect()

@@ -7,21 +7,10 @@ acks before it are answered; every message is delivered exactly once."""
 from __future__ import annotations
 
 import pytest
-import trio
 
 from gateway.mqtt import Disconnect, PubComp, PubRec, PubRel, Publish, encode
 
 from .conftest import Client, running_gateway
-
-
-async def _read_exactly(client: Client, n: int) -> bytes:
-    with trio.fail_after(10):
-        while len(client.buf) < n:
-            data = await client.stream.receive_some(65536)
-            assert data, "connection closed"
-            client.buf += data
-    data, client.buf = client.buf[:n], client.buf[n:]
-    return data
 
 
 def _acks(cls, pids, version: int) -> bytes:
@@ -46,13 +35,13 @@ async def test_qos2_acks_of_a_read_are_batched_ordered_and_exact(tmp_path, versi
 
         pids = list(range(1, 21))  # within our Receive Maximum for 5.0
         await pub.send(*[Publish(topic=f"q2/{p % 3}", payload=b"m%d" % p, qos=2, packet_id=p) for p in pids])
-        assert await _read_exactly(pub, 4 * len(pids)) == _acks(PubRec, pids, version)
+        assert await pub.read_exactly(4 * len(pids)) == _acks(PubRec, pids, version)
 
         got = await _publishes(sub, len(pids))
         assert [p.payload for p in got] == [b"m%d" % p for p in pids]
         out_pids = [p.packet_id for p in got]
         await sub.send(*[PubRec(packet_id=p) for p in out_pids])  # one write
-        assert await _read_exactly(sub, 4 * len(out_pids)) == _acks(PubRel, out_pids, version)
+        assert await sub.read_exactly(4 * len(out_pids)) == _acks(PubRel, out_pids, version)
         await sub.send(*[PubComp(packet_id=p) for p in out_pids])
 
         # One read: PUBRELs, a PUBLISH re-sent with DUP before its PUBREL (answered,
@@ -70,17 +59,17 @@ async def test_qos2_acks_of_a_read_are_batched_ordered_and_exact(tmp_path, versi
         else:
             expected = (_acks(PubComp, pids[:10], version) + rec11 + unknown + _acks(PubRec, [1], version)
                         + _acks(PubComp, [11], version) + _acks(PubRec, [2], version))
-        assert await _read_exactly(pub, len(expected)) == expected
+        assert await pub.read_exactly(len(expected)) == expected
         await pub.send(*[PubRel(packet_id=p) for p in [1, 2, *pids[11:]]])
-        assert await _read_exactly(pub, 4 * (len(pids) - 9)) == _acks(PubComp, [1, 2, *pids[11:]], version)
+        assert await pub.read_exactly(4 * (len(pids) - 9)) == _acks(PubComp, [1, 2, *pids[11:]], version)
 
         new = await _publishes(sub, 2)  # n1 and n2 only: nothing of the first 20 again
         assert [p.payload for p in new] == [b"n1", b"n2"] and not any(p.dup for p in new)
         await sub.send(*[PubRec(packet_id=p.packet_id) for p in new])
-        assert await _read_exactly(sub, 8) == _acks(PubRel, [p.packet_id for p in new], version)
+        assert await sub.read_exactly(8) == _acks(PubRel, [p.packet_id for p in new], version)
         await sub.send(*[PubComp(packet_id=p.packet_id) for p in new])
         await sub.ping()
-        assert await _read_exactly(sub, 2) == b"\xd0\x00"  # PINGRESP: nothing else came
+        assert await sub.read_exactly(2) == b"\xd0\x00"  # PINGRESP: nothing else came
         await pub.disconnect()
         await sub.disconnect()
 
@@ -95,7 +84,7 @@ async def test_a_bad_ack_ends_the_connection_after_the_acks_before_it(tmp_path):
         a, b, c = (p.packet_id for p in got)
         # PUBCOMP for a message still awaiting its PUBREC breaks the protocol
         await sub.send(PubRec(packet_id=a), PubRec(packet_id=b), PubComp(packet_id=c), PubRec(packet_id=c))
-        assert await _read_exactly(sub, 8) == _acks(PubRel, [a, b], 5)
+        assert await sub.read_exactly(8) == _acks(PubRel, [a, b], 5)
         ev = await sub.recv()
         assert isinstance(ev, Disconnect) and ev.reason_code == 0x82, ev
         assert await sub.recv() is None
