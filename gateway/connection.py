@@ -465,18 +465,10 @@ class Connection(PublishOutput):
             if t is Publish:
                 batch.append(ev)
                 continue
-            if t in _ACKS_AND_RELEASES:
-                if t is PubRel and (batch or self.closing):
-                    # A PUBREL after PUBLISHes of this read: those are stored and
-                    # acknowledged first (the inbound flows change in arrival order).
-                    if run:
-                        self._acks(run)
-                        run = None
-                    if batch:
-                        await publish_batch(self, batch)
-                        batch = []
-                    if self.closing:
-                        return
+            # A PUBREL after PUBLISHes of this read goes the way of other
+            # packets below: those are stored and acknowledged first (the
+            # inbound flows change in arrival order), then it starts a run.
+            if t in _ACKS_AND_RELEASES and not (t is PubRel and (batch or self.closing)):
                 if run is None:
                     run = []
                 run.append(ev)
@@ -492,7 +484,9 @@ class Connection(PublishOutput):
                 batch = []
             if self.closing:
                 return
-            if t is Connect:
+            if t is PubRel:
+                run = [ev]
+            elif t is Connect:
                 await accept_connect(self, ev)
                 sess = self.session
                 if sess is None:
