@@ -86,3 +86,30 @@ def test_message_key_hash_is_key_hash_of_the_joined_string():
                        ("T", "\u1080AB\ucb3e\x0c"), ("ü", "")]:
         assert message_key_hash(topic, key) == key_hash(f"{topic}#{key}")
     assert message_key_hash("T", "\u1080AB\ucb3e\x0c") == 0
+
+
+def test_long_runs_write_what_one_call_per_entry_writes(tmp_path):
+    """Runs longer than what a compiled run keeps waiting for its write pass
+    (256 entries, written without the GIL), ending inside a file and across a
+    roll, give the same bytes as one `build_hashed` per entry."""
+    rows, hashes = _rows(1500, seed=11)
+    one, run = tmp_path / "one", tmp_path / "run"
+    for d in (one, run):
+        d.mkdir()
+    by_one = IndexService(str(one), 509, 1200)
+    by_run = IndexService(str(run), 509, 1200)
+    at = 0
+    for topic, uniq, keys, phys, size, ts in rows:
+        k = len(keys) + (1 if uniq else 0)
+        by_one.build_hashed(hashes[at:at + k], phys, size, ts, False)
+        at += k
+    cut = 700
+    first = sum(len(r[2]) + (1 if r[1] else 0) for r in rows[:cut])
+    assert by_run.build_run(rows[:cut]) == (cut, None)  # hashed by the run
+    assert by_run.build_run(rows[cut:], hashes[first:]) == (len(rows) - cut, None)
+    for svc in (by_one, by_run):
+        svc.files[-1].finish_entry(rows[-1][3] + rows[-1][4], rows[-1][5])
+    assert len(by_run.files) > 1
+    assert _files(one) == _files(run)
+    for svc in (by_one, by_run):
+        svc.close()
