@@ -22,6 +22,14 @@ def _rows(n: int, seed: int) -> tuple[list[tuple], list[int]]:
     return rows, hashes
 
 
+def _one_call_per_entry(svc: IndexService, rows: list[tuple], hashes: list[int]) -> None:
+    at = 0
+    for topic, uniq, keys, phys, size, ts in rows:
+        k = len(keys) + (1 if uniq else 0)
+        svc.build_hashed(hashes[at:at + k], phys, size, ts, False)
+        at += k
+
+
 def _files(directory) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
@@ -34,11 +42,7 @@ def test_a_run_writes_what_one_call_per_entry_writes(tmp_path):
     by_one = IndexService(str(one), 97, 150)  # small files: the run rolls several times
     by_run = IndexService(str(run), 97, 150)
     # the same file names: both are made at the entries' store times
-    at = 0
-    for topic, uniq, keys, phys, size, ts in rows:
-        k = len(keys) + (1 if uniq else 0)
-        by_one.build_hashed(hashes[at:at + k], phys, size, ts, False)
-        at += k
+    _one_call_per_entry(by_one, rows, hashes)
     assert by_run.build_run(rows[:250], hashes[:sum(len(r[2]) + (1 if r[1] else 0) for r in rows[:250])]) == (250, None)
     rest = hashes[sum(len(r[2]) + (1 if r[1] else 0) for r in rows[:250]):]
     assert by_run.build_run(rows[250:], rest) == (150, None)
@@ -98,11 +102,7 @@ def test_long_runs_write_what_one_call_per_entry_writes(tmp_path):
         d.mkdir()
     by_one = IndexService(str(one), 509, 1200)
     by_run = IndexService(str(run), 509, 1200)
-    at = 0
-    for topic, uniq, keys, phys, size, ts in rows:
-        k = len(keys) + (1 if uniq else 0)
-        by_one.build_hashed(hashes[at:at + k], phys, size, ts, False)
-        at += k
+    _one_call_per_entry(by_one, rows, hashes)
     cut = 700
     first = sum(len(r[2]) + (1 if r[1] else 0) for r in rows[:cut])
     assert by_run.build_run(rows[:cut]) == (cut, None)  # hashed by the run
