@@ -1,6 +1,7 @@
 # C declarations for index.py when Cython compiles it (setup.py KERNELS):
 # the index drain's loop (`IndexService.build_run`) as C arithmetic on the
-# mapped file. index.py stays plain Python: the pure-Python twin.
+# mapped file, its writes (`_put_entries`) without the GIL. index.py stays
+# plain Python: the pure-Python twin.
 
 cimport cython
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer

@@ -19,6 +19,9 @@ Rules kept:
   file is never written again.  ``endPhyOffset`` is the end of the last
   indexed entry, so replaying the log skips what is already indexed.
 - Hash collisions are expected: callers verify each hit against the entry.
+- Compiled, a run writes its entries without the GIL (the event loop runs
+  meanwhile): runs, lookups and deletions of one service must not overlap
+  (the store holds its index lock around each).
 """
 
 from __future__ import annotations
