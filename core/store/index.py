@@ -19,6 +19,9 @@ Rules kept:
   file is never written again.  ``endPhyOffset`` is the end of the last
   indexed entry, so replaying the log skips what is already indexed.
 - Hash collisions are expected: callers verify each hit against the entry.
+- Compiled, a run writes its entries without the GIL (the event loop runs
+  meanwhile): runs, lookups and deletions of one service must not overlap
+  (the store holds its index lock around each).
 """
 
 from __future__ import annotations
@@ -191,13 +194,24 @@ def _build_run(svc: IndexService, rows: list[tuple], hashes) -> tuple[int, OSErr
     return _build_rows(svc, rows, hashes, None, None)
 
 
+# Entries a compiled run writes in one pass without the GIL (`_put_entries`).
+_PENDING = 256
+
+
 def _build_rows(svc: IndexService, rows: list[tuple], hashes, view, pinned) -> tuple[int, OSError | None]:
     """`IndexService.build_run`'s loop; ``view`` and ``pinned`` (compiled
-    only) hold the written file's mapping."""
+    only) hold the written file's mapping. Compiled, the hashes are taken
+    with the GIL and kept as (hash, offset, time) in ``pending``; the
+    writes into the mapping (page faults on the slot table, most of the
+    run's time) are `_put_entries`, without the GIL, so the event loop is
+    not held up by the flusher's thread while they run."""
     f = svc.files[-1] if svc.files else None
     n = slots = slot_count = begin_ts = begin_phys = end_ts = max_entries = 0  # set by _load before use
     if cython.compiled:
         p = cython.NULL
+        m = 0
+        held = bytearray(_PENDING * cython.sizeof(_Entry))
+        pending = cython.cast(_Entries, cython.cast(cython.p_char, held))
     if f is not None:  # the written file's fields live in locals, stored back before it is left
         mm, n, slots, slot_count, begin_ts, begin_phys, end_ts = _load(f)
         max_entries = f.max_entries
@@ -218,6 +232,12 @@ def _build_rows(svc: IndexService, rows: list[tuple], hashes, view, pinned) -> t
             at += k  # already indexed (replay)
             continue
         ts = row[5]
+        if cython.compiled:
+            if m and n + m >= max_entries:  # what waits fills the file: written first, then it rolls
+                with cython.nogil:
+                    _put_entries(p, slots, pending, m, cython.address(n), cython.address(slot_count),
+                                 cython.address(begin_ts), cython.address(begin_phys), cython.address(end_ts))
+                m = 0
         if f is None or n >= max_entries:
             if f is not None:
                 _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
@@ -234,6 +254,18 @@ def _build_rows(svc: IndexService, rows: list[tuple], hashes, view, pinned) -> t
                 h = hashes[at + j]
             else:
                 h = message_key_hash(topic, keys[j] if j < n_keys else uniq)
+            if cython.compiled:
+                if n + m < max_entries and m < _PENDING:
+                    pending[m].h = h
+                    pending[m].phys = phys
+                    pending[m].ts = ts
+                    m += 1
+                    continue
+                if m:  # the file or ``pending`` is full: write what waits
+                    with cython.nogil:
+                        _put_entries(p, slots, pending, m, cython.address(n), cython.address(slot_count),
+                                     cython.address(begin_ts), cython.address(begin_phys), cython.address(end_ts))
+                    m = 0
             if n >= max_entries:
                 _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
                 try:
@@ -245,8 +277,14 @@ def _build_rows(svc: IndexService, rows: list[tuple], hashes, view, pinned) -> t
                 max_entries = f.max_entries
                 if cython.compiled:
                     p = _pin(mm, view, pinned, slots, max_entries)
-            slot_pos = 40 + (h % slots) * 4  # HEADER_SIZE: a literal, C arithmetic
-            prev = get_int32(p + slot_pos) if cython.compiled else unpack_int(mm, slot_pos)[0]
+            if cython.compiled:
+                pending[0].h = h
+                pending[0].phys = phys
+                pending[0].ts = ts
+                m = 1
+                continue
+            slot_pos = HEADER_SIZE + (h % slots) * 4
+            prev = unpack_int(mm, slot_pos)[0]
             if prev <= 0 or prev > n:
                 prev = 0
                 slot_count += 1
@@ -256,24 +294,50 @@ def _build_rows(svc: IndexService, rows: list[tuple], hashes, view, pinned) -> t
             diff = (ts - begin_ts) // 1000
             if diff < 0:
                 diff = 0
-            if cython.compiled:
-                q = p + 40 + slots * 4 + n * 20  # HEADER_SIZE, ENTRY_SIZE
-                put_int32(q, h)
-                put_int64(q + 4, phys)
-                put_int32(q + 12, diff)
-                put_int32(q + 16, prev)
-                put_int32(p + 36, n + 1)
-                put_int32(p + slot_pos, n)
-            else:
-                pack_entry(mm, HEADER_SIZE + slots * 4 + n * ENTRY_SIZE, h, phys, diff, prev)
-                pack_int(mm, 36, n + 1)
-                pack_int(mm, slot_pos, n)
+            pack_entry(mm, HEADER_SIZE + slots * 4 + n * ENTRY_SIZE, h, phys, diff, prev)
+            pack_int(mm, 36, n + 1)  # indexCount, then the slot
+            pack_int(mm, slot_pos, n)
             n += 1
             end_ts = ts
         at += k
+    if cython.compiled:
+        if m:
+            with cython.nogil:
+                _put_entries(p, slots, pending, m, cython.address(n), cython.address(slot_count),
+                             cython.address(begin_ts), cython.address(begin_phys), cython.address(end_ts))
     if f is not None:
         _store(f, n, slot_count, begin_ts, begin_phys, end_ts)
     return len(rows), None
+
+
+def _put_entries(p, slots, pending, m, n, slot_count, begin_ts, begin_phys, end_ts):
+    """Write ``m`` entries of ``pending`` into the mapping at ``p`` (compiled
+    only; runs without the GIL): the same stores, in the same order, as the
+    pure loop of `_build_rows` (the entry, then indexCount, then the slot);
+    the file's counters are the ones at ``n`` .. ``end_ts``."""
+    for i in range(m):
+        h = pending[i].h
+        ts = pending[i].ts
+        phys = pending[i].phys
+        count = n[0]
+        slot_pos = 40 + (h % slots) * 4  # HEADER_SIZE; a hash is never negative
+        prev = get_int32(p + slot_pos)
+        if prev <= 0 or prev > count:
+            prev = 0
+            slot_count[0] += 1
+        if count <= 1 or begin_ts[0] == 0:
+            begin_ts[0] = ts
+            begin_phys[0] = phys
+        diff = (ts - begin_ts[0]) // 1000 if ts > begin_ts[0] else 0  # never negative: C division is floor division
+        q = p + 40 + slots * 4 + count * 20  # HEADER_SIZE, ENTRY_SIZE
+        put_int32(q, h)
+        put_int64(q + 4, phys)
+        put_int32(q + 12, diff)
+        put_int32(q + 16, prev)
+        put_int32(p + 36, count + 1)
+        put_int32(p + slot_pos, count)
+        n[0] = count + 1
+        end_ts[0] = ts
 
 
 def _pin(mm, view, pinned, slots, max_entries):

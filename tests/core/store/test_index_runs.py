@@ -22,6 +22,14 @@ def _rows(n: int, seed: int) -> tuple[list[tuple], list[int]]:
     return rows, hashes
 
 
+def _one_call_per_entry(svc: IndexService, rows: list[tuple], hashes: list[int]) -> None:
+    at = 0
+    for topic, uniq, keys, phys, size, ts in rows:
+        k = len(keys) + (1 if uniq else 0)
+        svc.build_hashed(hashes[at:at + k], phys, size, ts, False)
+        at += k
+
+
 def _files(directory) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
@@ -34,11 +42,7 @@ def test_a_run_writes_what_one_call_per_entry_writes(tmp_path):
     by_one = IndexService(str(one), 97, 150)  # small files: the run rolls several times
     by_run = IndexService(str(run), 97, 150)
     # the same file names: both are made at the entries' store times
-    at = 0
-    for topic, uniq, keys, phys, size, ts in rows:
-        k = len(keys) + (1 if uniq else 0)
-        by_one.build_hashed(hashes[at:at + k], phys, size, ts, False)
-        at += k
+    _one_call_per_entry(by_one, rows, hashes)
     assert by_run.build_run(rows[:250], hashes[:sum(len(r[2]) + (1 if r[1] else 0) for r in rows[:250])]) == (250, None)
     rest = hashes[sum(len(r[2]) + (1 if r[1] else 0) for r in rows[:250]):]
     assert by_run.build_run(rows[250:], rest) == (150, None)
@@ -86,3 +90,26 @@ def test_message_key_hash_is_key_hash_of_the_joined_string():
                        ("T", "\u1080AB\ucb3e\x0c"), ("ü", "")]:
         assert message_key_hash(topic, key) == key_hash(f"{topic}#{key}")
     assert message_key_hash("T", "\u1080AB\ucb3e\x0c") == 0
+
+
+def test_long_runs_write_what_one_call_per_entry_writes(tmp_path):
+    """Runs longer than what a compiled run keeps waiting for its write pass
+    (256 entries, written without the GIL), ending inside a file and across a
+    roll, give the same bytes as one `build_hashed` per entry."""
+    rows, hashes = _rows(1500, seed=11)
+    one, run = tmp_path / "one", tmp_path / "run"
+    for d in (one, run):
+        d.mkdir()
+    by_one = IndexService(str(one), 509, 1200)
+    by_run = IndexService(str(run), 509, 1200)
+    _one_call_per_entry(by_one, rows, hashes)
+    cut = 700
+    first = sum(len(r[2]) + (1 if r[1] else 0) for r in rows[:cut])
+    assert by_run.build_run(rows[:cut]) == (cut, None)  # hashed by the run
+    assert by_run.build_run(rows[cut:], hashes[first:]) == (len(rows) - cut, None)
+    for svc in (by_one, by_run):
+        svc.files[-1].finish_entry(rows[-1][3] + rows[-1][4], rows[-1][5])
+    assert len(by_run.files) > 1
+    assert _files(one) == _files(run)
+    for svc in (by_one, by_run):
+        svc.close()
