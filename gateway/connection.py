@@ -59,8 +59,9 @@ from gateway.connecting import accept_connect, on_auth
 from gateway.mapping import now_ms
 from gateway.meta import record
 from gateway.mqtt import (
-    NOT_FOUND, Auth, Connect, ConnectionClosed, ConnectionState, Disconnect, InboundStage, MQTTConnection, PingReq,
-    PingResp, PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, Subscribe, Unsubscribe,
+    NOT_FOUND, Auth, ClientAcks, Connect, ConnectionClosed, ConnectionState, Disconnect, InboundStage, MQTTConnection,
+    PingReq, PingResp, PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, Subscribe,
+    Unsubscribe,
 )
 from gateway.publish_output import NO_OUTPUT, NOBODY, READER, TASK, PublishOutput
 from gateway.publishing import publish_batch
@@ -76,7 +77,7 @@ R = ReasonCode
 _CONNECTED = ConnectionState.CONNECTED
 _CLOSED = ConnectionState.CLOSED
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-_ACKS_AND_RELEASES = (PubAck, PubRec, PubComp, PubRel)
+_ACKS_AND_RELEASES = (ClientAcks, PubAck, PubRec, PubComp, PubRel)  # (ClientAcks: a run of plain acks as words)
 LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
 
 
@@ -94,7 +95,8 @@ class Connection(PublishOutput):
         self.stream = stream
         self.info = info
         lim = gw.settings.limits
-        self.mq = MQTTConnection(max_packet_size=lim.max_packet_size, topic_alias_maximum=lim.max_topic_alias)
+        self.mq = MQTTConnection(max_packet_size=lim.max_packet_size, topic_alias_maximum=lim.max_topic_alias,
+                                 ack_words=True)
         self.out: list[bytes] = NO_OUTPUT  # a list of its own while output waits
         self.out_bytes = 0
         self.live = False  # CONNACK and redelivery done: new messages may go out
@@ -527,8 +529,9 @@ class Connection(PublishOutput):
                 self.send_acks(held_rel, plain=True)
 
     def _acks(self, run: list) -> None:
-        """Act on a run of a read's client acks (PUBACK, PUBREC, PUBCOMP: the
-        session's outbound flows) and PUBRELs (its inbound QoS 2 flows), in
+        """Act on a run of a read's client acks (PUBACK, PUBREC, PUBCOMP, and
+        ``ClientAcks``, runs of them as ack words: the session's outbound
+        flows) and PUBRELs (its inbound QoS 2 flows), in
         arrival order, a stretch of one kind at a time, each in one call and
         one write. Nothing in it waits: the read's PUBLISHes before it have
         been acted on and those after it will be (see _handle). A PUBCOMP with

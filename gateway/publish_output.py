@@ -20,8 +20,9 @@ Rules kept here (ARCHITECTURE decision 7; the writer side is
   oldest waiting one (its bytes blanked in ``out``) or the new one; with
   ``maxOutboundBytes`` waiting, new QoS 0 messages are dropped. Each drop
   is counted (session and ``$SYS``) and traced when a tracer runs.
-* The fast path gives the same result as ``deliver`` for what it is given:
-  a 3.1.1 QoS 0 message without expiry, no tracer, nothing pending.
+* The fast paths give the same result as ``deliver`` for what they are
+  given: a 3.1.1 message without expiry, no tracer, nothing pending, and
+  at QoS 1/2 room in the client's window (``deliver_v4``).
 * ``send_acks`` writes a run of acks (ack words, ``gateway.mqtt.qos``) as
   ``send_event`` would write their events one by one, in one write when
   every one is a plain success ack.
@@ -30,6 +31,7 @@ Rules kept here (ARCHITECTURE decision 7; the writer side is
 from __future__ import annotations
 
 import select
+import struct
 from collections import deque
 from typing import Any
 
@@ -39,6 +41,7 @@ from core.trace import DeliveryOutcome
 from gateway.mqtt import NOT_FOUND, ConnectionState, ack_event, plain_acks
 
 _CONNECTED = ConnectionState.CONNECTED
+_U16 = struct.Struct(">H").pack  # a packet id
 
 # Who writes what ``out`` holds (``Connection._writer_of``).
 NOBODY = 0  # a new output starts a writer task
@@ -72,6 +75,29 @@ class PublishOutput:
                 self.wake()
         elif self._admit_qos0(sess, None):
             self._append_publish(data, 0)
+
+    def deliver_v4(self, sess, qos: int, head: bytes, payload: bytes, entry: tuple) -> None:
+        """``deliver`` of a QoS 1/2 message as a 3.1.1 PUBLISH, for the
+        router's fast path: ``head`` is ``publish_v4_head`` of its topic,
+        payload length, ``qos`` and retain flag; ``entry`` what ``sess.mem``
+        keeps of it (``gateway.sessions.InMemory``). The caller has checked
+        what ``deliver_qos0_v4``'s has, and that the client's window has
+        room. The same flow, tracking and counters as ``deliver``."""
+        if self.closing or self.mq.state is not _CONNECTED:
+            return
+        pid = sess.flows.start(qos, None)
+        sess.track(pid, None, entry)
+        data = b"".join((head, _U16(pid), payload))
+        stats = self.gw.stats
+        stats.sent += 1
+        stats.sent_qos[qos] += 1
+        if self.out is NO_OUTPUT:
+            self.out = [data]
+        else:
+            self.out.append(data)
+        self.out_bytes += len(data)
+        if self._writer_of == NOBODY:
+            self.wake()
 
     def send_acks(self, words: list, plain: bool = False) -> None:
         """Send the acks ``words`` stands for, in order (see the module

@@ -47,7 +47,7 @@ from core.store import (PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_REAL_TOPIC, PROP
                         decode_message)
 from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, P_TOPIC, Outbound, is_deliverable,
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
-from gateway.mqtt import Publish, encode_publish_v4_qos0
+from gateway.mqtt import Publish, publish_v4_head
 from gateway.nodes import P_SHARE_PICKS, node_queue_name
 from gateway.sessions import REF_MASK, REF_SHIFT, Delivery, MessageUnavailable, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgate.gateway")
 _CACHE = 4096
-_HEADS = 64  # PUBLISH headers kept per topic (one per payload length and retain flag)
+_HEADS = 64  # PUBLISH heads kept per topic (one per payload length, QoS and retain flag)
 _NO_ROUTE: tuple = ((), True)  # the route of a topic nobody subscribes to
 _SEND_OK = SendStatus.SEND_OK
 _TRANSACTION_PREPARED = 0x4  # in ``sysflag & 0xC``: a prepared (half) transactional message
@@ -79,7 +79,7 @@ class Router:
         # generation or the session table changes
         self._routes: dict[str, tuple] = {}
         self._routes_gen = 0  # the trie's generation the routes were made at
-        # topic -> {payload length * 2 + retain: 3.1.1 QoS 0 PUBLISH header}: see `_head`
+        # topic -> {payload length << 3 | QoS << 1 | retain: 3.1.1 PUBLISH head}: see `_head`
         self._heads: dict[str, dict[int, bytes]] = {}
 
     # ---- sessions ---------------------------------------------------------------
@@ -279,14 +279,18 @@ class Router:
     def stored_hook(self, msg: Message, result) -> None:
         """In-memory deliveries of a message, once the broker has stored it.
 
-        The QoS 0 fast path (a message from our own PUBLISH path, no expiry,
-        no tracer): each target that would take it at QoS 0 straight into a
-        live 3.1.1 connection's output (``Session.enqueue``'s direct case)
-        gets the PUBLISH bytes, with no ``Outbound`` or ``Delivery`` built.
-        The bytes are ``encode_publish_v4_qos0``'s; their header (all but the
-        payload) depends only on the topic, the payload's length and the
-        retain flag, so it is kept per topic (`_head`). The other targets
-        take the general path, for the same message."""
+        The fast path (a message from our own PUBLISH path, no expiry, no
+        tracer): each target that would take it straight into a live 3.1.1
+        connection's output (``Session.enqueue``'s direct case: nothing
+        pending, and at QoS 1/2 room in the window) gets the PUBLISH bytes,
+        with no ``Outbound``, ``Delivery`` or template built. The bytes are
+        ``publish_v4_head`` (all but the packet id and the payload, which
+        depends only on the topic, the payload's length, the QoS and the
+        retain flag, so it is kept per topic: `_head`), the packet id the
+        flows give (QoS 1/2) and the payload: what ``deliver`` would
+        send. A QoS 1/2 delivery is tracked as ``deliver`` tracks it, its
+        ``mem`` entry an ``InMemory`` tuple (gateway.sessions). The other
+        targets take the general path, for the same message."""
         if self._fired_retained:
             f = self._fired_retained.pop(id(msg), None)
             if f is not None and result.ok:
@@ -302,27 +306,39 @@ class Router:
         if pub.__class__ is Publish:  # from our own PUBLISH path: no need to parse the properties back
             if pub.message_expiry_interval is None and self.gw.tracer is None:
                 rest = None
-                data = None
+                key = -1  # of the head last used: payload length, QoS and retain flag (see `_head`)
+                payload = pub.payload
+                size = len(payload) << 3
+                heads = None
                 for t in targets:  # the fast path, inline: this runs for every message
                     sess = t[0]
                     conn = sess.conn
                     if conn is None:
                         continue
                     mq = conn.mq
-                    if ((t[1] and pub.qos) or sess.pending.items or not conn.live or mq.protocol_version == 5
-                            or mq.peer_max_packet_size is not None):
+                    qos = t[1] if t[1] < pub.qos else pub.qos
+                    if (sess.pending.items or not conn.live or mq.protocol_version == 5
+                            or mq.peer_max_packet_size is not None or (qos and not sess.flows.available())):
                         if rest is None:
                             rest = []
                         rest.append(t)
-                    else:
-                        if data is None or (t[2] and pub.retain) != retain:
-                            retain = t[2] and pub.retain
-                            payload = pub.payload
+                        continue
+                    retain = t[2] and pub.retain
+                    k = size | qos << 1 | retain
+                    if k != key:
+                        key = k
+                        if heads is None:
                             heads = self._heads.get(topic)
-                            head = None if heads is None else heads.get(len(payload) * 2 + retain)
-                            if head is None:
-                                head = self._head(topic, len(payload), retain)
+                        head = None if heads is None else heads.get(k)
+                        if head is None:
+                            head = self._head(topic, k)
+                            heads = self._heads[topic]
+                        if not qos:
                             data = head + payload
+                    if qos:
+                        conn.deliver_v4(sess, qos, head, payload, (pub, topic, msg.properties.get(P_CLIENT),
+                                                                   msg.born_timestamp, qos, retain, t[3], t[4]))
+                    else:
                         conn.deliver_qos0_v4(sess, data)
                 if rest is None:
                     return
@@ -338,22 +354,20 @@ class Router:
             if sess.conn is not None:
                 sess.enqueue(Delivery(out, min(qos, out.qos), rap and out.retain, ids, group))
 
-    def _head(self, topic: str, size: int, retain: bool) -> bytes:
-        """The 3.1.1 QoS 0 PUBLISH header of a ``size``-byte payload on
-        ``topic``: ``encode_publish_v4_qos0``'s bytes but the payload, kept
-        per topic (at most ``_HEADS`` payload lengths each)."""
+    def _head(self, topic: str, key: int) -> bytes:
+        """The 3.1.1 PUBLISH head (``publish_v4_head``) of ``topic`` for
+        ``key``: the payload's length << 3 | QoS << 1 | retain flag; kept
+        per topic (at most ``_HEADS`` keys each)."""
         heads = self._heads.get(topic)
         if heads is None:
             if len(self._heads) >= _CACHE:
                 self._heads.clear()
             heads = self._heads[topic] = {}
-        key = size * 2 + retain
         head = heads.get(key)
         if head is None:
             if len(heads) >= _HEADS:
                 heads.clear()
-            whole = encode_publish_v4_qos0(topic, bytes(size), retain)
-            head = heads[key] = whole[:len(whole) - size]
+            head = heads[key] = publish_v4_head(topic, key >> 3, (key >> 1) & 3, bool(key & 1))
         return head
 
     def count_expired(self, out: Outbound) -> None:

@@ -37,6 +37,11 @@ ARCHITECTURE decision 4. Rules kept here:
 * Dicts of a session with nothing in them (``subs``, ``refs``, ``mem``)
   are one shared read-only mapping until the first entry: an idle session
   holds no empty containers of its own.
+* ``mem`` holds, per packet id, the in-memory delivery in flight: a
+  ``Delivery``, or (the router's QoS 1/2 fast path, which builds no
+  ``Outbound`` for a message nobody may ever ask for again) an
+  ``InMemory`` tuple of the PUBLISH it came from; ``delivery_of`` makes
+  the ``Delivery`` of either, and every reader of ``mem`` goes through it.
 * The durable state (``to_record``) is written as a ``"sess"`` meta record
   at connect, on (un)subscribe, at disconnect and at shutdown, and for
   outbound QoS 2 exactly-once across SIGKILL: by ``pump`` before QoS 2
@@ -57,7 +62,7 @@ import trio
 from core.broker import PullStatus
 from core.trace import DeliveryOutcome
 from gateway.limits import QueueOverflow
-from gateway.mapping import Outbound, now_ms, session_queue_name
+from gateway.mapping import Outbound, now_ms, outbound_from_publish, session_queue_name
 from gateway.mqtt import (NO_REF, NOT_FOUND, InboundFlows, OutboundFlows, OutboundStage, PacketTooLarge, PubAck,
                           PublishTemplate, PubRec, PubRel)
 from gateway.wildcard import TopicFilter, parse_filter, topic_matches
@@ -94,6 +99,21 @@ class Delivery(NamedTuple):
     retain: bool
     sub_ids: tuple
     group: str | None = None  # the $share filter it came through, for redispatch
+
+
+# A delivery the router's QoS 1/2 fast path started, as ``Session.mem`` keeps it:
+# a plain tuple (publish, MQTT topic, publishing client, publish time in ms,
+# QoS, retain flag, subscription ids, $share group), the arguments of
+# ``outbound_from_publish`` and of ``Delivery``; ``delivery_of`` builds those.
+InMemory = tuple
+
+
+def delivery_of(entry: Delivery | InMemory) -> Delivery:
+    """The ``Delivery`` an entry of ``Session.mem`` stands for."""
+    if entry.__class__ is Delivery:
+        return entry
+    pub, topic, client_id, publish_ms, qos, retain, sub_ids, group = entry
+    return Delivery(outbound_from_publish(pub, topic, client_id, publish_ms), qos, retain, sub_ids, group)
 
 
 def inbound_window(version: int, receive_maximum: int) -> int:
@@ -164,7 +184,7 @@ class Session:
         self.flows = OutboundFlows(gw.settings.limits.max_inflight_messages)
         self.inbound = InboundFlows(inbound_window(version, gw.settings.limits.max_inflight_messages))
         self.refs: dict[int, object] = _NONE  # packet id -> ref (see module docstring)
-        self.mem: dict[int, Delivery] = _NONE  # packet id -> in-memory delivery in flight
+        self.mem: dict[int, Delivery | InMemory] = _NONE  # packet id -> in-memory delivery in flight
         self.pending = Pending()
         self.next_read = [0]  # per queue id (module docstring)
         self.conn = None  # the Connection while connected
@@ -218,7 +238,7 @@ class Session:
             self.subs = _NONE
         return True
 
-    def track(self, packet_id: int, ref, d: Delivery) -> None:
+    def track(self, packet_id: int, ref, d: Delivery | InMemory) -> None:
         """A QoS 1/2 delivery has started with ``packet_id`` (see ``refs``, ``mem``)."""
         if self.refs is _NONE:
             self.refs = {}
@@ -237,7 +257,7 @@ class Session:
 
     def forget_in_memory(self) -> list[Delivery]:
         """Take every in-memory delivery, in flight or waiting (the session ends)."""
-        waiting = [*self.mem.values(), *self.pending]
+        waiting = [*map(delivery_of, self.mem.values()), *self.pending]
         self.mem = _NONE
         self.pending.clear()
         return waiting
@@ -439,7 +459,7 @@ class Session:
             await self.gw.save_session(self)
 
     def on_acks(self, events: list, conn) -> None:
-        """A run of a read's client acks (PubAck, PubRec, PubComp), in order:
+        """A run of a read's client acks (PubAck, PubRec, PubComp, ClientAcks), in order:
         one flows call (``OutboundFlows.on_acks``), the PUBRELs in one write,
         one commit and one notify. A protocol error is raised after what the
         acks before it did is done.
@@ -471,10 +491,17 @@ class Session:
                 for pid in received:
                     refs[pid] = None
             if done:
+                # `untrack` of each, inline: a subscriber acknowledges every QoS 1/2 message
+                refs, mem = self.refs, self.mem
+                if refs:
+                    for pid in done:
+                        refs.pop(pid, None)
+                if mem:
+                    for pid in done:
+                        mem.pop(pid, None)
                 tracer = self.gw.tracer
-                for pid in done:
-                    self.untrack(pid)
-                    if tracer is not None:
+                if tracer is not None:
+                    for pid in done:
                         tracer.acked(self.client_id, pid)
             if done or received:
                 self.commit()
@@ -490,7 +517,9 @@ class Session:
                 conn.send_event(PubRel(packet_id=pid))
                 continue
             d = self.mem.get(pid)
-            if d is None:
+            if d is not None:
+                d = delivery_of(d)
+            else:
                 try:
                     out = await self.gw.router.load(ref, self.queue)
                 except MessageUnavailable as e:

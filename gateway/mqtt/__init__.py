@@ -33,6 +33,7 @@ from ._decode import decode_all
 from ._encode import encode
 from ._events import (
     Auth,
+    ClientAcks,
     ConnAck,
     Connect,
     ConnectionClosed,
@@ -64,7 +65,7 @@ from ._reasons import (
 from ._state import ConnectionState
 from ._topic_alias import InboundTopicAliases, OutboundTopicAliases
 from ._wire import PacketType
-from .fanout import PublishTemplate, encode_publish_v4_qos0
+from .fanout import PublishTemplate, encode_publish_v4_qos0, publish_v4_head
 from .qos import (
     NOT_FOUND,
     NO_REF,
@@ -90,7 +91,7 @@ __all__ = [
     # events
     "Event", "Connect", "Will", "ConnAck", "Publish", "PubAck", "PubRec", "PubRel", "PubComp",
     "Subscribe", "Subscription", "SubAck", "Unsubscribe", "UnsubAck", "PingReq", "PingResp",
-    "Disconnect", "Auth", "ConnectionClosed",
+    "Disconnect", "Auth", "ConnectionClosed", "ClientAcks",
     # codec
     "encode", "decode_all", "PacketType", "PropertyId", "PropertyType", "PROPERTY_TYPES",
     "PROPERTY_PACKETS",
@@ -98,7 +99,7 @@ __all__ = [
     "ReasonCode", "ConnectReturnCode", "ProtocolError", "RemoteProtocolError",
     "LocalProtocolError", "PacketTooLarge",
     # topic aliases, fan-out, QoS flows
-    "InboundTopicAliases", "OutboundTopicAliases", "PublishTemplate", "encode_publish_v4_qos0",
+    "InboundTopicAliases", "OutboundTopicAliases", "PublishTemplate", "encode_publish_v4_qos0", "publish_v4_head",
     "OutboundFlows", "OutboundStage", "OutboundAck", "Redelivery",
     "InboundFlows", "InboundStage", "InboundAction",
     "PUBACK_WORD", "PUBREC_WORD", "PUBREL_WORD", "PUBCOMP_WORD", "NOT_FOUND", "NO_REF", "WORD_PID",

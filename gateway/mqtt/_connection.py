@@ -7,7 +7,10 @@ Rules kept here:
 * The first packet must be CONNECT. Its protocol level (3, 4 or 5) fixes the
   version for every packet decoded or encoded after it.
 * Every complete packet is decoded in arrival order; ``events()`` returns
-  all of them, so the caller can act on a whole read and write once.
+  all of them, so the caller can act on a whole read and write once. With
+  ``ack_words``, a run of plain client acks (PUBACK, PUBREC, PUBCOMP of 4
+  bytes: success, no properties) is one ``ClientAcks`` in their place, in
+  arrival order; any other ack is an event, as without it.
 * Input larger than ``max_packet_size`` (the server's Maximum Packet Size:
   the constructor default, or the value sent in CONNACK) is rejected as
   soon as its fixed header is read, before the body is buffered.
@@ -43,8 +46,8 @@ from dataclasses import replace
 
 from ._decode import decode_packet, decode_publish, peek_connect_version, read_fixed_header
 from ._encode import encode
-from ._events import (Auth, ConnAck, ConnectionClosed, Connect, Disconnect, PubAck, PubComp, PubRec, PubRel, Publish,
-                      _trusted)
+from ._events import (Auth, ClientAcks, ConnAck, ConnectionClosed, Connect, Disconnect, PubAck, PubComp, PubRec, PubRel,
+                      Publish, _trusted)
 from ._reasons import (
     ALLOWED_REASONS,
     LocalProtocolError,
@@ -54,7 +57,7 @@ from ._reasons import (
     RemoteProtocolError,
     connack_return_code,
 )
-from ._state import RECEIVE, SEND, ConnectionState, send_key
+from ._state import NO_EXCHANGE, RECEIVE, SEND, SERVER_TURN, ConnectionState, auth_received, auth_sent, send_key
 from ._topic_alias import NO_OUTBOUND_ALIASES, InboundTopicAliases, OutboundTopicAliases
 from ._wire import PacketType
 
@@ -63,8 +66,8 @@ _PROTO = ReasonCode.PROTOCOL_ERROR
 UNLIMITED = 268_435_460  # 1 + 4 + the largest remaining length
 _PROBLEM_INFO_ALWAYS = (Publish, ConnAck, Disconnect)
 _PLAIN_ACKS = {0x40: PubAck, 0x50: PubRec, 0x62: PubRel, 0x70: PubComp}  # an ack's first byte -> its event
-# Whose turn it is in an enhanced authentication exchange (see the module docstring).
-_NO_EXCHANGE, _SERVER_TURN, _CLIENT_TURN = 0, 1, 2
+# the ack word type (gateway.mqtt.qos: PUBACK_WORD, PUBREC_WORD, PUBCOMP_WORD) of a client's ack
+_WORD_OF_ACK = {PubAck: 0, PubRec: 1 << 16, PubComp: 3 << 16}
 
 
 class _Sentinel:
@@ -81,6 +84,9 @@ NEED_DATA = _Sentinel("NEED_DATA")
 class MQTTConnection:
     """Server role. See the module docstring for the rules.
 
+    ``ack_words``: give a run of plain client acks as one ``ClientAcks``
+    (ack words) instead of an event each.
+
     ``max_packet_size`` and ``topic_alias_maximum`` are the server's limits
     until the CONNACK is sent. A 5.0 CONNACK then sets them: its Topic Alias
     Maximum (absent = 0) and, if present, its Maximum Packet Size. So a 5.0
@@ -91,10 +97,12 @@ class MQTTConnection:
     __slots__ = ("state", "max_packet_size", "protocol_version", "peer_max_packet_size", "peer_receive_maximum",
                  "peer_topic_alias_maximum", "inbound_aliases", "outbound_aliases", "_buf", "_pos", "_pending",
                  "_pending_len", "_need", "_eof", "_closed_reported", "_disconnected", "_error", "_claimed_version",
-                 "_no_problem_info", "_auth_method", "_auth_turn", "_connect_expiry")
+                 "_no_problem_info", "_auth_method", "_auth_turn", "_connect_expiry", "_ack_words")
 
-    def __init__(self, *, max_packet_size: int = UNLIMITED, topic_alias_maximum: int = 0) -> None:
+    def __init__(self, *, max_packet_size: int = UNLIMITED, topic_alias_maximum: int = 0,
+                 ack_words: bool = False) -> None:
         self.state = S.AWAIT_CONNECT
+        self._ack_words = ack_words  # runs of plain client acks as ClientAcks (module docstring)
         self.max_packet_size = max_packet_size
         self.protocol_version: int | None = None
         self.peer_max_packet_size: int | None = None
@@ -105,7 +113,7 @@ class MQTTConnection:
         # What is kept of the CONNECT (not the packet: its password and will
         # are the server's business, and an idle connection would hold them).
         self._auth_method: str | None = None
-        self._auth_turn = _NO_EXCHANGE
+        self._auth_turn = NO_EXCHANGE
         self._connect_expiry = 0  # its Session Expiry Interval (5.0)
         self._buf = b""
         self._pos = 0
@@ -190,6 +198,7 @@ class MQTTConnection:
         end = len(buf)
         version = self.protocol_version
         limit = self.max_packet_size
+        words = None  # the ClientAcks run at the end of ``out`` (ack_words), if any
         try:
             while end - pos >= 2:
                 first = buf[pos]
@@ -199,8 +208,16 @@ class MQTTConnection:
                             or not buf[pos + 2] | buf[pos + 3]):
                         break
                     pos += 4
+                    if cls is not PubRel and self._ack_words:
+                        if words is None:
+                            words = []
+                            out.append(_trusted(ClientAcks, {"words": words}))
+                        words.append(_WORD_OF_ACK[cls] | buf[pos - 2] << 8 | buf[pos - 1])
+                        continue
+                    words = None
                     out.append(_trusted(cls, {"packet_id": buf[pos - 2] << 8 | buf[pos - 1]}))
                     continue
+                words = None
                 length = buf[pos + 1]
                 body = pos + 2
                 if length >= 128:
@@ -282,7 +299,7 @@ class MQTTConnection:
             method = event.authentication_method
             if method is not None and method != self._auth_method:
                 raise RemoteProtocolError("AUTH with a different authentication method", _PROTO)
-            self._auth_received(event.reason_code)
+            self._auth_turn = auth_received(self._auth_turn, event.reason_code, self.state is S.CONNECTED)
         elif cls is Disconnect:
             if event.session_expiry_interval and not self._connect_expiry:
                 raise RemoteProtocolError("DISCONNECT sets a session expiry after CONNECT said 0", _PROTO)
@@ -311,7 +328,7 @@ class MQTTConnection:
         self.protocol_version = event.protocol_version
         self._auth_method = event.authentication_method
         if self._auth_method is not None:
-            self._auth_turn = _SERVER_TURN
+            self._auth_turn = SERVER_TURN
         self._connect_expiry = event.session_expiry_interval or 0
         if event.protocol_version == 5:
             self.peer_max_packet_size = event.maximum_packet_size
@@ -350,7 +367,7 @@ class MQTTConnection:
         elif cls is Auth:
             if version < 5:
                 raise LocalProtocolError("AUTH exists only in MQTT 5")
-            self._auth_sent(event.reason_code)
+            self._auth_turn = auth_sent(self._auth_turn, event.reason_code, self.state is S.CONNECTED)
         if (self._no_problem_info and cls not in _PROBLEM_INFO_ALWAYS
                 and (getattr(event, "reason_string", None) is not None or getattr(event, "user_properties", ()))):
             event = replace(event, reason_string=None, user_properties=())
@@ -362,28 +379,6 @@ class MQTTConnection:
             self._apply_connack(event)
         self.state = new_state
         return data
-
-    def _auth_received(self, code: int) -> None:
-        turn = self._auth_turn
-        if code == ReasonCode.CONTINUE_AUTHENTICATION:
-            if turn != _CLIENT_TURN:
-                raise RemoteProtocolError("AUTH 0x18 (continue) when the server asked for nothing", _PROTO)
-        elif code == ReasonCode.RE_AUTHENTICATE:
-            if self.state is not S.CONNECTED or turn != _NO_EXCHANGE:
-                raise RemoteProtocolError("AUTH 0x19 (re-authenticate) before CONNACK or during an exchange", _PROTO)
-        else:
-            raise RemoteProtocolError(f"a client may not send AUTH 0x{code:02X}", _PROTO)
-        self._auth_turn = _SERVER_TURN
-
-    def _auth_sent(self, code: int) -> None:
-        if self._auth_turn != _SERVER_TURN:
-            raise LocalProtocolError("AUTH while the client has the turn or no exchange is under way")
-        if code == ReasonCode.CONTINUE_AUTHENTICATION:
-            self._auth_turn = _CLIENT_TURN
-        elif code == ReasonCode.SUCCESS and self.state is S.CONNECTED:
-            self._auth_turn = _NO_EXCHANGE
-        else:
-            raise LocalProtocolError(f"the server may not send AUTH 0x{code:02X} now")
 
     def _shrink(self, event, data: bytes, limit: int) -> bytes:
         if type(event) is Publish:
@@ -397,7 +392,7 @@ class MQTTConnection:
         return data
 
     def _apply_connack(self, event: ConnAck) -> None:
-        self._auth_turn = _NO_EXCHANGE  # (3.1.1 has no enhanced authentication)
+        self._auth_turn = NO_EXCHANGE  # (3.1.1 has no enhanced authentication)
         # Absent means 0: the client may use no aliases (5.0 section 3.2.2.3.8).
         self.inbound_aliases.maximum = event.topic_alias_maximum or 0
         if event.maximum_packet_size is not None:

@@ -17,11 +17,16 @@ Rules kept here:
   with an Authentication Method; only AUTH or DISCONNECT before CONNACK
   during enhanced authentication; DISCONNECT from the server only in 5.0)
   are checked by the connection, not encoded in the tables.
+* Enhanced authentication (5.0 section 4.12) takes turns: ``auth_received``
+  and ``auth_sent`` give the turn after an AUTH, or raise when it is out
+  of turn (the rules are in gateway/mqtt/_connection.py's docstring).
 """
 
 from __future__ import annotations
 
 from enum import Enum
+
+from ._reasons import LocalProtocolError, ReasonCode, RemoteProtocolError
 
 from ._events import (
     Auth,
@@ -88,3 +93,34 @@ def send_key(event) -> object:
     if type(event) is ConnAck:
         return CONNACK_REFUSED if event.reason_code >= 0x80 else CONNACK_ACCEPTED
     return type(event)
+
+
+# Whose turn it is in an enhanced authentication exchange.
+NO_EXCHANGE, SERVER_TURN, CLIENT_TURN = 0, 1, 2
+
+
+def auth_received(turn: int, code: int, connected: bool) -> int:
+    """The turn after a client AUTH with reason ``code`` (``connected``:
+    CONNACK was sent): the server's; RemoteProtocolError if out of turn."""
+    if code == ReasonCode.CONTINUE_AUTHENTICATION:
+        if turn != CLIENT_TURN:
+            raise RemoteProtocolError("AUTH 0x18 (continue) when the server asked for nothing",
+                                      ReasonCode.PROTOCOL_ERROR)
+    elif code == ReasonCode.RE_AUTHENTICATE:
+        if not connected or turn != NO_EXCHANGE:
+            raise RemoteProtocolError("AUTH 0x19 (re-authenticate) before CONNACK or during an exchange",
+                                      ReasonCode.PROTOCOL_ERROR)
+    else:
+        raise RemoteProtocolError(f"a client may not send AUTH 0x{code:02X}", ReasonCode.PROTOCOL_ERROR)
+    return SERVER_TURN
+
+
+def auth_sent(turn: int, code: int, connected: bool) -> int:
+    """The turn after a server AUTH with reason ``code``; LocalProtocolError if out of turn."""
+    if turn != SERVER_TURN:
+        raise LocalProtocolError("AUTH while the client has the turn or no exchange is under way")
+    if code == ReasonCode.CONTINUE_AUTHENTICATION:
+        return CLIENT_TURN
+    if code == ReasonCode.SUCCESS and connected:
+        return NO_EXCHANGE
+    raise LocalProtocolError(f"the server may not send AUTH 0x{code:02X} now")

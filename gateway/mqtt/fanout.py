@@ -17,6 +17,11 @@ Rules kept here:
   QoS 0 PUBLISH is topic and payload only: ``encode_publish_v4_qos0``
   builds it in one join, with no template object (the gateway's QoS 0
   fast path, gateway/router.py).
+* A 3.1.1 PUBLISH is ``publish_v4_head(topic, len(payload), qos, retain)``,
+  then (QoS 1/2) the packet id in two bytes, then the payload: the head
+  depends on the topic, the payload's length, the QoS and the retain flag
+  only, so a caller may keep it per topic and stamp packet id and payload
+  behind it (the gateway's QoS 1/2 fast path). The DUP bit is 0 in it.
 * Topic aliases are per connection and so do not mix with templates; the
   template always carries the full topic name and no alias.
 * Send rendered bytes through ``MQTTConnection.send_encoded_publish``,
@@ -118,6 +123,18 @@ def encode_publish_v4_qos0(topic: str, payload: bytes, retain: bool) -> bytes:
     name = topic.encode("utf-8")
     return b"".join((_FIRST[0x31 if retain else 0x30], encode_varint(2 + len(name) + len(payload)),
                      _U16(len(name)), name, payload))
+
+
+def publish_v4_head(topic: str, size: int, qos: int, retain: bool) -> bytes:
+    """The bytes of a 3.1.1 PUBLISH of ``topic`` (a valid, non-empty topic
+    name) at ``qos`` with a ``size``-byte payload, up to its packet id
+    (QoS 1/2, DUP 0) or its payload (QoS 0): ``head + packet id + payload``
+    is ``PublishTemplate(..., 4, qos=qos, retain=retain).render(packet id)``."""
+    if qos not in (0, 1, 2):
+        raise LocalProtocolError(f"QoS {qos!r}")
+    name = topic.encode("utf-8")
+    return b"".join((_FIRST[0x30 | (qos << 1) | (1 if retain else 0)],
+                     encode_varint(2 + len(name) + (2 if qos else 0) + size), _U16(len(name)), name))
 
 
 _FIRST = [bytes((i,)) for i in range(256)]

@@ -40,7 +40,7 @@ from enum import Enum, IntEnum
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from ._events import PubAck, PubComp, PubRec, PubRel, Publish
+from ._events import ClientAcks, PubAck, PubComp, PubRec, PubRel, Publish
 from ._reasons import LocalProtocolError, ReasonCode, RemoteProtocolError
 
 __all__ = [
@@ -68,6 +68,7 @@ NOT_FOUND = 1 << 18  # reason code 0x92 Packet Identifier not found (an event, n
 NO_REF = 1 << 19  # OutboundFlows.on_acks: a PUBREL for a flow whose ref is None
 _WORD_TYPES = (PubAck, PubRec, PubRel, PubComp)
 _WORD_HEADS = (0x4002, 0x5002, 0x6202, 0x7002)  # first byte and remaining length of each
+_WORD_OF_ACK = {PubAck: PUBACK_WORD, PubRec: PUBREC_WORD, PubComp: PUBCOMP_WORD}  # a client ack's word type
 _HEAD_PID = struct.Struct("!HH").pack
 
 
@@ -143,17 +144,18 @@ class OutboundFlows:
 
     def start(self, qos: int, ref: Any = None) -> int:
         """Allocate a packet id for a QoS 1/2 PUBLISH about to be sent."""
-        if qos not in (1, 2):
+        if qos != 1 and qos != 2:
             raise LocalProtocolError(f"QoS {qos!r} has no flow")
-        if len(self._flows) >= self.receive_maximum:
+        flows = self._flows
+        if len(flows) >= self.receive_maximum:
             raise LocalProtocolError("the client's Receive Maximum is reached")
-        if self._flows is _NO_FLOWS:
-            self._flows = {}
+        if flows is _NO_FLOWS:
+            flows = self._flows = {}
         packet_id = self._next
-        while packet_id in self._flows:
+        while packet_id in flows:
             packet_id = packet_id % 65535 + 1
         self._next = packet_id % 65535 + 1
-        self._flows[packet_id] = [qos, O.AWAIT_PUBACK if qos == 1 else O.AWAIT_PUBREC, ref]
+        flows[packet_id] = [qos, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, ref]
         return packet_id
 
     def on_ack(self, event) -> OutboundAck:
@@ -179,35 +181,35 @@ class OutboundFlows:
 
     def on_acks(self, events, replies: list, done: list, received: list) -> None:
         """``on_ack`` for each of ``events`` (a run of a read's PubAck, PubRec
-        and PubComp), in order, with no result object per ack. Appends to
-        ``replies`` the PUBRELs to send, in order, as words: ``PUBREL_WORD |
-        pid``, ``| NO_REF`` when the flow's ref is None, ``| NOT_FOUND`` for an
-        unknown packet id; to ``done`` the packet ids whose flow is over; to
+        and PubComp, and ``ClientAcks``: runs of them as ack words), in
+        order, with no result object per ack. Appends to ``replies`` the
+        PUBRELs to send, in order, as words: ``PUBREL_WORD | pid``, ``|
+        NO_REF`` when the flow's ref is None, ``| NOT_FOUND`` for an unknown
+        packet id; to ``done`` the packet ids whose flow is over; to
         ``received`` those past PUBREC whose ref is an int (a queue entry). A
         protocol error is raised at the ack that causes it, the lists holding
         what the acks before it did."""
-        flows = self._flows
         for event in events:
+            cls = event.__class__
+            if cls is ClientAcks:
+                self.on_ack_words(event.words, replies, done, received)
+                continue
+            word = _WORD_OF_ACK.get(cls)
+            if word is not None and event.reason_code < 0x80:  # a success ack: its word's steps
+                self.on_ack_words((word | event.packet_id,), replies, done, received)
+                continue
             packet_id = event.packet_id
-            flow = flows.get(packet_id)
-            cls = type(event)
+            flow = self._flows.get(packet_id)
             if flow is None:
                 if cls is PubRec:
                     replies.append(PUBREL_WORD | NOT_FOUND | packet_id)
                 continue
-            # the common steps first, as OUTBOUND has them (no key tuple, no lookup)
-            at = flow[1]
-            if cls is PubComp and at is _AWAIT_PUBCOMP or cls is PubAck and at is _AWAIT_PUBACK:
-                stage, release = _DONE, False
-            elif cls is PubRec and at is _AWAIT_PUBREC and event.reason_code < 0x80:
-                stage, release = _AWAIT_PUBCOMP, True
-            else:
-                step = OUTBOUND.get((at, cls, event.reason_code < 0x80))
-                if step is None:
-                    raise RemoteProtocolError(f"{cls.__name__} for packet {packet_id} in stage {O(at).name}", _PROTO)
-                stage, release = step
+            step = OUTBOUND.get((flow[1], cls, event.reason_code < 0x80))
+            if step is None:
+                raise RemoteProtocolError(f"{cls.__name__} for packet {packet_id} in stage {O(flow[1]).name}", _PROTO)
+            stage, release = step
             if stage is _DONE:
-                del flows[packet_id]
+                del self._flows[packet_id]
                 done.append(packet_id)
             else:
                 flow[1] = stage
@@ -215,6 +217,34 @@ class OutboundFlows:
                     received.append(packet_id)
             if release:
                 replies.append(PUBREL_WORD | packet_id if flow[2] is not None else PUBREL_WORD | NO_REF | packet_id)
+
+    def on_ack_words(self, words, replies: list, done: list, received: list) -> None:
+        """``on_acks`` for success acks given as ack words (``PUBACK_WORD |
+        pid``, ``PUBREC_WORD | ...``, ``PUBCOMP_WORD | ...``): the steps of
+        ``OUTBOUND`` with a reason code below 0x80, taken without a key
+        tuple or a lookup."""
+        flows = self._flows
+        for word in words:
+            packet_id = word & 0xFFFF
+            kind = word >> 16  # 0 PUBACK, 1 PUBREC, 3 PUBCOMP
+            flow = flows.get(packet_id)
+            if flow is None:
+                if kind == 1:
+                    replies.append(PUBREL_WORD | NOT_FOUND | packet_id)
+                continue
+            at = flow[1]
+            if at is _AWAIT_PUBACK and kind == 0 or at is _AWAIT_PUBCOMP and kind == 3:
+                del flows[packet_id]
+                done.append(packet_id)
+            elif kind == 1 and (at is _AWAIT_PUBREC or at is _AWAIT_PUBCOMP):  # (AWAIT_PUBCOMP: our PUBREL was lost)
+                flow[1] = _AWAIT_PUBCOMP
+                ref = flow[2]
+                if type(ref) is int:
+                    received.append(packet_id)
+                replies.append(PUBREL_WORD | packet_id if ref is not None else PUBREL_WORD | NO_REF | packet_id)
+            else:
+                cls = _WORD_TYPES[kind & 3]
+                raise RemoteProtocolError(f"{cls.__name__} for packet {packet_id} in stage {O(at).name}", _PROTO)
 
     def redeliveries(self) -> list[Redelivery]:
         """What to resend after the client reconnects, in original order."""
@@ -269,6 +299,8 @@ INBOUND: dict[tuple[InboundStage, str], tuple[InboundStage, InboundAction]] = {
     (I.ABSENT, "pubrel"): (I.ABSENT, A.NONE),  # answered with PUBCOMP 0x92
 }
 _CLIENT_INPUTS = frozenset({"publish1", "publish2", "pubrel"})
+_QOS1_UNACKED, _QOS2_UNACKED, _QOS2_RECEIVED = I.QOS1_UNACKED, I.QOS2_UNACKED, I.QOS2_RECEIVED
+_DELIVER = A.DELIVER  # (an enum member read through its class is a lookup per read)
 
 
 class InboundFlows:
@@ -321,8 +353,8 @@ class InboundFlows:
             # INBOUND's (ABSENT, "publish1"/"publish2"), without a key tuple and a lookup
             if flows is _NO_FLOWS:
                 flows = self._flows = {}
-            flows[packet_id] = I.QOS1_UNACKED if qos == 1 else I.QOS2_UNACKED
-            return A.DELIVER
+            flows[packet_id] = _QOS1_UNACKED if qos == 1 else _QOS2_UNACKED
+            return _DELIVER
         return self._step(packet_id, "publish1" if qos == 1 else "publish2")
 
     def puback(self, packet_id: int, reason_code: int = ReasonCode.SUCCESS, **props) -> PubAck:

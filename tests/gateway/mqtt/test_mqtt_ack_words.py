@@ -1,19 +1,21 @@
 """Batch-through acks (gateway/mqtt/qos.py, issue 13): the batch calls make
 the changes the per-packet calls make, raise the same errors at the same
 packet, and their ack words encode to the bytes the events encode to; plain
-acks decoded on the fast path equal the ones the general decoder builds."""
+acks decoded on the fast path equal the ones the general decoder builds, and
+decoded as ack words (``ClientAcks``) stand for the same acks in the same
+order."""
 
 import random
 
 import pytest
 
 from gateway.mqtt import (
-    NO_REF, NOT_FOUND, PUBACK_WORD, PUBCOMP_WORD, PUBREC_WORD, PUBREL_WORD, InboundFlows, OutboundFlows,
-    PubAck, PubComp, PubRec, PubRel, Publish, RemoteProtocolError, ack_event, encode, plain_acks,
+    NO_REF, NOT_FOUND, PUBACK_WORD, PUBCOMP_WORD, PUBREC_WORD, PUBREL_WORD, ClientAcks, ConnAck, InboundFlows,
+    MQTTConnection, OutboundFlows, PubAck, PubComp, PubRec, PubRel, Publish, RemoteProtocolError, ack_event, encode, plain_acks,
 )
 from gateway.mqtt._decode import decode_packet, read_fixed_header
 
-from mqtt_helpers import connected
+from mqtt_helpers import connect_bytes, connected
 
 KINDS = [(PUBACK_WORD, PubAck), (PUBREC_WORD, PubRec), (PUBREL_WORD, PubRel), (PUBCOMP_WORD, PubComp)]
 
@@ -122,17 +124,36 @@ def test_on_acks_is_on_ack_one_by_one():
                     received.append(r.packet_id)
         except RemoteProtocolError as e:
             error_one = e
-        got = ([], [], [])
-        error_batch = None
-        try:
-            batch.on_acks(acks, *got)
-        except RemoteProtocolError as e:
-            error_batch = e
-        assert got == (replies, done, received)
-        assert (error_one is None) == (error_batch is None)
-        if error_one is not None:
-            assert (str(error_one), error_one.reason_code) == (str(error_batch), error_batch.reason_code)
-        assert one.to_state() == batch.to_state()
+        # the same acks as events, and with each run of success acks as ack words (ClientAcks)
+        for run in (acks, _as_client_acks(acks)):
+            batch = _outbound_with(spec)
+            got = ([], [], [])
+            error_batch = None
+            try:
+                batch.on_acks(run, *got)
+            except RemoteProtocolError as e:
+                error_batch = e
+            assert got == (replies, done, received)
+            assert (error_one is None) == (error_batch is None)
+            if error_one is not None:
+                assert (str(error_one), error_one.reason_code) == (str(error_batch), error_batch.reason_code)
+            assert one.to_state() == batch.to_state()
+
+
+_WORD_OF = {PubAck: PUBACK_WORD, PubRec: PUBREC_WORD, PubComp: PUBCOMP_WORD}
+
+
+def _as_client_acks(acks: list) -> list:
+    """``acks`` with every run of success PUBACK/PUBREC/PUBCOMP events as one ClientAcks."""
+    out = []
+    for a in acks:
+        if type(a) in _WORD_OF and not a.reason_code:
+            if not out or type(out[-1]) is not ClientAcks:
+                out.append(ClientAcks([]))
+            out[-1].words.append(_WORD_OF[type(a)] | a.packet_id)
+        else:
+            out.append(a)
+    return out
 
 
 def _decode_slow(data: bytes, version: int) -> list:
@@ -162,11 +183,46 @@ def test_plain_acks_decode_as_the_general_decoder_does(version):
         assert [type(e) for e in got] == [type(e) for e in events]
 
 
+@pytest.mark.parametrize("version", [4, 5])
+def test_plain_client_acks_decode_as_ack_words_in_their_place(version):
+    """With ack_words, each run of plain PUBACK/PUBREC/PUBCOMP is one
+    ClientAcks holding their words in order; PUBRELs, PUBLISHes and acks with
+    a reason code stay events in their place, across every split of the input."""
+    events = [PubAck(packet_id=1), PubRec(packet_id=2), PubComp(packet_id=65535), PubRel(packet_id=300),
+              PubAck(packet_id=7), Publish(topic="a/b", qos=1, packet_id=9, payload=b"x"), PubAck(packet_id=4),
+              PubComp(packet_id=256)]
+    if version == 5:
+        events[2:2] = [PubRec(packet_id=5, reason_code=0x80)]
+    data = b"".join(encode(e, version) for e in events)
+    for cut in range(len(data) + 1):
+        mq = MQTTConnection(ack_words=True)
+        mq.receive_data(connect_bytes(version))
+        mq.events()
+        mq.send(ConnAck())
+        got = []
+        for part in (data[:cut], data[cut:]):
+            if part:
+                mq.receive_data(part)
+                got += mq.events()
+        # a read may end inside a run: its two ClientAcks stand for it, in order
+        merged = []
+        for ev in got:
+            if type(ev) is ClientAcks and merged and type(merged[-1]) is ClientAcks:
+                merged[-1] = ClientAcks(merged[-1].words + ev.words)
+            else:
+                merged.append(ev)
+        assert merged == _as_client_acks(events)
+
+
 @pytest.mark.parametrize("bad", [b"\x40\x02\x00\x00", b"\x60\x02\x00\x01", b"\x52\x02\x00\x01"],
                          ids=["packet-id-0", "pubrel-flags-0000", "pubrec-flags-0010"])
-def test_a_bad_short_ack_is_still_refused(bad):
-    mq = connected(4)
+@pytest.mark.parametrize("ack_words", [False, True])
+def test_a_bad_short_ack_is_still_refused(bad, ack_words):
+    mq = MQTTConnection(ack_words=ack_words)
+    mq.receive_data(connect_bytes(4))
+    mq.events()
+    mq.send(ConnAck())
     mq.receive_data(encode(PubAck(packet_id=3), 4) + bad)
-    assert mq.events() == [PubAck(packet_id=3)]
+    assert mq.events() == ([ClientAcks([PUBACK_WORD | 3])] if ack_words else [PubAck(packet_id=3)])
     with pytest.raises(RemoteProtocolError):
         mq.events()
