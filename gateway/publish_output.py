@@ -76,16 +76,20 @@ class PublishOutput:
         elif self._admit_qos0(sess, None):
             self._append_publish(data, 0)
 
-    def deliver_v4(self, sess, qos: int, head: bytes, payload: bytes, entry: tuple) -> None:
+    def deliver_v4(self, sess, qos: int, head: bytes, payload: bytes, entry: tuple) -> bool:
         """``deliver`` of a QoS 1/2 message as a 3.1.1 PUBLISH, for the
         router's fast path: ``head`` is ``publish_v4_head`` of its topic,
         payload length, ``qos`` and retain flag; ``entry`` what ``sess.mem``
         keeps of it (``gateway.sessions.InMemory``). The caller has checked
-        what ``deliver_qos0_v4``'s has, and that the client's window has
-        room. The same flow, tracking and counters as ``deliver``."""
+        what ``deliver_qos0_v4``'s has. False, with nothing done, when the
+        client's window is full (the caller queues the message); else the
+        same flow, tracking and counters as ``deliver``."""
+        flows = sess.flows
+        if len(flows) >= flows.receive_maximum:  # `flows.available()`, without a method call
+            return False
         if self.closing or self.mq.state is not _CONNECTED:
-            return
-        pid = sess.flows.start(qos, None)
+            return True  # as `deliver`: a message reaching a closing connection stays unsent
+        pid = flows.start(qos, None)
         sess.track(pid, None, entry)
         data = b"".join((head, _U16(pid), payload))
         stats = self.gw.stats
@@ -98,6 +102,7 @@ class PublishOutput:
         self.out_bytes += len(data)
         if self._writer_of == NOBODY:
             self.wake()
+        return True
 
     def send_acks(self, words: list, plain: bool = False) -> None:
         """Send the acks ``words`` stands for, in order (see the module

@@ -55,6 +55,9 @@ R = ReasonCode
 # store refusals that sending the message again cannot change (see the module docstring)
 _PERMANENT = frozenset({SendStatus.MESSAGE_ILLEGAL, SendStatus.NO_PERMISSION, SendStatus.TOPIC_NOT_EXIST})
 _CONNECTED = ConnectionState.CONNECTED
+_SEND_OK = SendStatus.SEND_OK
+# (an enum member read through its class is a Python-level lookup, per message)
+_ACK_PENDING, _RESEND_PUBREC = InboundAction.ACK_PENDING, InboundAction.RESEND_PUBREC
 
 
 async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
@@ -94,9 +97,9 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
                 except RemoteProtocolError as e:
                     error = e  # store and acknowledge what came before, then close
                     break
-                if action is InboundAction.ACK_PENDING:
+                if action is _ACK_PENDING:
                     continue
-                if action is InboundAction.RESEND_PUBREC:
+                if action is _RESEND_PUBREC:
                     plan.append((pub, None, 0, None))
                     continue
             if quota is not None and not quota.take():
@@ -179,7 +182,7 @@ async def _after_store(conn: Connection, plan, items, results) -> None:
     for pub, idx, code, reason in plan:
         if idx is not None:
             r = results[idx]
-            if not r.ok:
+            if r.status is not _SEND_OK and not r.ok:  # SEND_OK first: `ok` is a property
                 code, reason = R.UNSPECIFIED_ERROR, f"not stored: {r.status.name} {r.remark or ''}".strip()
                 if pub.topic.startswith("$delayed/"):
                     code = R.IMPLEMENTATION_SPECIFIC_ERROR  # e.g. the timer service refused the delay

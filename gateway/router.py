@@ -316,13 +316,13 @@ class Router:
                     if conn is None:
                         continue
                     mq = conn.mq
-                    qos = t[1] if t[1] < pub.qos else pub.qos
                     if (sess.pending.items or not conn.live or mq.protocol_version == 5
-                            or mq.peer_max_packet_size is not None or (qos and not sess.flows.available())):
+                            or mq.peer_max_packet_size is not None):
                         if rest is None:
                             rest = []
                         rest.append(t)
                         continue
+                    qos = t[1] if t[1] < pub.qos else pub.qos
                     retain = t[2] and pub.retain
                     k = size | qos << 1 | retain
                     if k != key:
@@ -335,11 +335,13 @@ class Router:
                             heads = self._heads[topic]
                         if not qos:
                             data = head + payload
-                    if qos:
-                        conn.deliver_v4(sess, qos, head, payload, (pub, topic, msg.properties.get(P_CLIENT),
-                                                                   msg.born_timestamp, qos, retain, t[3], t[4]))
-                    else:
+                    if not qos:
                         conn.deliver_qos0_v4(sess, data)
+                    elif not conn.deliver_v4(sess, qos, head, payload, (pub, topic, msg.properties.get(P_CLIENT),
+                                                                        msg.born_timestamp, qos, retain, t[3], t[4])):
+                        if rest is None:  # the client's window is full: the general path queues it
+                            rest = []
+                        rest.append(t)
                 if rest is None:
                     return
                 targets = rest

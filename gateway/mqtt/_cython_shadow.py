@@ -5,3 +5,10 @@ module (Cython.Shadow) plays this part. (The package imports nothing of
 the project's, so it does not share ``core.store._cython_shadow``.)"""
 
 compiled = False
+
+
+def locals(**_types):  # noqa: A001 - Cython's name: C types for a function's locals, here none
+    return lambda f: f
+
+
+long = int  # noqa: A001 - a C type's name in Cython

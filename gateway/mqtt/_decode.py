@@ -166,8 +166,7 @@ def decode_publish(flags: int, buf, pos: int, end: int, version: int):
     if topic is None:
         topic = _topic_name(raw)
     pos = stop
-    # Fields at their class default (QoS 0, no retain, no DUP, no packet id, no
-    # properties) are left out of the event's __dict__: the class gives them.
+    packet_id = None
     if qos:
         if pos + 2 > end:
             raise _bad("truncated packet identifier")
@@ -175,21 +174,28 @@ def decode_publish(flags: int, buf, pos: int, end: int, version: int):
         if not packet_id:
             raise _bad("packet identifier 0", _PROTO)
         pos += 2
-        kw = {"topic": topic, "qos": qos, "retain": flags & 1 == 1, "dup": dup, "packet_id": packet_id}
-    elif flags & 1:
-        kw = {"topic": topic, "retain": True}
-    else:
-        kw = {"topic": topic}
+    props = None
     if version == 5:
         props, pos = decode_properties(buf, pos, end, P.PUBLISH)
-        if props:
-            kw.update(props)
         if not topic and "topic_alias" not in props:
             raise _bad("empty topic name without a topic alias", _PROTO)
     elif not topic:
         raise _bad("empty topic name")
     payload = buf[pos:end]
-    kw["payload"] = payload if type(payload) is bytes else bytes(payload)
+    if type(payload) is not bytes:
+        payload = bytes(payload)
+    # Fields at their class default (QoS 0, no retain, no DUP, no packet id, no
+    # properties) are left out of the event's __dict__: the class gives them.
+    # (Each dict is made whole at once: one allocation of the right size.)
+    if qos:
+        kw = {"topic": topic, "qos": qos, "retain": flags & 1 == 1, "dup": dup, "packet_id": packet_id,
+              "payload": payload}
+    elif flags & 1:
+        kw = {"topic": topic, "retain": True, "payload": payload}
+    else:
+        kw = {"topic": topic, "payload": payload}
+    if props:
+        kw.update(props)
     return _trusted(Publish, kw)
 
 

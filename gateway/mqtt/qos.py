@@ -43,6 +43,11 @@ from typing import Any, NamedTuple
 from ._events import ClientAcks, PubAck, PubComp, PubRec, PubRel, Publish
 from ._reasons import LocalProtocolError, ReasonCode, RemoteProtocolError
 
+try:
+    import cython
+except ImportError:  # a pure-Python install: nothing here is compiled
+    from . import _cython_shadow as cython
+
 __all__ = [
     "OutboundStage", "OutboundFlows", "OutboundAck", "Redelivery", "OUTBOUND",
     "InboundStage", "InboundAction", "InboundFlows", "INBOUND",
@@ -68,14 +73,28 @@ NOT_FOUND = 1 << 18  # reason code 0x92 Packet Identifier not found (an event, n
 NO_REF = 1 << 19  # OutboundFlows.on_acks: a PUBREL for a flow whose ref is None
 _WORD_TYPES = (PubAck, PubRec, PubRel, PubComp)
 _WORD_HEADS = (0x4002, 0x5002, 0x6202, 0x7002)  # first byte and remaining length of each
+_HEAD_WORDS = tuple(h << 16 for h in _WORD_HEADS)  # ... as the high half of a 4-byte ack
 _WORD_OF_ACK = {PubAck: PUBACK_WORD, PubRec: PUBREC_WORD, PubComp: PUBCOMP_WORD}  # a client ack's word type
-_HEAD_PID = struct.Struct("!HH").pack
+_PACKED: dict = {}  # number of acks -> struct packing that many 4-byte acks
 
 
+# (the ack loops below run once per message: compiled, their ints are C ints)
+@cython.locals(w=cython.long)
 def plain_acks(words) -> bytes:
-    """The packets of ``words`` (success acks, no flags but ``NO_REF``) in one bytes."""
-    heads, pack = _WORD_HEADS, _HEAD_PID
-    return b"".join([pack(heads[(w >> 16) & 3], w & 0xFFFF) for w in words])
+    """The packets of ``words`` (success acks, no flags but ``NO_REF``) in one bytes:
+    each is 4 bytes, first byte and remaining length then packet id, so one
+    pack of 32-bit words makes the lot."""
+    n = len(words)
+    pack = _PACKED.get(n)
+    if pack is None:
+        pack = struct.Struct(f"!{n}I").pack
+        if len(_PACKED) < 256:
+            _PACKED[n] = pack
+    heads = _HEAD_WORDS
+    acks = []
+    for w in words:
+        acks.append(heads[(w >> 16) & 3] | (w & 0xFFFF))
+    return pack(*acks)
 
 
 def ack_event(word: int):
@@ -218,6 +237,7 @@ class OutboundFlows:
             if release:
                 replies.append(PUBREL_WORD | packet_id if flow[2] is not None else PUBREL_WORD | NO_REF | packet_id)
 
+    @cython.locals(word=cython.long, packet_id=cython.long, kind=cython.long)
     def on_ack_words(self, words, replies: list, done: list, received: list) -> None:
         """``on_acks`` for success acks given as ack words (``PUBACK_WORD |
         pid``, ``PUBREC_WORD | ...``, ``PUBCOMP_WORD | ...``): the steps of
@@ -362,6 +382,7 @@ class InboundFlows:
         self._step(packet_id, "puback")
         return PubAck(packet_id=packet_id, reason_code=reason_code, **props)
 
+    @cython.locals(word=cython.long, pid=cython.long)
     def acknowledge(self, words) -> None:
         """``puback(pid)`` for each ``PUBACK_WORD | pid`` and ``pubrec(pid)``
         for each ``PUBREC_WORD | pid`` of ``words``, with success: a read's
