@@ -15,10 +15,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "gateway" / "mqtt"))
+sys.path.insert(0, str(HERE.parent.parent))  # this tree's kernels, not an installed copy's (a worktree)
 
 import core._kernels  # noqa: E402
 from core.store.message import EncodedMessage, Message, decode_message, decode_segment  # noqa: E402
-from gateway.mqtt import NEED_DATA, MQTTConnection, ProtocolError, decode_all, encode  # noqa: E402
+from gateway.mqtt import (NEED_DATA, PUBACK_WORD, PUBCOMP_WORD, PUBREC_WORD, ClientAcks, MQTTConnection,  # noqa: E402
+                          OutboundFlows, ProtocolError, PubAck, PubComp, PubRec, decode_all, encode, plain_acks,
+                          publish_v4_head)
 from gateway.wildcard import SubscriptionTrie, topic_matches  # noqa: E402
 from test_mqtt_fixtures import CASES  # noqa: E402
 
@@ -52,6 +55,44 @@ def server_events(version: int, data: bytes):
             evs.append(ev)
         return evs
     return outcome(run)
+
+
+def client_acks(version: int, data: bytes):
+    """``events()`` of a connection that decodes runs of plain acks as ack words."""
+    def run():
+        conn = MQTTConnection(ack_words=True)
+        conn.receive_data(connect_bytes(version))
+        conn.events()
+        from gateway.mqtt import ConnAck
+        conn.send(ConnAck())
+        conn.receive_data(data)
+        return conn.events()
+    return outcome(run)
+
+
+def acks() -> None:
+    """Ack words: decoded runs, the outbound flows stepped by them, their bytes;
+    3.1.1 PUBLISH heads."""
+    rnd = random.Random(1313)
+    kinds = [(0x40, PubAck, PUBACK_WORD), (0x50, PubRec, PUBREC_WORD), (0x70, PubComp, PUBCOMP_WORD)]
+    for _ in range(300):
+        data = b"".join(bytes((rnd.choice((0x40, 0x50, 0x62, 0x70, 0x30, 0x41)), rnd.choice((2, 2, 2, 3)),
+                               rnd.randrange(3), rnd.randrange(256))) for _ in range(rnd.randrange(1, 9)))
+        out("client_acks", data.hex(), client_acks(rnd.choice((4, 5)), data))
+        flows = OutboundFlows(64)
+        for _ in range(rnd.randrange(12)):
+            flows.start(rnd.choice((1, 2)), rnd.choice((None, 5, ["r", 1, 2])))
+        run = [ClientAcks([word | rnd.randrange(1, 14) for _ in range(rnd.randrange(1, 5))]) if rnd.random() < 0.6
+               else cls(packet_id=rnd.randrange(1, 14), reason_code=rnd.choice((0, 0x92 if cls is PubComp else 0x80)))
+               for _, cls, word in (rnd.choice(kinds) for _ in range(4))]
+        lists = ([], [], [])
+        out("on_acks", repr(run), [outcome(lambda: flows.on_acks(run, *lists)), lists, flows.to_state()])
+        words = [rnd.choice((0, 1, 2, 3)) << 16 | rnd.randrange(1, 65536) for _ in range(rnd.randrange(1, 6))]
+        out("plain_acks", words, plain_acks(words).hex())
+    for topic in ("a", "t/é", "x" * 300):
+        for size in (0, 1, 122, 125, 16380, 2_100_000):
+            for qos in (0, 1, 2, 3):
+                out("head", (topic, size, qos), outcome(lambda: publish_v4_head(topic, size, qos, size % 2 == 1)))
 
 
 def packets() -> None:
@@ -109,5 +150,6 @@ def topics() -> None:
 if __name__ == "__main__":
     print(json.dumps(["status", core._kernels.status()]))
     packets()
+    acks()
     messages()
     topics()

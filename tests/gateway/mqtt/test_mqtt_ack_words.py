@@ -11,7 +11,8 @@ import pytest
 
 from gateway.mqtt import (
     NO_REF, NOT_FOUND, PUBACK_WORD, PUBCOMP_WORD, PUBREC_WORD, PUBREL_WORD, ClientAcks, ConnAck, InboundFlows,
-    MQTTConnection, OutboundFlows, PubAck, PubComp, PubRec, PubRel, Publish, RemoteProtocolError, ack_event, encode, plain_acks,
+    MQTTConnection, OutboundFlows, PubAck, PubComp, PubRec, PubRel, Publish, RemoteProtocolError, ack_event, encode,
+    plain_acks,
 )
 from gateway.mqtt._decode import decode_packet, read_fixed_header
 
