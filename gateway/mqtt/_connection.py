@@ -44,6 +44,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+try:
+    import cython
+except ImportError:  # a pure-Python install: nothing here is compiled
+    from . import _cython_shadow as cython
+
 from ._decode import decode_packet, decode_publish, peek_connect_version, read_fixed_header
 from ._encode import encode
 from ._events import (Auth, ClientAcks, ConnAck, ConnectionClosed, Connect, Disconnect, PubAck, PubComp, PubRec, PubRel,
@@ -66,8 +71,7 @@ _PROTO = ReasonCode.PROTOCOL_ERROR
 UNLIMITED = 268_435_460  # 1 + 4 + the largest remaining length
 _PROBLEM_INFO_ALWAYS = (Publish, ConnAck, Disconnect)
 _PLAIN_ACKS = {0x40: PubAck, 0x50: PubRec, 0x62: PubRel, 0x70: PubComp}  # an ack's first byte -> its event
-# the ack word type (gateway.mqtt.qos: PUBACK_WORD, PUBREC_WORD, PUBCOMP_WORD) of a client's ack
-_WORD_OF_ACK = {PubAck: 0, PubRec: 1 << 16, PubComp: 3 << 16}
+_WORD_OF_ACK = {PubAck: 0, PubRec: 1 << 16, PubComp: 3 << 16}  # a client ack's word type (gateway.mqtt.qos)
 
 
 class _Sentinel:
@@ -82,10 +86,7 @@ NEED_DATA = _Sentinel("NEED_DATA")
 
 
 class MQTTConnection:
-    """Server role. See the module docstring for the rules.
-
-    ``ack_words``: give a run of plain client acks as one ``ClientAcks``
-    (ack words) instead of an event each.
+    """Server role. See the module docstring for the rules (``ack_words`` too).
 
     ``max_packet_size`` and ``topic_alias_maximum`` are the server's limits
     until the CONNACK is sent. A 5.0 CONNACK then sets them: its Topic Alias
@@ -182,6 +183,9 @@ class MQTTConnection:
                 return out
             raise
 
+    @cython.locals(buf=bytes, pos=cython.Py_ssize_t, start=cython.Py_ssize_t, end=cython.Py_ssize_t,
+                   limit=cython.Py_ssize_t, first=cython.long, length=cython.Py_ssize_t, more=cython.long,
+                   body=cython.Py_ssize_t, stop=cython.Py_ssize_t)
     def _publishes(self, out: list) -> None:
         """Decode the PUBLISH packets and plain acks at the front of the buffer into ``out``.
 
@@ -190,7 +194,8 @@ class MQTTConnection:
         buffer and within ``max_packet_size``, or an ack of 4 bytes (valid as
         read: built unchecked), keeps the state CONNECTED. It stops at anything
         else (another type, a longer or malformed length, an incomplete
-        packet), which ``_next_event`` then handles as before."""
+        packet), which ``_next_event`` then handles as before. (Compiled, its
+        positions and lengths are C ints.)"""
         if self._pending and self._pending_len >= self._need - (len(self._buf) - self._pos):
             self._fill()
         buf = self._buf

@@ -12,3 +12,6 @@ def locals(**_types):  # noqa: A001 - Cython's name: C types for a function's lo
 
 
 long = int  # noqa: A001 - a C type's name in Cython
+int = int  # noqa: A001, PLW0127
+bint = bool
+Py_ssize_t = int

@@ -20,6 +20,11 @@ Rules kept here (3.1.1 chapters 2-3, 5.0 chapters 2-3):
 
 from __future__ import annotations
 
+try:
+    import cython
+except ImportError:  # a pure-Python install: nothing here is compiled
+    from . import _cython_shadow as cython
+
 from ._events import (
     Auth,
     ConnAck,
@@ -145,8 +150,12 @@ def _topic_name(raw) -> str:
     return topic
 
 
+# (once per PUBLISH: compiled, its positions and flags are C ints)
+@cython.locals(flags=cython.int, buf=bytes, pos=cython.Py_ssize_t, end=cython.Py_ssize_t, qos=cython.int,
+               dup=cython.bint, stop=cython.Py_ssize_t, hi=cython.long, lo=cython.long)
 def decode_publish(flags: int, buf, pos: int, end: int, version: int):
-    """The ``Publish`` of a PUBLISH body ``buf[pos:end]`` whose flags (low nibble) are ``flags``."""
+    """The ``Publish`` of a PUBLISH body ``buf[pos:end]`` (``buf`` a bytes)
+    whose flags (low nibble) are ``flags``."""
     qos = (flags >> 1) & 3
     if qos == 3:
         raise _bad("PUBLISH with QoS 3")
@@ -156,7 +165,9 @@ def decode_publish(flags: int, buf, pos: int, end: int, version: int):
     stop = pos + 2
     if stop > end:
         raise _bad("truncated topic name")
-    stop += (buf[pos] << 8) | buf[pos + 1]
+    hi = buf[pos]
+    lo = buf[pos + 1]
+    stop += (hi << 8) | lo
     if stop > end:
         raise _bad("topic name runs past the packet")
     raw = buf[pos + 2 : stop]
@@ -170,9 +181,11 @@ def decode_publish(flags: int, buf, pos: int, end: int, version: int):
     if qos:
         if pos + 2 > end:
             raise _bad("truncated packet identifier")
-        packet_id = (buf[pos] << 8) | buf[pos + 1]
-        if not packet_id:
+        hi = buf[pos]
+        lo = buf[pos + 1]
+        if not hi | lo:
             raise _bad("packet identifier 0", _PROTO)
+        packet_id = (hi << 8) | lo
         pos += 2
     props = None
     if version == 5:
@@ -386,6 +399,8 @@ def decode_all(data: bytes, version: int, max_packet_size: int = 268_435_460) ->
 
     A convenience for tests and tools; servers use ``MQTTConnection``.
     """
+    if type(data) is not bytes:
+        data = bytes(data)  # (a bytearray, a memoryview: the decoders take bytes)
     events = []
     pos, end = 0, len(data)
     while pos < end:
