@@ -90,7 +90,14 @@ class PublishOutput:
         if self.closing or self.mq.state is not _CONNECTED:
             return True  # as `deliver`: a message reaching a closing connection stays unsent
         pid = flows.start(qos, None)
-        sess.track(pid, None, entry)
+        # `sess.track(pid, None, entry)`, inline (its shared empty mappings replaced at the first flow)
+        refs, mem = sess.refs, sess.mem
+        if refs.__class__ is not dict:
+            refs = sess.refs = {}
+        if mem.__class__ is not dict:
+            mem = sess.mem = {}
+        refs[pid] = None
+        mem[pid] = entry
         data = b"".join((head, _U16(pid), payload))
         stats = self.gw.stats
         stats.sent += 1

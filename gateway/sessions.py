@@ -42,6 +42,8 @@ ARCHITECTURE decision 4. Rules kept here:
   ``Outbound`` for a message nobody may ever ask for again) an
   ``InMemory`` tuple of the PUBLISH it came from; ``delivery_of`` makes
   the ``Delivery`` of either, and every reader of ``mem`` goes through it.
+  ``track`` writes ``refs`` and ``mem`` (``PublishOutput.deliver_v4`` does
+  it inline, the same way).
 * The durable state (``to_record``) is written as a ``"sess"`` meta record
   at connect, on (un)subscribe, at disconnect and at shutdown, and for
   outbound QoS 2 exactly-once across SIGKILL: by ``pump`` before QoS 2
