@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from serve_process import ServeProcess, free_port  # noqa: E402
+from serve_process import ServeProcess, free_ports  # noqa: E402
 
 CONFIG = """\
 [broker]
@@ -66,8 +66,9 @@ class CampaignServer:
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.config = self.work / "mqgate.toml"
-        self.ports = {"mqtt": free_port(), "ws": free_port(), "namesrv": free_port(), "broker": free_port(),
-                      "grpc": free_port(), "http": free_port() if http else 0, "ha": free_port() if ha else 0}
+        mqtt, ws, namesrv, broker, grpc, http_port, ha_port = free_ports(7)
+        self.ports = {"mqtt": mqtt, "ws": ws, "namesrv": namesrv, "broker": broker, "grpc": grpc,
+                      "http": http_port if http else 0, "ha": ha_port if ha else 0}
         if ha:  # the master's HA port, where slaves connect (fixed, so the fuzzer knows it)
             broker_extra += f"\nhaListenPort = {self.ports['ha']}"
         self.config.write_text(CONFIG.format(flush=flush, mqtt_extra=mqtt_extra, broker_extra=broker_extra))

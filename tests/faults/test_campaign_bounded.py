@@ -55,8 +55,10 @@ def test_fuzz_burst_and_hostile_clients(tmp_path):
     try:
         f = fuzz.run(server, 20_000, seed=5, log=lambda m: None)
     finally:
+        code = server.proc.proc.poll() if server.proc and server.proc.proc else None
         server.stop()
-    assert f["server_alive"] and f["tracebacks"] == [], f["tracebacks"]
+    assert f["server_alive"], f"server ended with {code}; its log ends:\n{server.log()[-4000:]}"
+    assert f["tracebacks"] == [], f["tracebacks"]
     assert f["frames_total"] >= 20_000 and set(f["frames"]) == {"mqtt", "ws", "remoting", "http", "ha"}
     assert f["canary"]["failures"] == 0 and f["canary"]["round_trips"] > 0, f["canary"]
 

@@ -18,6 +18,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` free ports, all different (``free_port`` called twice may give
+    the same one: the first is free again once its probe is closed)."""
+    probes = [socket.socket() for _ in range(n)]
+    try:
+        for s in probes:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in probes]
+    finally:
+        for s in probes:
+            s.close()
+
+
 class ServeProcess:
     """``mqgate <role>`` with its ports; `ports` is parsed from the "ready" line."""
 
@@ -34,7 +47,8 @@ class ServeProcess:
                      *args]
         self.cwd = cwd
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-{role}.log"
-        self.env = {**os.environ, **(env or {})}
+        # a crash in compiled code leaves the Python stacks of every thread in the log
+        self.env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.ports: dict[str, int] = {}
 
