@@ -7,10 +7,17 @@ cimport cython
 from libc.string cimport memcpy
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.object cimport PyTypeObject
 
 from core.store._bigendian cimport put_int32, put_int64
 from core.store.consume_queue cimport ConsumeQueue
-from core.store.message cimport EncodedMessage
+from core.store.message cimport EncodedMessage, PyType_GenericAlloc, _put_slot, _slot_offset
+
+
+# Where each `PutResult` field sits in a PutResult (set at import from its slot
+# descriptors; `_RESULT_BY_SLOTS` False when they are not exactly the ten expected).
+cdef Py_ssize_t _AT_STATUS, _AT_PHYS, _AT_QOFF, _AT_BYTES, _AT_TS, _AT_QID, _AT_NUM, _AT_END, _AT_HOST, _AT_OFFSETS
+cdef bint _RESULT_BY_SLOTS
 
 
 cdef int _count(ConsumeQueue cq, long long mark, list touched) except -1
@@ -25,3 +32,10 @@ cpdef tuple plan(object store, list encs, long long mark)
                tspos=Py_ssize_t, i=Py_ssize_t, held=cython.bint, uheld=cython.bint,
                p=cython.p_uchar, b=cython.p_uchar, u=cython.p_uchar, segview=Py_buffer, unitview=Py_buffer)
 cpdef write(object store, list encs, list cqs, long long ts, list rows)
+
+cdef object _put_ok(long long phys, long long qoff, Py_ssize_t size, long long ts, EncodedMessage enc)
+
+@cython.locals(enc=EncodedMessage, cq=ConsumeQueue, size=Py_ssize_t, qoff=cython.longlong, phys=cython.longlong,
+               rel=cython.longlong, upos=cython.longlong, tx=cython.longlong, tspos=Py_ssize_t, fstart=cython.longlong,
+               b=cython.p_uchar, u=cython.p_uchar, view=Py_buffer)
+cpdef object append_one(object store, object obj, long long ts)

@@ -4,7 +4,8 @@
 # cimported here.
 
 cimport cython
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
 from libc.string cimport memcpy, memset
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_AS_STRING
@@ -21,6 +22,9 @@ cdef extern from "Python.h":
     ctypedef struct PyMemberDescrObject:
         PyMemberDef* d_member
 
+    # a new instance of a heap type with its slots NULL (tracked by the GC if the type is)
+    object PyType_GenericAlloc(PyTypeObject* type, Py_ssize_t nitems)
+
 
 # Where each `Message` field sits in a Message object (set at import from the
 # class's slot descriptors; 0 when they are not slot descriptors): `_encode_common`
@@ -34,6 +38,12 @@ cdef inline Py_ssize_t _slot_offset(object cls, str name) except -1:
     if type(descr).__name__ != "member_descriptor":
         return 0
     return (<PyMemberDescrObject*>descr).d_member.offset
+
+
+cdef inline void _put_slot(object obj, Py_ssize_t at, object value) noexcept:
+    """Fill the NULL slot at ``at`` of a new object (`PyType_GenericAlloc`) with ``value``."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + at))[0] = <PyObject*>value
 
 
 cdef inline object _slot(object obj, Py_ssize_t at, str name):

@@ -259,15 +259,23 @@ class MessageStore(StoreReads):
             enc = self._encode(msg)
             if enc.__class__ is PutStatus:
                 return PutResult(enc)
-        notes: dict = {}
+        notes = None
         try:
             with self._lock:
-                phys, qoff, ts = self._append_locked(enc, notes)
+                cl = self.commitlog
+                ts = time.time_ns() // 1_000_000
+                if ts < cl.last_store_ts:
+                    ts = cl.last_store_ts
+                put = _many.append_one(self, enc, ts)  # the usual message, typed (None: it is not)
+                if put is None:
+                    notes = {}
+                    phys, qoff, ts = self._append_locked(enc, notes, ts)
+                    put = PutResult(PutStatus.PUT_OK, phys, qoff, enc.size, ts, enc.queue_id, 1, phys + enc.size, enc)
         except OSError as e:
             return self._file_failed(e)
         if self._listeners:
-            self._notify(notes)
-        return PutResult(PutStatus.PUT_OK, phys, qoff, enc.size, ts, enc.queue_id, 1, phys + enc.size, enc)
+            self._notify(notes if notes is not None else {(enc.topic, enc.queue_id): put.queue_offset + 1})
+        return put
 
     def append_batch(self, msgs: list[Message | EncodedMessage]) -> PutResult:
         """Store several messages under one lock; a queue gets consecutive offsets.
