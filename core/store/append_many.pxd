@@ -8,6 +8,7 @@ from libc.string cimport memcpy
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.object cimport PyTypeObject
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from core.store._bigendian cimport put_int32, put_int64
 from core.store.consume_queue cimport ConsumeQueue
@@ -35,7 +36,10 @@ cpdef write(object store, list encs, list cqs, long long ts, list rows)
 
 cdef object _put_ok(long long phys, long long qoff, Py_ssize_t size, long long ts, EncodedMessage enc)
 
+@cython.locals(now=timespec, ts=cython.longlong, last=cython.longlong)
+cpdef long long store_time(object cl) except? -1
+
 @cython.locals(enc=EncodedMessage, cq=ConsumeQueue, size=Py_ssize_t, qoff=cython.longlong, phys=cython.longlong,
                rel=cython.longlong, upos=cython.longlong, tx=cython.longlong, tspos=Py_ssize_t, fstart=cython.longlong,
-               b=cython.p_uchar, u=cython.p_uchar, view=Py_buffer)
-cpdef object append_one(object store, object obj, long long ts)
+               ts=cython.longlong, b=cython.p_uchar, u=cython.p_uchar, view=Py_buffer, queues=dict, dirty=set)
+cpdef object append_one(object store, object obj)

@@ -38,6 +38,7 @@ lock); interpreted, the same steps use struct and slice assignment.
 from __future__ import annotations
 
 import struct
+import time
 
 from .consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from .errors import PutStatus
@@ -273,17 +274,30 @@ def _put_ok(phys: int, qoff: int, size: int, ts: int, enc: EncodedMessage) -> Pu
     return PutResult(_PUT_OK, phys, qoff, size, ts, enc.queue_id, 1, phys + size, enc)
 
 
-def append_one(store, obj: EncodedMessage, ts: int) -> PutResult | None:
+def store_time(cl) -> int:
+    """Now, in ms, as a store timestamp: never before the log's last one (``CommitLog.last_store_ts``).
+    Compiled, the clock is read in C (``time.time_ns``'s clock, without a call and a big-int division)."""
+    if cython.compiled:
+        clock_gettime(CLOCK_REALTIME, cython.address(now))
+        ts = now.tv_sec * 1000 + now.tv_nsec // 1000000
+    else:
+        ts = time.time_ns() // 1_000_000
+    last = cl.last_store_ts
+    return ts if ts >= last else last
+
+
+def append_one(store, obj: EncodedMessage) -> PutResult | None:
     """Write one message (the caller holds the store lock and has refused the
-    too big and the reserved topic) stamped with store time ``ts``, if it is
-    plain and fits where its queue's unit file and the log's segment stand:
-    its `PutResult`. None, with nothing written, for anything else."""
+    too big and the reserved topic) stamped with `store_time`, if it is plain
+    and fits where its queue's unit file and the log's segment stand: its
+    `PutResult`. None, with nothing written, for anything else."""
     enc = obj  # compiled: a type check (EncodedMessage)
     tx = enc.sysflag & TRANSACTION_MASK
     if (tx == TRANSACTION_PREPARED_TYPE or tx == TRANSACTION_ROLLBACK_TYPE or enc.multi_dispatch
             or enc.dispatch_refs or enc.buf.__class__ is not bytearray):
         return None
-    cq = store._queues.get((enc.topic, enc.queue_id))
+    queues = store._queues
+    cq = queues.get((enc.topic, enc.queue_id))
     if cq is None:
         return None
     qoff = cq.max_offset
@@ -301,6 +315,7 @@ def append_one(store, obj: EncodedMessage, ts: int) -> PutResult | None:
     rel = phys - seg.start
     if rel + size + 8 > cl.segment_size:  # a BLANK and the next segment: `CommitLog.append`
         return None
+    ts = store_time(cl)
     buf = enc.buf
     if cython.compiled:
         b = cython.cast(cython.p_uchar, PyByteArray_AS_STRING(buf))
@@ -326,7 +341,8 @@ def append_one(store, obj: EncodedMessage, ts: int) -> PutResult | None:
     cl.last_store_ts = ts
     cq.max_offset = qoff + 1
     cq.last_phys = phys
-    store._dirty.add(cq)
+    dirty = store._dirty
+    dirty.add(cq)
     if (enc.uniq_key or enc.keys) and store._index is not None:
         store._pending_index.append((enc.topic, enc.uniq_key, enc.keys, phys, size, ts))
     return _put_ok(phys, qoff, size, ts, enc)

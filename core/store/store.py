@@ -41,6 +41,7 @@ import threading
 import time
 
 from . import append_many as _many
+from .append_many import append_one as _append_one
 from . import replica
 from .checkpoint import Checkpoint, remove_abort
 from .commitlog import CommitLog
@@ -67,6 +68,11 @@ _SKIP_TX = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _INDEX_CHUNK = 64  # index entries hashed and built between two hand-backs of the GIL (`_drain_index`)
+
+
+def _refused(e: ValueError) -> PutStatus:
+    """The status of a message its encoding refused."""
+    return PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
 
 
 def _now_ms() -> int:
@@ -168,7 +174,7 @@ class MessageStore(StoreReads):
             try:
                 enc = EncodedMessage(msg)
             except ValueError as e:
-                return PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
+                return _refused(e)
         if enc.size > self._max_entry or enc.topic == DELETE_QUEUE_TOPIC:
             return PutStatus.MESSAGE_ILLEGAL
         return enc
@@ -188,8 +194,8 @@ class MessageStore(StoreReads):
         ``ts`` 0 = now. The hot path: kept flat on purpose (each call costs ~0.1 us)."""
         cl = self.commitlog
         if not ts:
-            ts = time.time_ns() // 1_000_000
-        if ts < cl.last_store_ts:
+            ts = _many.store_time(cl)
+        elif ts < cl.last_store_ts:
             ts = cl.last_store_ts
         size = enc.size
         if enc.sysflag & TRANSACTION_MASK in _SKIP_TX:
@@ -253,23 +259,26 @@ class MessageStore(StoreReads):
         """Store one message (no fsync).  Never raises for a bad message."""
         if not self._running:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
-        if msg.__class__ is EncodedMessage and msg.size <= self._max_entry and msg.topic != DELETE_QUEUE_TOPIC:
+        if msg.__class__ is Message:  # `_encode`, inlined: the hot path
+            try:
+                enc = EncodedMessage(msg)
+            except ValueError as e:
+                return PutResult(_refused(e))
+        elif msg.__class__ is EncodedMessage:
             enc = msg
         else:
             enc = self._encode(msg)
             if enc.__class__ is PutStatus:
                 return PutResult(enc)
+        if enc.size > self._max_entry or enc.topic == DELETE_QUEUE_TOPIC:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL)
         notes = None
         try:
             with self._lock:
-                cl = self.commitlog
-                ts = time.time_ns() // 1_000_000
-                if ts < cl.last_store_ts:
-                    ts = cl.last_store_ts
-                put = _many.append_one(self, enc, ts)  # the usual message, typed (None: it is not)
+                put = _append_one(self, enc)  # the usual message, typed (None: it is not)
                 if put is None:
                     notes = {}
-                    phys, qoff, ts = self._append_locked(enc, notes, ts)
+                    phys, qoff, ts = self._append_locked(enc, notes)
                     put = PutResult(PutStatus.PUT_OK, phys, qoff, enc.size, ts, enc.queue_id, 1, phys + enc.size, enc)
         except OSError as e:
             return self._file_failed(e)
@@ -330,9 +339,7 @@ class MessageStore(StoreReads):
             except OSError as e:
                 return self._file_failed(e).status, [], 0
             cl = self.commitlog
-            ts = time.time_ns() // 1_000_000  # one store time for the call (never before the last one)
-            if ts < cl.last_store_ts:
-                ts = cl.last_store_ts
+            ts = _many.store_time(cl)  # one store time for the call
             try:
                 _many.write(self, encs, cqs, ts, rows)
             finally:  # units written before an error are synced at the next flush too
