@@ -5,7 +5,7 @@
 cimport cython
 from cpython.object cimport PyTypeObject
 
-from core.store.message cimport PyType_GenericAlloc, _put_slot, _slot_offset
+from core.store.message cimport EncodedMessage, PyType_GenericAlloc, _put_slot, _slot_offset
 
 
 # Where each `SendResult` field sits in a SendResult (set at import from its slot
@@ -17,3 +17,8 @@ cdef bint _RESULT_BY_SLOTS
 
 cdef object _send_ok(object topic, object queue_id, object queue_offset, object uniq_key, object phys, object ts,
                      object put)
+
+@cython.locals(p=tuple, row=tuple, enc=EncodedMessage, by_topic=dict, i=Py_ssize_t, end=cython.longlong,
+               phys=cython.longlong, reach=cython.longlong)
+cdef long long _results_and_stored_hooks(list prepared, list rows, object ts, list results, list waiting,
+                                         object stored_hooks) except? -1
