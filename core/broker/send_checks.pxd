@@ -3,14 +3,9 @@
 # pure-Python twin; its `cython.compiled` branches use the names declared here.
 
 cimport cython
-from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF
+from cpython.object cimport PyTypeObject
 
-from core.store.message cimport _slot_offset
-
-cdef extern from "Python.h":
-    # a new instance of a heap type with its slots NULL (tracked by the GC if the type is)
-    object PyType_GenericAlloc(PyTypeObject* type, Py_ssize_t nitems)
+from core.store.message cimport EncodedMessage, PyType_GenericAlloc, _put_slot, _slot_offset
 
 
 # Where each `SendResult` field sits in a SendResult (set at import from its slot
@@ -20,11 +15,10 @@ cdef Py_ssize_t _AT_COUNT, _AT_REMARK, _AT_PUT
 cdef bint _RESULT_BY_SLOTS
 
 
-cdef inline void _put_slot(object obj, Py_ssize_t at, object value) noexcept:
-    """Fill the NULL slot at ``at`` of a new object with ``value``."""
-    Py_INCREF(value)
-    (<PyObject**>((<char*><PyObject*>obj) + at))[0] = <PyObject*>value
-
-
 cdef object _send_ok(object topic, object queue_id, object queue_offset, object uniq_key, object phys, object ts,
                      object put)
+
+@cython.locals(p=tuple, row=tuple, enc=EncodedMessage, by_topic=dict, i=Py_ssize_t, end=cython.longlong,
+               phys=cython.longlong, reach=cython.longlong)
+cdef long long _results_and_stored_hooks(list prepared, list rows, object ts, list results, list waiting,
+                                         object stored_hooks) except? -1

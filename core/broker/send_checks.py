@@ -97,6 +97,51 @@ def _send_ok(topic: str, queue_id: int, queue_offset: int, uniq_key: str | None,
     return SendResult(_SEND_OK, topic, queue_id, queue_offset, uniq_key, phys, ts, 1, "", put)
 
 
+def _results_and_stored_hooks(prepared: list, rows: list, ts: int, results: list, waiting: list,
+                              stored_hooks: object) -> int:
+    """`_store_prepared`'s loop over appended messages, in send order: each one's
+    result in ``results`` (and in ``waiting`` if it waits for the flush), then
+    its topic's stored hooks (``stored_hooks``, None: no hook at all). ``rows``:
+    the store's row of each, None for one it refused. Returns the log end the
+    stored ones reach. Compiled (send_checks.pxd), the tuples, the rows and
+    the `EncodedMessage` fields are read as C objects."""
+    illegal = _PUT_TO_SEND[PutStatus.MESSAGE_ILLEGAL]
+    by_topic = stored_hooks.by_topic if stored_hooks is not None else None
+    end = 0
+    for i in range(len(prepared)):
+        p = prepared[i]
+        msg = p[0]
+        row = rows[i]
+        refused = p[6]
+        if refused is not None:
+            r = refused
+        elif row is None:
+            enc = p[1]
+            r = SendResult(illegal[0], topic=p[2], queue_id=p[3],
+                           remark=f"the message is {enc.size} bytes stored, more than the store takes")
+        else:
+            enc = p[1]
+            phys = row[0]
+            r = _send_ok(p[2], p[3], row[1], enc.uniq_key or None, phys, ts, enc)
+            reach = phys + enc.size
+            if reach > end:
+                end = reach
+            if p[4]:
+                waiting.append(r)
+        results[p[5]] = r
+        if by_topic is not None:  # `_stored` inlined: this runs for every message
+            stored_on = msg.topic  # not the sender's topic (p[2]): a put hook may have moved the message
+            hooks = by_topic.get(stored_on)
+            if hooks is None:
+                hooks = stored_hooks.for_topic(stored_on)
+            for hook in hooks:
+                try:
+                    hook(msg, r)
+                except Exception:
+                    log.exception("stored hook %r failed for a message to %s", hook, r.topic)
+    return end
+
+
 class SendChecks(SendHooks):
     """The send path's synchronous methods; the state they use is set up in ``Broker.__init__``."""
 
@@ -211,9 +256,7 @@ class SendChecks(SendHooks):
         status, rows, ts = self.store.append_many(encs) if encs else (_PUT_OK, [], 0)
         stored_hooks = self._stored_hooks
         hooked = len(stored_hooks) > 0
-        by_topic = stored_hooks.by_topic
         waiting: list[SendResult] = []
-        end = 0
         if status is not _PUT_OK:
             send_status, remark = _PUT_TO_SEND.get(status, (SendStatus.SYSTEM_ERROR, str(status)))
             if status is PutStatus.SERVICE_NOT_AVAILABLE:
@@ -228,29 +271,7 @@ class SendChecks(SendHooks):
         if len(encs) < len(prepared):  # refused after the put hooks: no row of their own
             it = iter(rows)
             rows = [None if p[1] is None else next(it) for p in prepared]
-        illegal = _PUT_TO_SEND[PutStatus.MESSAGE_ILLEGAL]
-        for (msg, enc, topic, queue_id, wait, index, refused), row in zip(prepared, rows):
-            if refused is not None:
-                r = refused
-            elif row is None:
-                r = SendResult(illegal[0], topic=topic, queue_id=queue_id,
-                               remark=f"the message is {enc.size} bytes stored, more than the store takes")
-            else:
-                phys = row[0]
-                r = _send_ok(topic, queue_id, row[1], enc.uniq_key or None, phys, ts, enc)
-                if phys + enc.size > end:
-                    end = phys + enc.size
-                if wait:
-                    waiting.append(r)
-            results[index] = r
-            if hooked:  # `_stored` inlined: this runs for every message
-                stored_on = msg.topic  # not ``topic``: a put hook may have moved the message
-                hooks = by_topic[stored_on] if stored_on in by_topic else stored_hooks.for_topic(stored_on)
-                for hook in hooks:
-                    try:
-                        hook(msg, r)
-                    except Exception:
-                        log.exception("stored hook %r failed for a message to %s", hook, r.topic)
+        end = _results_and_stored_hooks(prepared, rows, ts, results, waiting, stored_hooks if hooked else None)
         if end > self._written:
             self._written = end
         return end, waiting

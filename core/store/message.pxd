@@ -4,7 +4,8 @@
 # cimported here.
 
 cimport cython
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
 from libc.string cimport memcpy, memset
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_AS_STRING
@@ -12,6 +13,11 @@ from cpython.bytes cimport PyBytes_AS_STRING
 from core.store._bigendian cimport put_int32, put_int64
 
 cdef extern from "Python.h":
+    # a str's storage: 1, 2 or 4 bytes per character (PEP 393)
+    int PyUnicode_KIND(object text)
+    void* PyUnicode_DATA(object text)
+    Py_ssize_t PyUnicode_GET_LENGTH(object text)
+
     # the str's UTF-8 bytes, kept by the str (no copy for ASCII text)
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
 
@@ -20,6 +26,9 @@ cdef extern from "Python.h":
         Py_ssize_t offset
     ctypedef struct PyMemberDescrObject:
         PyMemberDef* d_member
+
+    # a new instance of a heap type with its slots NULL (tracked by the GC if the type is)
+    object PyType_GenericAlloc(PyTypeObject* type, Py_ssize_t nitems)
 
 
 # Where each `Message` field sits in a Message object (set at import from the
@@ -34,6 +43,35 @@ cdef inline Py_ssize_t _slot_offset(object cls, str name) except -1:
     if type(descr).__name__ != "member_descriptor":
         return 0
     return (<PyMemberDescrObject*>descr).d_member.offset
+
+
+cdef inline void _put_slot(object obj, Py_ssize_t at, object value) noexcept:
+    """Fill the NULL slot at ``at`` of a new object (`PyType_GenericAlloc`) with ``value``."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + at))[0] = <PyObject*>value
+
+
+cdef inline bint _java_hash_ucs2(object text, long long* out) noexcept:
+    """Java's ``String.hashCode()`` of a str (`java_string_hash`), when each
+    of its characters is one UTF-16 unit (1- or 2-byte storage: the BMP);
+    False, nothing written, for 4-byte storage."""
+    cdef int kind = PyUnicode_KIND(text)
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(text)
+    cdef unsigned int h = 0
+    cdef const unsigned char* p1
+    cdef const unsigned short* p2
+    if kind == 1:
+        p1 = <const unsigned char*>PyUnicode_DATA(text)
+        for i in range(n):
+            h = h * 31 + p1[i]
+    elif kind == 2:
+        p2 = <const unsigned short*>PyUnicode_DATA(text)
+        for i in range(n):
+            h = h * 31 + p2[i]
+    else:
+        return False
+    out[0] = <int>h
+    return True
 
 
 cdef inline object _slot(object obj, Py_ssize_t at, str name):
@@ -53,7 +91,7 @@ cdef class EncodedMessage:
                    born_ts=cython.longlong, reconsume=cython.longlong, prepared=cython.longlong,
                    topic_p="const char*", text_p="const char*", topic_len=Py_ssize_t, n=Py_ssize_t,
                    props_len=Py_ssize_t, body_len=Py_ssize_t, size=Py_ssize_t, crc=cython.ulong,
-                   p=cython.p_uchar, first=cython.bint)
+                   p=cython.p_uchar, first=cython.bint, tags_hash=cython.longlong)
     cdef bint _encode_common(self, object msg) except -1
 
     cpdef _encode(self, object msg)

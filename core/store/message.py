@@ -100,6 +100,8 @@ class Message:
         return self.properties.get(PROPERTY_UNIQ_KEY)
 
 
+_crc32 = zlib.crc32  # a module global: no attribute lookup per message
+
 if cython.compiled:  # where `_encode_common` finds a Message's fields (message.pxd)
     _AT_TOPIC = _slot_offset(Message, "topic")
     _AT_BODY = _slot_offset(Message, "body")
@@ -211,7 +213,7 @@ class EncodedMessage:
         size = 91 + body_len + topic_len + props_len
         if size > 0x7FFFFFFF:
             return False
-        crc = zlib.crc32(body)
+        crc = _crc32(body)
         buf = PyByteArray_FromStringAndSize(cython.NULL, size)
         p = cython.cast(cython.p_uchar, PyByteArray_AS_STRING(buf))
         put_int32(p, size)
@@ -257,7 +259,12 @@ class EncodedMessage:
         self.store_ts_pos = 56
         self.dispatch_refs = ()
         tags = props.get(PROPERTY_TAGS)
-        self.tags_code = cached_tags_code(tags) if tags else 0
+        if not tags:
+            self.tags_code = 0
+        elif not _java_hash_ucs2(tags, cython.address(tags_hash)):  # text past the BMP: by the Python function
+            self.tags_code = cached_tags_code(tags)
+        else:
+            self.tags_code = tags_hash
         keys = props.get(PROPERTY_KEYS)
         self.keys = keys.split() if keys else []
         self.uniq_key = props.get(PROPERTY_UNIQ_KEY)

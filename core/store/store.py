@@ -41,6 +41,7 @@ import threading
 import time
 
 from . import append_many as _many
+from .append_many import append_one as _append_one
 from . import replica
 from .checkpoint import Checkpoint, remove_abort
 from .commitlog import CommitLog
@@ -67,6 +68,11 @@ _SKIP_TX = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _INDEX_CHUNK = 64  # index entries hashed and built between two hand-backs of the GIL (`_drain_index`)
+
+
+def _refused(e: ValueError) -> PutStatus:
+    """The status of a message its encoding refused."""
+    return PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
 
 
 def _now_ms() -> int:
@@ -168,7 +174,7 @@ class MessageStore(StoreReads):
             try:
                 enc = EncodedMessage(msg)
             except ValueError as e:
-                return PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
+                return _refused(e)
         if enc.size > self._max_entry or enc.topic == DELETE_QUEUE_TOPIC:
             return PutStatus.MESSAGE_ILLEGAL
         return enc
@@ -188,8 +194,8 @@ class MessageStore(StoreReads):
         ``ts`` 0 = now. The hot path: kept flat on purpose (each call costs ~0.1 us)."""
         cl = self.commitlog
         if not ts:
-            ts = time.time_ns() // 1_000_000
-        if ts < cl.last_store_ts:
+            ts = _many.store_time(cl)
+        elif ts < cl.last_store_ts:
             ts = cl.last_store_ts
         size = enc.size
         if enc.sysflag & TRANSACTION_MASK in _SKIP_TX:
@@ -253,25 +259,37 @@ class MessageStore(StoreReads):
         """Store one message (no fsync).  Never raises for a bad message."""
         if not self._running:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
-        if msg.__class__ is EncodedMessage and msg.size <= self._max_entry and msg.topic != DELETE_QUEUE_TOPIC:
+        if msg.__class__ is Message:  # `_encode`, inlined: the hot path
+            try:
+                enc = EncodedMessage(msg)
+            except ValueError as e:
+                return PutResult(_refused(e))
+        elif msg.__class__ is EncodedMessage:
             enc = msg
         else:
             enc = self._encode(msg)
             if enc.__class__ is PutStatus:
                 return PutResult(enc)
-        notes: dict = {}
+        if enc.size > self._max_entry or enc.topic == DELETE_QUEUE_TOPIC:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        notes = None
         try:
             with self._lock:
-                phys, qoff, ts = self._append_locked(enc, notes)
+                put = _append_one(self, enc)  # the usual message, typed (None: it is not)
+                if put is None:
+                    notes = {}
+                    phys, qoff, ts = self._append_locked(enc, notes)
+                    put = PutResult(PutStatus.PUT_OK, phys, qoff, enc.size, ts, enc.queue_id, 1, phys + enc.size, enc)
         except OSError as e:
             return self._file_failed(e)
         if self._listeners:
-            self._notify(notes)
-        return PutResult(PutStatus.PUT_OK, phys, qoff, enc.size, ts, enc.queue_id, 1, phys + enc.size, enc)
+            self._notify(notes if notes is not None else {(enc.topic, enc.queue_id): put.queue_offset + 1})
+        return put
 
     def append_batch(self, msgs: list[Message | EncodedMessage]) -> PutResult:
         """Store several messages under one lock; a queue gets consecutive offsets.
-        All or nothing: one bad message makes the whole batch MESSAGE_ILLEGAL."""
+        All or nothing: one bad message makes the whole batch MESSAGE_ILLEGAL.
+        Written by `append_many` (one store time for the batch)."""
         if not self._running:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         encs = []
@@ -282,26 +300,12 @@ class MessageStore(StoreReads):
             encs.append(enc)
         if not encs:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
-        notes: dict = {}
-        offsets = []
-        total = 0
-        with self._lock:
-            try:
-                self._reserve(encs)
-            except OSError as e:
-                return self._file_failed(e)
-            first_q = -1
-            for enc in encs:
-                phys, qoff, ts = self._append_locked(enc, notes)
-                if first_q < 0:
-                    first_q = qoff
-                offsets.append(phys)
-                total += enc.size
-        if self._listeners:
-            self._notify(notes)
-        last = encs[-1]
-        return PutResult(PutStatus.PUT_OK, offsets[0], first_q, total, ts, encs[0].queue_id, len(encs), offsets[-1] + last.size,
-                         encs[0], offsets)
+        status, rows, ts = self.append_many(encs)  # each passed `_encode`: none is refused, no row is None
+        if status is not PutStatus.PUT_OK:
+            return PutResult(status)
+        offsets = [row[0] for row in rows]
+        return PutResult(PutStatus.PUT_OK, offsets[0], rows[0][1], sum([e.size for e in encs]), ts, encs[0].queue_id,
+                         len(encs), offsets[-1] + encs[-1].size, encs[0], offsets)
 
     def append_many(self, encs: list[EncodedMessage]) -> tuple[PutStatus, list[tuple[int, int] | None], int]:
         """Store independent encoded messages (any topics and queues) under one
@@ -322,9 +326,7 @@ class MessageStore(StoreReads):
             except OSError as e:
                 return self._file_failed(e).status, [], 0
             cl = self.commitlog
-            ts = time.time_ns() // 1_000_000  # one store time for the call (never before the last one)
-            if ts < cl.last_store_ts:
-                ts = cl.last_store_ts
+            ts = _many.store_time(cl)  # one store time for the call
             try:
                 _many.write(self, encs, cqs, ts, rows)
             finally:  # units written before an error are synced at the next flush too
@@ -334,46 +336,6 @@ class MessageStore(StoreReads):
         if notes:
             self._notify(notes)
         return PutStatus.PUT_OK, rows, ts
-
-    def _reserve(self, encs: list[EncodedMessage]) -> None:
-        """Create every file a batch needs (caller holds the lock); ``OSError``
-        before anything is written, so a batch is stored whole or not at all.
-        Entries the store refuses (too big, reserved topic) need nothing.
-        Usually every file is there already: the first loop only checks that."""
-        queues = self._queues
-        n_all = len(encs)
-        cl = self.commitlog
-        max_entry = self._max_entry
-        total = 8
-        for enc in encs:  # fast check: room for the whole batch in each queue and the segment
-            cq = queues.get((enc.topic, enc.queue_id))
-            if cq is None or enc.multi_dispatch or enc.size > max_entry or (cq.max_offset + n_all) * UNIT_SIZE > cq.room_end:
-                break
-            total += enc.size
-        else:
-            if cl.write_pos - cl.current.start + total <= cl.segment_size:
-                return
-        encs = [enc for enc in encs if enc.size <= max_entry and enc.topic != DELETE_QUEUE_TOPIC]  # what is written
-        need: dict[tuple[str, int], int] = {}
-        get = need.get
-        for enc in encs:
-            if enc.sysflag & TRANSACTION_MASK in _SKIP_TX:
-                continue
-            key = (enc.topic, enc.queue_id)
-            need[key] = get(key, 0) + 1
-            for name in enc.multi_dispatch:
-                need[(name, 0)] = get((name, 0), 0) + 1
-        for key, n in need.items():
-            cq = queues.get(key) or self._queue(*key)
-            if (cq.max_offset + n) * UNIT_SIZE > cq.room_end:
-                cq.ensure_room(n)
-        sizes = []
-        for enc in encs:  # with the reference records of long multi-dispatch lists, written right after their entry
-            sizes.append(enc.size)
-            for ref in enc.dispatch_refs:
-                sizes.append(ref.size)
-        if cl.write_pos - cl.current.start + sum(sizes) + 8 > cl.segment_size:
-            cl.reserve(sizes)
 
     def _file_failed(self, e: OSError) -> PutResult:
         """A file the disk could not give: a full disk (or quota, or file size

@@ -232,11 +232,17 @@ def _log_and_units(store: MessageStore) -> tuple[bytes, dict]:
 
 
 def test_the_batch_writes_what_one_append_at_a_time_writes(tmp_path):
-    """The batched loop and the one-message path (`append`) leave the same log
-    bytes (store times aside), units and index keys: across segment ends,
-    consume-queue file ends, refused, multi-dispatch and half messages."""
+    """The batched loop, the one-message path (`append`, typed for a plain
+    message: `append_many.append_one`) and the general one (`_append_locked`,
+    what they hand the rare shapes) leave the same log bytes (store times
+    aside), units and index keys: across segment ends, consume-queue file
+    ends, refused, multi-dispatch and half messages."""
     kw = dict(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 8)
     batched, single = open_store(tmp_path / "batched", **kw), open_store(tmp_path / "single", **kw)
+    general = open_store(tmp_path / "general", **kw)
+    heard = {"single": [], "general": []}
+    single.add_dispatch_listener(lambda t, q, n: heard["single"].append((t, q, n)))
+    general.add_dispatch_listener(lambda t, q, n: heard["general"].append((t, q, n)))
     try:
         encs = []
         for i in range(90):
@@ -255,15 +261,32 @@ def test_the_batch_writes_what_one_append_at_a_time_writes(tmp_path):
         singles = [single.append(e) for e in again]
         assert [r if r is None else r[1] for r in rows] == [s.queue_offset if s.ok else None for s in singles]
         assert [r if r is None else r[0] for r in rows] == [s.physical_offset if s.ok else None for s in singles]
-        assert _log_and_units(batched) == _log_and_units(single)
-        batched.flush(), single.flush()
+        generals = [_append_general(general, e) for e in map(enc_again, encs)]
+        assert [(s.physical_offset, s.queue_offset) if s.ok else None for s in singles] == generals
+        assert heard["single"] == heard["general"] and heard["single"]
+        assert _log_and_units(batched) == _log_and_units(single) == _log_and_units(general)
+        batched.flush(), single.flush(), general.flush()
         for key in ("k3", "all", "U0002"):
-            got = [sorted(decode_message(e).body for e in s.query_by_key("A", key, 100).messages) for s in (batched, single)]
-            assert got[0] == got[1]
+            got = [sorted(decode_message(e).body for e in s.query_by_key("A", key, 100).messages)
+                   for s in (batched, single, general)]
+            assert got[0] == got[1] == got[2]
         assert [m.body for m in map(decode_message, batched.query_by_key("A", "all", 100).messages)]
     finally:
         batched.shutdown()
         single.shutdown()
+        general.shutdown()
+
+
+def _append_general(store: MessageStore, e: EncodedMessage) -> tuple[int, int] | None:
+    """``e`` written by `MessageStore._append_locked` (what `append` takes for the rare shapes and
+    `append_many.write` hands them): (physical offset, queue offset), None if the store refuses it."""
+    if e.size > store._max_entry:
+        return None
+    notes: dict = {}
+    with store._lock:
+        phys, qoff, _ts = store._append_locked(e, notes)
+    store._notify(notes)
+    return phys, qoff
 
 
 def enc_again(e: EncodedMessage) -> EncodedMessage:

@@ -140,3 +140,14 @@ def test_without_cython_installed_the_source_runs_as_it_is():
     assert out.returncode == 0, out.stderr[-2000:]
     here = EncodedMessage(Message("T", b"x", 1, properties={"K": "v"})).stamp(1, 2, 3)
     assert out.stdout.strip() == bytes(here).hex()
+
+
+@pytest.mark.parametrize("tags", ["TagA", "t0", "caf\u00e9", "\u00ff" * 40, "\u4e2d\u6587", "\ud7ff\uffff" * 9, "x\U0001f600y",
+                                  "\U0001f600", "A" * 300])
+def test_the_tags_code_is_javas_string_hash(tags):
+    """Compiled, the tags code of a 1- or 2-byte str is hashed in C (`_java_hash_ucs2`); text past
+    the BMP (surrogate pairs in Java) by `java_string_hash`. Both ways give Java's value."""
+    from core.store.java_hash import java_string_hash
+
+    msg = Message("T", b"abc", properties={"TAGS": tags})
+    assert EncodedMessage(msg).tags_code == _field_by_field(msg).tags_code == java_string_hash(tags)
