@@ -4,6 +4,8 @@ Nothing here does I/O."""
 
 from __future__ import annotations
 
+import os
+
 import operator
 
 
@@ -82,6 +84,9 @@ def _numpy_ready() -> bool:
     global _np, _NUMPY_TRIED
     if not _NUMPY_TRIED:
         _NUMPY_TRIED = True
+        # the store uses no BLAS: no pool of OpenBLAS threads (one per core,
+        # which spin now and then and skew callgrind's per-message counts)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         try:
             import numpy
         except ImportError:
