@@ -4,9 +4,8 @@ Nothing here does I/O."""
 
 from __future__ import annotations
 
-import os
-
 import operator
+import os
 
 
 def java_string_hash(text: str) -> int:
