@@ -67,6 +67,7 @@ from gateway.publish_output import NO_OUTPUT, NOBODY, READER, TASK, PublishOutpu
 from gateway.publishing import publish_batch
 from gateway.quota import PublishQuota
 from gateway.sessions import Delivery, encode_delivery
+from gateway.step_writes import QUEUED, steps, write_woken
 from gateway.subscribing import subscribe, unsubscribe
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ _CONNECTED = ConnectionState.CONNECTED
 _CLOSED = ConnectionState.CLOSED
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _ACKS_AND_RELEASES = (ClientAcks, PubAck, PubRec, PubComp, PubRel)  # (ClientAcks: a run of plain acks as words)
+_current_task = trio.lowlevel.current_task
 LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
 
 
@@ -148,10 +150,21 @@ class Connection(PublishOutput):
     # ---- output -------------------------------------------------------------------
 
     def wake(self) -> None:
-        """Output is queued, or the session's pump is due: see that someone writes."""
+        """Output is queued, or the session's pump is due: see that someone
+        writes. Woken by a reader's step, the connection is written at the
+        end of that step (gateway.step_writes); otherwise by a writer task."""
         if self._writer_of == NOBODY and not self._acting and not self.closing:
-            self._writer_of = TASK
-            self._nursery.start_soon(self._writer)
+            if steps:
+                woken = steps.get(_current_task())
+                if woken is not None:
+                    self._writer_of = QUEUED
+                    woken.append(self)
+                    return
+            self.start_writer()
+
+    def start_writer(self) -> None:
+        self._writer_of = TASK
+        self._nursery.start_soon(self._writer)
 
     def write(self, data: bytes) -> None:
         if data:
@@ -379,7 +392,7 @@ class Connection(PublishOutput):
                 if self._writer_of == TASK:
                     self._writer_done = trio.Event()
                     await self._writer_done.wait()
-                if self.out:
+                if self.out and self._writer_of != READER:  # NOBODY, or QUEUED: claimed here
                     self._writer_of = READER
                     try:
                         await self._flush()
@@ -418,14 +431,19 @@ class Connection(PublishOutput):
         writing (it takes this output too). Sets ``closing`` when the
         connection ends (run's ``_drain`` writes what is left then)."""
         self._acting = True
+        task = _current_task()
+        woken = steps[task] = []
         try:
             more = await self._feed(data)
         finally:
             self._acting = False
+            del steps[task]
+            if woken:
+                write_woken(woken)
         if not more:
             self.closing = True
-        if self.closing or self._writer_of != NOBODY:
-            return
+        if self.closing or (self._writer_of != NOBODY and self._writer_of != QUEUED):
+            return  # a writer task writes (QUEUED: another reader's step will, unless claimed here)
         sess = self.session
         if self.out or (sess is not None and sess.due):
             self._writer_of = READER
