@@ -63,7 +63,7 @@ async def test_an_idle_connection_is_its_reader_task_and_nothing_else(gateway_fa
             clients.append(c)
         await clients[0].subscribe("news", qos=0)
         await clients[1].publish("news", b"hello")
-        assert (await clients[0].expect(Publish)).payload == b"hello"  # a writer task wrote it
+        assert (await clients[0].expect(Publish)).payload == b"hello"  # the publisher's reader wrote it
         await wait_all_tasks_blocked()
         new = _tasks() - before
         assert len(new) == len(clients)  # one task per connection: no writer left, no other

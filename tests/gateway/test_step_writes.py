@@ -1,0 +1,130 @@
+"""Deliveries written at the end of the publisher's read, not by a writer task
+(gateway/step_writes.py, issue 13).
+
+* A delivery to an idle plain-TCP subscriber (QoS 0 or 1) starts no task:
+  the publisher's reader writes it when it has acted on its read, and a
+  read of many PUBLISHes fanned in to one subscriber is written once.
+* A subscriber whose socket is full gets everything, in order: what the
+  kernel does not take goes to a writer task, later deliveries queue
+  behind it.
+* A write that fails ends that subscriber only: the publisher (subscribed
+  to the same topic) and the other subscribers go on.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+
+from gateway.mqtt import PubAck, Publish
+
+
+class _Spawned(trio.abc.Instrument):
+    """The names of the tasks started while it is installed."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task) -> None:
+        self.names.append(task.name)
+
+    def writers(self) -> int:
+        return sum(name.endswith("._writer") for name in self.names)
+
+
+async def _spawned_during(body):
+    spawned = _Spawned()
+    trio.lowlevel.add_instrument(spawned)
+    try:
+        await body()
+    finally:
+        trio.lowlevel.remove_instrument(spawned)
+    return spawned
+
+
+async def test_a_delivery_to_an_idle_subscriber_starts_no_task(gateway_factory, client_cls):
+    n = 100
+    async with gateway_factory() as (broker, gw, port):
+        sub0, _ = await client_cls.connect(port, "sub0", version=4)
+        await sub0.subscribe("fan/#", qos=0)
+        sub1, _ = await client_cls.connect(port, "sub1", version=5)
+        await sub1.subscribe("one", qos=1)
+        pub, _ = await client_cls.connect(port, "pub", version=4)
+
+        async def fan_in_and_qos1():
+            # n PUBLISHes in one write: one read (or a few), each written to sub0 once
+            await pub.send(*[Publish(topic=f"fan/{i % 3}", payload=b"%03d" % i) for i in range(n)])
+            assert [(await sub0.expect(Publish)).payload for _ in range(n)] == [b"%03d" % i for i in range(n)]
+            await pub.publish("one", b"q1", qos=1)
+            await pub.expect(PubAck)
+            got = await sub1.expect(Publish)
+            assert (got.payload, got.qos) == (b"q1", 1)
+            await sub1.send(PubAck(packet_id=got.packet_id))
+
+        spawned = await _spawned_during(fan_in_and_qos1)
+        assert spawned.names == []  # no writer task, nor any other
+        assert gw.stats.sent >= n + 1
+        for c in (sub0, sub1, pub):
+            await c.close()
+
+
+async def test_a_subscriber_whose_socket_is_full_gets_everything_in_order(gateway_factory, client_cls):
+    n, size = 330, 16 * 1024  # 5.4 MB: more than the server's socket and the client's take (tcp_wmem 4 MB)
+    async with gateway_factory({"sysInterval": 0, "maxQueuedMessages": 100000}) as (broker, gw, port):
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await sock.connect(("127.0.0.1", port))
+        slow = client_cls(trio.SocketStream(sock), 4)
+        from gateway.mqtt import ConnAck, Connect
+
+        await slow.send(Connect(protocol_version=4, client_id="slow", clean_start=True))
+        await slow.expect(ConnAck)
+        await slow.subscribe("load/#", qos=0)
+        pub, _ = await client_cls.connect(port, "pub", version=4)
+
+        async def publish_all_unread():
+            for i in range(n):
+                await pub.publish("load/a", b"%08d" % i + bytes(size - 8))
+            await pub.publish("marker", b"", qos=1)
+            await pub.expect(PubAck)  # all routed while the subscriber read nothing
+
+        spawned = await _spawned_during(publish_all_unread)
+        assert spawned.writers() >= 1  # its socket pushed back: a writer task took the rest
+        got = [int((await slow.expect(Publish, timeout=20)).payload[:8]) for _ in range(n)]
+        assert got == list(range(n))
+        assert gw.stats.dropped == 0
+        await slow.close()
+        await pub.close()
+
+
+async def test_a_failed_write_ends_only_that_subscriber(gateway_factory, client_cls):
+    async with gateway_factory() as (broker, gw, port):
+        broken, _ = await client_cls.connect(port, "broken", version=4)
+        await broken.subscribe("t", qos=0)
+        other, _ = await client_cls.connect(port, "other", version=5)
+        await other.subscribe("t", qos=0)
+        pub, _ = await client_cls.connect(port, "pub", version=4)
+        await pub.subscribe("t", qos=0)  # its own reader is the one writing the others
+        broken_conn = gw.router.sessions["broken"].conn
+        broken_conn.stream.socket.shutdown(socket.SHUT_WR)  # the server's next write to it fails (EPIPE)
+
+        async def publish_once():
+            await pub.publish("t", b"first", qos=1)
+            assert (await pub.expect(Publish)).payload == b"first"
+            await pub.expect(PubAck)
+            assert (await other.expect(Publish)).payload == b"first"
+            with trio.fail_after(5):
+                await broken_conn.done.wait()
+
+        spawned = await _spawned_during(publish_once)
+        assert spawned.writers() == 0  # the failed write was the routing step's own
+        assert "broken" not in gw.router.sessions
+        assert await broken.recv() is None  # closed
+        await pub.publish("t", b"second", qos=1)
+        assert (await pub.expect(Publish)).payload == b"second"
+        await pub.expect(PubAck)
+        assert (await other.expect(Publish)).payload == b"second"
+        assert gw.stats.connected == 2
+        for c in (broken, other, pub):
+            await c.close()
