@@ -63,6 +63,7 @@ from gateway.meta_log import MetaLog
 from gateway.nodes import live_key
 from gateway.mqtt import InboundFlows, Publish, ReasonCode
 from gateway.readiness import Readiness
+from gateway.step_writes import StepWrites
 from gateway.restore import restore_gateway
 from gateway.retained import RetainedIndex
 from gateway.router import Router
@@ -106,11 +107,15 @@ class MQTTGateway:
         self._retained_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.readiness = Readiness()  # where idle plain-TCP connections wait for input
+        self.woken: list | None = None  # connections woken in this trio step, while ``run`` runs (step_writes)
 
     # ---- running ----------------------------------------------------------------------
 
     async def run(self, listeners: Sequence[ListenerSpec], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.started_at = trio.current_time()
+        step_writes = StepWrites()
+        trio.lowlevel.add_instrument(step_writes)
+        self.woken = step_writes.woken
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = self.wills.nursery = nursery
@@ -118,6 +123,12 @@ class MQTTGateway:
         finally:
             self.shutting_down = True
             self.wills.nursery = None
+            self.woken = None
+            step_writes.after_task_step(None)  # a wake of this very step
+            try:
+                trio.lowlevel.remove_instrument(step_writes)
+            except KeyError:
+                pass
 
     async def _run(self, nursery, listeners, task_status) -> None:
         meta_end = await restore_gateway(self)

@@ -67,7 +67,7 @@ from gateway.publish_output import NO_OUTPUT, NOBODY, READER, TASK, PublishOutpu
 from gateway.publishing import publish_batch
 from gateway.quota import PublishQuota
 from gateway.sessions import Delivery, encode_delivery
-from gateway.step_writes import QUEUED, steps, write_woken
+from gateway.step_writes import QUEUED
 from gateway.subscribing import subscribe, unsubscribe
 
 if TYPE_CHECKING:
@@ -79,7 +79,6 @@ _CONNECTED = ConnectionState.CONNECTED
 _CLOSED = ConnectionState.CLOSED
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _ACKS_AND_RELEASES = (ClientAcks, PubAck, PubRec, PubComp, PubRel)  # (ClientAcks: a run of plain acks as words)
-_current_task = trio.lowlevel.current_task
 LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
 
 
@@ -151,16 +150,15 @@ class Connection(PublishOutput):
 
     def wake(self) -> None:
         """Output is queued, or the session's pump is due: see that someone
-        writes. Woken by a reader's step, the connection is written at the
-        end of that step (gateway.step_writes); otherwise by a writer task."""
+        writes: at the end of the trio step that woke it (gateway.step_writes),
+        or by a writer task where the gateway runs without that."""
         if self._writer_of == NOBODY and not self._acting and not self.closing:
-            if steps:
-                woken = steps.get(_current_task())
-                if woken is not None:
-                    self._writer_of = QUEUED
-                    woken.append(self)
-                    return
-            self.start_writer()
+            woken = self.gw.woken
+            if woken is not None:
+                self._writer_of = QUEUED
+                woken.append(self)
+            else:
+                self.start_writer()
 
     def start_writer(self) -> None:
         self._writer_of = TASK
@@ -431,19 +429,14 @@ class Connection(PublishOutput):
         writing (it takes this output too). Sets ``closing`` when the
         connection ends (run's ``_drain`` writes what is left then)."""
         self._acting = True
-        task = _current_task()
-        woken = steps[task] = []
         try:
             more = await self._feed(data)
         finally:
             self._acting = False
-            del steps[task]
-            if woken:
-                write_woken(woken)
         if not more:
             self.closing = True
         if self.closing or (self._writer_of != NOBODY and self._writer_of != QUEUED):
-            return  # a writer task writes (QUEUED: another reader's step will, unless claimed here)
+            return  # a writer task writes (QUEUED: the end of this step would, it is claimed here)
         sess = self.session
         if self.out or (sess is not None and sess.due):
             self._writer_of = READER

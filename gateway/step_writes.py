@@ -1,38 +1,39 @@
-"""Output woken during a reader's step, written at the end of that step (issue 13).
+"""Output woken during a trio step, written at the end of that step (issue 13).
 
 A delivery routed by one client's read (a PUBLISH fanned out, a QoS 1
 message, a session's pump made due) lands in the subscriber's ``out`` and
 calls its ``Connection.wake``. Starting a writer task for it costs a task
-and the two trio steps of its ``send_all``: the subscriber's ``send`` comes
-three scheduler ticks after the publisher's read. Instead, while a reader
-acts on a read (``Connection._turn``), the connections its routing wakes
-are collected here, and when the read has been acted on each is written
-once, with one non-blocking write of everything its ``out`` holds.
+and the two trio steps of its ``send_all``: the subscriber's ``send`` came
+three scheduler ticks after the publisher's read. Instead, the connections
+woken during a task's step are collected (``MQTTGateway.woken``), and
+``StepWrites``, a trio instrument the gateway installs while it runs,
+writes each of them once when that step ends (``after_task_step``): in the
+publisher's routing step, before the reader waits for anything.
 
 Rules kept here (the writer/reader protocol is ``gateway.connection``'s):
 
 * Collected is only a connection nobody writes (``_writer_of`` NOBODY):
-  it becomes ``QUEUED`` ("somebody writes this soon, nobody writes it
-  now"). Anyone who would write it may claim it instead (its own reader
-  after a read, its ``_drain``); ``write_woken`` writes only connections
-  still ``QUEUED``, so a socket is never written by two tasks.
-* Collection is per task (the reader's): a wake made by any other task
-  (a timer, a remoting send, a writer's pump) starts a writer task as
-  before, and a reader that waits inside its step (a topic to create, a
-  SYNC_FLUSH durability wait) never collects another task's wakes.
+  it becomes ``QUEUED`` ("written at the end of this step, nobody writes
+  it now"). Whoever would write it may claim it first (its ``_drain``);
+  ``write_woken`` writes only connections still ``QUEUED``, so a socket is
+  never written by two tasks. No connection stays ``QUEUED`` past the
+  step that queued it.
 * One write per woken connection per step, whatever the number of
-  messages routed to it: a read of 100 PUBLISHes fanned in to one
-  subscriber reaches it in one ``send``.
-* Written directly only a plain TCP stream whose session's pump is not
-  due; what the kernel does not take (partial write, EAGAIN), TLS and
-  WebSocket streams and a due pump go to a writer task, as before. A
-  failed write ends that connection the way a writer's failure does, and
-  only that one (the reader's own connection is never collected: it is
-  acting, so its wakes do nothing).
-* Every collected connection is resolved (written, handed to a writer
-  task, or left NOBODY when closing, for its ``_drain``), even when the
-  reader's step ends with an error or a cancellation: ``write_woken`` runs
-  in the ``finally`` of ``_turn`` and never raises.
+  messages routed to it in that step: a read of 100 PUBLISHes fanned in to
+  one subscriber reaches it in one ``send``.
+* Written directly is only a plain TCP stream whose session's pump is not
+  due, with one non-blocking ``write`` of everything its ``out`` holds;
+  what the kernel does not take (partial write, EAGAIN), TLS and WebSocket
+  streams and a due pump go to a writer task, as before (``writeTimeout``,
+  the QoS 0 limits behind a write: ``gateway.publish_output``).
+* A failed write ends that connection the way a writer's failure does, and
+  only that one: the task whose step woke it (a publisher's reader) is not
+  touched, and the reader's own connection is never collected (it is
+  acting on its read, so its wakes do nothing; it writes after the read).
+* ``after_task_step`` never raises (trio would disable the instrument):
+  a connection whose write fails for any other reason is logged and ended.
+  Without the instrument (a gateway object used outside ``run``) ``woken``
+  is None and a wake starts a writer task.
 """
 
 from __future__ import annotations
@@ -42,12 +43,28 @@ import os
 
 import trio
 
+from gateway.publish_output import NO_OUTPUT, NOBODY
+
 log = logging.getLogger("mqgate.gateway")
 
-QUEUED = 3  # ``Connection._writer_of``: collected by a reader's step (see the module docstring)
+QUEUED = 3  # ``Connection._writer_of``: collected in this step (see the module docstring)
 
-# The steps under way: a reader task -> the connections its step woke, in wake order.
-steps: dict = {}
+
+class StepWrites(trio.abc.Instrument):
+    """Writes the connections woken during a task step when the step ends."""
+
+    def __init__(self) -> None:
+        self.woken: list = []  # the gateway's ``woken``: appended to by ``Connection.wake``
+
+    def after_task_step(self, task) -> None:
+        woken = self.woken
+        if woken:
+            batch = woken.copy()
+            woken.clear()
+            try:
+                write_woken(batch)
+            except BaseException:  # an error here would disable the instrument: every later wake would wait
+                log.exception("writing the connections woken in a step failed")
 
 
 def write_woken(woken: list) -> None:
@@ -61,7 +78,7 @@ def write_woken(woken: list) -> None:
             write_now(conn)
         except Exception:
             log.exception("client %s: writing a delivery failed, closing the connection", conn.client_id)
-            conn._writer_of = 0  # NOBODY
+            conn._writer_of = NOBODY
             conn.closing = True
             conn._stop_reader()
 
@@ -70,7 +87,7 @@ def write_now(conn) -> None:
     """Write ``conn``'s output now if its socket takes it, else start its
     writer task; ``conn`` is ``QUEUED``."""
     if conn.closing:
-        conn._writer_of = 0  # NOBODY: its _drain writes what is left
+        conn._writer_of = NOBODY  # its _drain writes what is left
         return
     stream = conn.stream
     if stream.__class__ is not trio.SocketStream or conn._pump_due():
@@ -78,7 +95,7 @@ def write_now(conn) -> None:
         return
     out = conn.out
     if not out:
-        conn._writer_of = 0
+        conn._writer_of = NOBODY
         return
     data = out[0] if len(out) == 1 else b"".join(out)
     try:
@@ -86,18 +103,18 @@ def write_now(conn) -> None:
     except BlockingIOError:
         sent = 0
     except OSError:  # reset, broken pipe, closed: what a writer's send_all would have met
-        conn.out = ()  # NO_OUTPUT: as a failed writer, the output is gone with the connection
+        conn.out = NO_OUTPUT  # as a failed writer, the output is gone with the connection
         conn.out_bytes = 0
-        conn._writer_of = 0
+        conn._writer_of = NOBODY
         conn.closing = True
         conn._stop_reader()
         return
     conn.gw.stats.bytes_out += sent
     conn._behind = conn._room = None
     if sent == len(data):
-        conn.out = ()
+        conn.out = NO_OUTPUT
         conn.out_bytes = 0
-        conn._writer_of = 0
+        conn._writer_of = NOBODY
         return
     rest = data[sent:]  # the socket pushed back: a writer task waits for room
     conn.out = [rest]
