@@ -8,10 +8,13 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   with one ``send_all`` at the end of the read. Output from elsewhere (a
   delivery routed by another client's read, a takeover's DISCONNECT, a
   ``notify``) is appended to ``out``; if neither the reader nor a writer
-  will write it, a writer task is started in the gateway's nursery, writes
-  everything queued (running ``pump`` when due), and ends when ``out`` is
-  empty. So an idle connection holds its reader and nothing else; one
-  writer at a time writes, in ``out`` order.
+  will write it, it is written when the trio step that queued it ends
+  (``gateway.step_writes``: one non-blocking write on a plain TCP socket,
+  no task), and only what that cannot write (the socket pushed back, TLS,
+  WebSocket, a due ``pump``) starts a writer task in the gateway's nursery,
+  which writes everything queued (running ``pump`` when due) and ends when
+  ``out`` is empty. So an idle connection holds its reader and nothing
+  else; one writer at a time writes, in ``out`` order.
 * A write blocks only the writer of this connection (a slow client slows
   its own reads, never others'); every write is bounded by
   ``writeTimeout``, then the connection is dropped. QoS 0 messages that

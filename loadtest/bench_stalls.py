@@ -9,8 +9,11 @@ process of its own that records, from the moment it is ready
 (`gateway.serve.settle_gc`): every trio task step that used more than
 ``--stall-ms`` of CPU (its task), every step the kernel switched out
 voluntarily (it waited for the GIL or a lock: ``ru_nvcsw`` of the thread),
-every garbage collection (generation, CPU time) and every flush the
-commit-log flusher ran in its thread (`CommitLogFlusher._run_flush`). One
+every garbage collection (generation, CPU time), every flush the
+commit-log flusher ran in its thread (`CommitLogFlusher._run_flush`), and
+every scheduler batch and task step (``ticks_per_message`` and
+``steps_per_message``: the messages sent one at a time, each costs about
+this many trio ticks and steps, periodic work included). One
 raw-socket publisher then sends ``--count`` messages at ``--rate`` (after a
 warm-up that is not counted) to one subscriber on the same topic, each
 carrying its number and send time (``time.monotonic_ns``, the server's clock
@@ -65,7 +68,7 @@ def _serve(out: str, argv: list[str], stall_s: float) -> int:
     from gateway.__main__ import main
 
     now, cpu, usage, THREAD = time.monotonic, time.thread_time, resource.getrusage, resource.RUSAGE_THREAD
-    rec = {"settled_at": None, "busy": [], "blocked": [], "gcs": [], "flushes": []}
+    rec = {"settled_at": None, "busy": [], "blocked": [], "gcs": [], "flushes": [], "ticks": [], "steps": []}
     gc_start = [0.0, 0.0]
 
     def on_gc(phase, info):
@@ -85,10 +88,15 @@ def _serve(out: str, argv: list[str], stall_s: float) -> int:
             if rec["settled_at"] is None:
                 return
             wall = now() - self.t0
+            rec["steps"].append((self.t0, 0.0))
             if used > stall_s:
                 rec["busy"].append((self.t0, wall, task.name, used))
             if usage(THREAD).ru_nvcsw != self.switches:
                 rec["blocked"].append((self.t0, wall, task.name, used))
+
+        def before_io_wait(self, timeout):
+            if rec["settled_at"] is not None:
+                rec["ticks"].append((now(), 0.0))  # one scheduler batch (an epoll_wait) begins
 
     run, settle, run_flush = trio.run, serve_mod.settle_gc, flush_mod.CommitLogFlusher._run_flush
 
@@ -246,6 +254,9 @@ def summarize(rec: dict, sent: list[int], arrived: list[int], slow_ms: float) ->
         "flush_thread_cpu_ms_mean": sum(e[3] for e in rec["flushes"]) / max(1, len(rec["flushes"])) * 1e3,
         "busy_steps": dict(Counter(e[2].rsplit(".", 1)[-1] for e in rec["busy"]).most_common()),
         "blocked_steps": len(rec["blocked"]),
+        # scheduler batches and task steps while the counted messages ran, per message
+        "ticks_per_message": len(rec.get("ticks", ())) / max(1, len(lat)),
+        "steps_per_message": len(rec.get("steps", ())) / max(1, len(lat)),
         "blocked_steps_during_a_flush": sum(1 for e in rec["blocked"]
                                             if _overlapping([(t, d) for t, d, *_ in rec["flushes"]], e[0], e[0] + e[1])),
     }

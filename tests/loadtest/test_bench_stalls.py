@@ -18,6 +18,7 @@ def test_a_short_run_accounts_for_every_message_and_every_slow_one():
     assert sum(result["slow_by_cause"].values()) == result["slow"]
     assert result["latency_ms"]["p50"] <= result["latency_ms"]["p99"] <= result["latency_ms"]["max"]
     assert set(result["collections"]) == {"gen0", "gen1", "gen2"}
+    assert 1 <= result["ticks_per_message"] < 50 and 1 <= result["steps_per_message"] < 100  # each message took some
 
 
 def test_a_slow_message_is_put_down_to_what_the_server_did_meanwhile():
