@@ -17,7 +17,7 @@ import socket
 
 import trio
 
-from gateway.mqtt import PubAck, Publish
+from gateway.mqtt import ConnAck, Connect, PubAck, Publish
 
 
 class _Spawned(trio.abc.Instrument):
@@ -76,8 +76,6 @@ async def test_a_subscriber_whose_socket_is_full_gets_everything_in_order(gatewa
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         await sock.connect(("127.0.0.1", port))
         slow = client_cls(trio.SocketStream(sock), 4)
-        from gateway.mqtt import ConnAck, Connect
-
         await slow.send(Connect(protocol_version=4, client_id="slow", clean_start=True))
         await slow.expect(ConnAck)
         await slow.subscribe("load/#", qos=0)
