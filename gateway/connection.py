@@ -5,7 +5,10 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
 * One task per connection, the reader: it owns the codec's input side and
   every decision, and it writes what acting on a read produced (acks,
   CONNACK, what the session's ``pump`` moves out of its queue) itself,
-  with one ``send_all`` at the end of the read. Output from elsewhere (a
+  with one write at the end of the read (non-blocking on a plain TCP
+  socket, then ``send_all`` for what the kernel did not take: the client's
+  reads wait for that, so a client that does not read its acks is not read
+  either). Output from elsewhere (a
   delivery routed by another client's read, a takeover's DISCONNECT, a
   ``notify``) is appended to ``out``; if neither the reader nor a writer
   will write it, it is written when the trio step that queued it ends
@@ -70,7 +73,7 @@ from gateway.publish_output import NO_OUTPUT, NOBODY, READER, TASK, PublishOutpu
 from gateway.publishing import publish_batch
 from gateway.quota import PublishQuota
 from gateway.sessions import Delivery, encode_delivery
-from gateway.step_writes import QUEUED
+from gateway.step_writes import QUEUED, write_out
 from gateway.subscribing import subscribe, unsubscribe
 
 if TYPE_CHECKING:
@@ -429,8 +432,10 @@ class Connection(PublishOutput):
 
     async def _turn(self, data: bytes) -> None:
         """Act on one read, then write what it produced, unless a writer task is
-        writing (it takes this output too). Sets ``closing`` when the
-        connection ends (run's ``_drain`` writes what is left then)."""
+        writing (it takes this output too): on a plain TCP socket first with
+        one non-blocking write (``step_writes.write_out``, no trio step), then
+        what the kernel did not take with ``send_all``. Sets ``closing`` when
+        the connection ends (run's ``_drain`` writes what is left then)."""
         self._acting = True
         try:
             more = await self._feed(data)
@@ -442,7 +447,9 @@ class Connection(PublishOutput):
             return  # a writer task writes (QUEUED: the end of this step would, it is claimed here)
         sess = self.session
         if self.out or (sess is not None and sess.due):
-            self._writer_of = READER
+            if self.stream.__class__ is trio.SocketStream and not self._pump_due() and write_out(self):
+                return  # written without waiting (or the write failed: closing)
+            self._writer_of = READER  # the rest, waiting for room: this client's reads wait for it
             try:
                 await self._flush()
             except (trio.TooSlowError, *_STREAM_ERRORS):

@@ -30,6 +30,10 @@ Rules kept here (the writer/reader protocol is ``gateway.connection``'s):
   only that one: the task whose step woke it (a publisher's reader) is not
   touched, and the reader's own connection is never collected (it is
   acting on its read, so its wakes do nothing; it writes after the read).
+* The reader writes its own output after a read the same way
+  (``write_out`` from ``Connection._turn``), but what the kernel does not
+  take it writes itself with ``send_all``, not through a writer task: its
+  client's reads wait for its writes.
 * ``after_task_step`` never raises (trio would disable the instrument):
   a connection whose write fails for any other reason is logged and ended.
   Without the instrument (a gateway object used outside ``run``) ``woken``
@@ -88,18 +92,25 @@ def write_now(conn) -> None:
     writer task; ``conn`` is ``QUEUED``."""
     if conn.closing:
         conn._writer_of = NOBODY  # its _drain writes what is left
-        return
-    stream = conn.stream
-    if stream.__class__ is not trio.SocketStream or conn._pump_due():
+    elif conn.stream.__class__ is not trio.SocketStream or conn._pump_due():
         conn.start_writer()
-        return
+    elif not write_out(conn):
+        conn.start_writer()  # the socket pushed back: a writer task waits for room
+
+
+def write_out(conn) -> bool:
+    """One non-blocking write of everything ``conn.out`` holds on its plain
+    TCP socket (the caller checked the stream). True: done (all written, or
+    the write failed and the connection is ending), ``_writer_of`` NOBODY.
+    False: ``conn.out`` holds what the kernel did not take, for a blocking
+    writer (``_writer_of`` unchanged)."""
     out = conn.out
     if not out:
         conn._writer_of = NOBODY
-        return
+        return True
     data = out[0] if len(out) == 1 else b"".join(out)
     try:
-        sent = os.write(stream.socket.fileno(), data)
+        sent = os.write(conn.stream.socket.fileno(), data)
     except BlockingIOError:
         sent = 0
     except OSError:  # reset, broken pipe, closed: what a writer's send_all would have met
@@ -108,15 +119,15 @@ def write_now(conn) -> None:
         conn._writer_of = NOBODY
         conn.closing = True
         conn._stop_reader()
-        return
+        return True
     conn.gw.stats.bytes_out += sent
     conn._behind = conn._room = None
     if sent == len(data):
         conn.out = NO_OUTPUT
         conn.out_bytes = 0
         conn._writer_of = NOBODY
-        return
-    rest = data[sent:]  # the socket pushed back: a writer task waits for room
+        return True
+    rest = data[sent:]
     conn.out = [rest]
     conn.out_bytes = len(rest)
-    conn.start_writer()
+    return False
