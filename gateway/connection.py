@@ -447,7 +447,7 @@ class Connection(PublishOutput):
             return  # a writer task writes (QUEUED: the end of this step would, it is claimed here)
         sess = self.session
         if self.out or (sess is not None and sess.due):
-            if self.stream.__class__ is trio.SocketStream and not self._pump_due() and write_out(self):
+            if write_out(self):
                 return  # written without waiting (or the write failed: closing)
             self._writer_of = READER  # the rest, waiting for room: this client's reads wait for it
             try:

@@ -92,18 +92,19 @@ def write_now(conn) -> None:
     writer task; ``conn`` is ``QUEUED``."""
     if conn.closing:
         conn._writer_of = NOBODY  # its _drain writes what is left
-    elif conn.stream.__class__ is not trio.SocketStream or conn._pump_due():
-        conn.start_writer()
     elif not write_out(conn):
-        conn.start_writer()  # the socket pushed back: a writer task waits for room
+        conn.start_writer()  # not a plain TCP socket, a due pump, or the socket pushed back
 
 
 def write_out(conn) -> bool:
-    """One non-blocking write of everything ``conn.out`` holds on its plain
-    TCP socket (the caller checked the stream). True: done (all written, or
-    the write failed and the connection is ending), ``_writer_of`` NOBODY.
-    False: ``conn.out`` holds what the kernel did not take, for a blocking
-    writer (``_writer_of`` unchanged)."""
+    """One non-blocking write of everything ``conn.out`` holds, when it can
+    be written so: a plain TCP socket and no due pump. True: done (all
+    written, or the write failed and the connection is ending),
+    ``_writer_of`` NOBODY. False: ``conn.out`` holds what was not written
+    (all of it when it cannot be written so), for a blocking writer
+    (``_writer_of`` unchanged)."""
+    if conn.stream.__class__ is not trio.SocketStream or conn._pump_due():
+        return False
     out = conn.out
     if not out:
         conn._writer_of = NOBODY
