@@ -67,7 +67,6 @@ _SKIP_TX = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_INDEX_CHUNK = 64  # index entries hashed and built between two hand-backs of the GIL (`_drain_index`)
 
 
 def _refused(e: ValueError) -> PutStatus:
@@ -420,19 +419,14 @@ class MessageStore(StoreReads):
                 pending, self._pending_index = self._pending_index, []
                 end_pos = self.commitlog.write_pos
                 end_ts = self.commitlog.last_store_ts
-            build = idx.build_run
-            # This runs in the flusher's thread: a chunk at a time, handing the GIL back
-            # between chunks, or the event loop waits up to the 5 ms switch interval.
-            for start in range(0, len(pending), _INDEX_CHUNK):
-                chunk = pending[start : start + _INDEX_CHUNK]
-                done, error = build(chunk)  # the rows in one loop (hashing their keys), not a call per row
-                if error is not None:
-                    i = start + done
-                    log.error("cannot create an index file, %d keyed entries wait: %s", len(pending) - i, error)
-                    with self._lock:
-                        self._pending_index[:0] = pending[i:]
-                    break
-                time.sleep(0)
+            # One call for the run: compiled, `build_run` hashes a pass of entries with the GIL and
+            # writes it into the mapping without (`index._put_entries`), so the event loop gets the
+            # GIL back every pass; pure, the interpreter's switch interval hands it back.
+            done, error = idx.build_run(pending)
+            if error is not None:
+                log.error("cannot create an index file, %d keyed entries wait: %s", len(pending) - done, error)
+                with self._lock:
+                    self._pending_index[:0] = pending[done:]
             else:
                 idx.files[-1].finish_entry(end_pos, end_ts)
             if sync:
