@@ -75,6 +75,14 @@ if cython.compiled:  # where `_send_ok` puts a SendResult's fields (send_checks.
                                  _AT_STORE_TS, _AT_COUNT, _AT_REMARK, _AT_PUT)))
 
 
+if cython.compiled:  # where `_stamp_each` finds a Message's fields (send_checks.pxd)
+    _AT_MSG_PROPS = _slot_offset(Message, "properties")
+    _AT_MSG_QUEUE_ID = _slot_offset(Message, "queue_id")
+    _AT_MSG_STORE_HOST = _slot_offset(Message, "store_host")
+    _AT_MSG_BORN_TS = _slot_offset(Message, "born_timestamp")
+    _MSG_BY_SLOTS = all((_AT_MSG_PROPS, _AT_MSG_QUEUE_ID, _AT_MSG_STORE_HOST, _AT_MSG_BORN_TS))
+
+
 def _send_ok(topic: str, queue_id: int, queue_offset: int, uniq_key: str | None, phys: int, ts: int,
              put: object) -> SendResult:
     """``SendResult(SEND_OK, topic, queue_id, queue_offset, uniq_key, phys, ts, 1, "", put)``: made for
@@ -142,6 +150,55 @@ def _results_and_stored_hooks(prepared: list, rows: list, ts: int, results: list
     return end
 
 
+def _stamp_each(msgs: list, places: list, cluster: str, host: bytes, waits: list, keyless: list) -> None:
+    """`SendChecks._stamp_many`'s loop: for each message, in order, WAIT taken
+    out (``waits``: whether its sender waits), CLUSTER set, its properties
+    added to ``keyless`` if they have no UNIQ_KEY, queue id, store host, born
+    time (when 0: one clock read for all) and the multi-tag flag. Compiled
+    (send_checks.pxd), an exact `Message`'s fields are read and written in
+    their slots, and a dict of properties through the dict's C calls."""
+    now = 0
+    last = None
+    multi = False
+    for i in range(len(msgs)):
+        msg = msgs[i]
+        place = places[i]
+        if place is not last:  # a batch's messages mostly share their (config, queue id): read once
+            last = place
+            multi = place[0].topic_filter_type is _MULTI_TAG
+        if cython.compiled:
+            if _MSG_BY_SLOTS and type(msg) is Message:
+                props_obj = _slot(msg, _AT_MSG_PROPS, "properties")
+                if type(props_obj) is dict:
+                    props = cython.cast(dict, props_obj)
+                    waits.append(props.pop(PROPERTY_WAIT, None) != "false")
+                    props[PROPERTY_CLUSTER] = cluster
+                    if PROPERTY_UNIQ_KEY not in props:
+                        keyless.append(props)
+                    _set_slot(msg, _AT_MSG_QUEUE_ID, place[1])
+                    _set_slot(msg, _AT_MSG_STORE_HOST, host)
+                    if not _slot(msg, _AT_MSG_BORN_TS, "born_timestamp"):
+                        if not now:
+                            now = time.time_ns() // 1_000_000
+                        _set_slot(msg, _AT_MSG_BORN_TS, now)
+                    if multi:
+                        msg.sysflag |= MULTI_TAGS_FLAG
+                    continue
+        any_props = msg.properties  # any mapping, by its own methods
+        waits.append(any_props.pop(PROPERTY_WAIT) != "false" if PROPERTY_WAIT in any_props else True)
+        any_props[PROPERTY_CLUSTER] = cluster
+        if PROPERTY_UNIQ_KEY not in any_props:
+            keyless.append(any_props)
+        msg.queue_id = place[1]
+        msg.store_host = host
+        if not msg.born_timestamp:
+            if not now:
+                now = time.time_ns() // 1_000_000
+            msg.born_timestamp = now
+        if multi:
+            msg.sysflag |= MULTI_TAGS_FLAG
+
+
 class SendChecks(SendHooks):
     """The send path's synchronous methods; the state they use is set up in ``Broker.__init__``."""
 
@@ -159,18 +216,24 @@ class SendChecks(SendHooks):
             return n
         check = self._check_topic
         seen: dict = {}
+        last_topic = last_qid = last = None  # the previous message's: a run of one topic is looked up once
         while i < n:
             msg, qid = items[i]
             if qid is None or qid < 0:
                 c = check(msg, qid, internal)
             else:
-                key = (msg.topic, qid)
-                if key in seen:
-                    c = seen[key]
+                topic = msg.topic
+                if topic is last_topic and qid == last_qid:
+                    c = last
                 else:
-                    c = check(msg, qid, internal)
+                    key = (topic, qid)
+                    c = seen.get(key)
+                    if c is None:
+                        c = check(msg, qid, internal)
+                        if c.__class__ is tuple:
+                            seen[key] = c
                     if c.__class__ is tuple:
-                        seen[key] = c
+                        last_topic, last_qid, last = topic, qid, c
             if c is None:
                 return i
             checked.append(c)
@@ -351,28 +414,13 @@ class SendChecks(SendHooks):
         read and one `UniqKeyGenerator.next_many` for the batch; each message's
         properties change in the same order as one by one (CLUSTER, then
         UNIQ_KEY), so the stored bytes are the same."""
-        cluster = self.config.broker_cluster_name
-        host = self.store_host
-        now = 0
         waits: list[bool] = []
         keyless: list[dict] = []
-        for msg, place in zip(msgs, places):
-            props = msg.properties
-            waits.append(props.pop(PROPERTY_WAIT) != "false" if PROPERTY_WAIT in props else True)
-            props[PROPERTY_CLUSTER] = cluster
-            if PROPERTY_UNIQ_KEY not in props:
-                keyless.append(props)
-            msg.queue_id = place[1]
-            msg.store_host = host
-            if not msg.born_timestamp:
-                if not now:
-                    now = time.time_ns() // 1_000_000
-                msg.born_timestamp = now
-            if place[0].topic_filter_type is _MULTI_TAG:
-                msg.sysflag |= MULTI_TAGS_FLAG
+        _stamp_each(msgs, places, self.config.broker_cluster_name, self.store_host, waits, keyless)
         if keyless:
-            for props, key in zip(keyless, self._uniq.next_many(len(keyless))):
-                props[PROPERTY_UNIQ_KEY] = key
+            keys = self._uniq.next_many(len(keyless))
+            for i in range(len(keyless)):
+                keyless[i][PROPERTY_UNIQ_KEY] = keys[i]
         return waits
 
     def _send_result(self, put, encoded: list[EncodedMessage], topic: str, queue_id: int) -> SendResult:

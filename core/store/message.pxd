@@ -5,10 +5,11 @@
 
 cimport cython
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.string cimport memcpy, memset
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.dict cimport PyDict_Copy
 
 from core.store._bigendian cimport put_int32, put_int64
 
@@ -35,7 +36,9 @@ cdef extern from "Python.h":
 # class's slot descriptors; 0 when they are not slot descriptors): `_encode_common`
 # reads a Message's fields there, not through ``getattr`` (~140 instructions each).
 cdef Py_ssize_t _AT_TOPIC, _AT_BODY, _AT_QUEUE_ID, _AT_FLAG, _AT_PROPERTIES, _AT_SYSFLAG, _AT_BORN_TS
-cdef Py_ssize_t _AT_BORN_HOST, _AT_STORE_HOST, _AT_RECONSUME, _AT_PREPARED
+cdef Py_ssize_t _AT_BORN_HOST, _AT_STORE_HOST, _AT_RECONSUME, _AT_PREPARED, _AT_NOTE
+# `new_message` fills a new Message's slots in C (its slots are the twelve it expects)
+cdef bint _NEW_BY_SLOTS
 
 
 cdef inline Py_ssize_t _slot_offset(object cls, str name) except -1:
@@ -49,6 +52,16 @@ cdef inline void _put_slot(object obj, Py_ssize_t at, object value) noexcept:
     """Fill the NULL slot at ``at`` of a new object (`PyType_GenericAlloc`) with ``value``."""
     Py_INCREF(value)
     (<PyObject**>((<char*><PyObject*>obj) + at))[0] = <PyObject*>value
+
+
+cdef inline void _set_slot(object obj, Py_ssize_t at, object value) noexcept:
+    """Replace the value of the slot at ``at`` of ``obj`` with ``value`` (what ``setattr`` does
+    for a __slots__ field, without the attribute lookup)."""
+    cdef PyObject** slot = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject*>value
+    Py_XDECREF(old)
 
 
 cdef inline bint _java_hash_ucs2(object text, long long* out) noexcept:

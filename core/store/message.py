@@ -116,6 +116,68 @@ if cython.compiled:  # where `_encode_common` finds a Message's fields (message.
     _AT_PREPARED = (_slot_offset(Message, "prepared_transaction_offset")
                     if all((_AT_TOPIC, _AT_BODY, _AT_QUEUE_ID, _AT_FLAG, _AT_PROPERTIES, _AT_SYSFLAG, _AT_BORN_TS,
                             _AT_BORN_HOST, _AT_STORE_HOST, _AT_RECONSUME)) else 0)
+    _AT_NOTE = _slot_offset(Message, "note")
+    # `new_message` fills a Message's slots itself only while they are exactly these, with no
+    # __post_init__ to run (else it calls the class, as the pure build does)
+    _NEW_BY_SLOTS = (bool(_AT_PREPARED) and bool(_AT_NOTE) and not hasattr(Message, "__post_init__")
+                     and getattr(Message, "__slots__", None) == (
+                         "topic", "body", "queue_id", "flag", "properties", "sysflag", "born_timestamp", "born_host",
+                         "store_host", "reconsume_times", "prepared_transaction_offset", "note"))
+
+_DEFAULT_BORN_HOST = Message.__dataclass_fields__["born_host"].default
+_DEFAULT_STORE_HOST = Message.__dataclass_fields__["store_host"].default
+
+
+def new_message(topic: str, body: bytes, base_properties: dict, born_timestamp: int, note: object) -> Message:
+    """``Message(topic, body, properties=base_properties.copy(), born_timestamp=born_timestamp,
+    note=note)``, every other field at its default: how the MQTT gateway makes
+    the message of each PUBLISH from the properties it keeps per topic.
+    Compiled (message.pxd), the object is allocated and its twelve slots
+    filled in C, not through the dataclass's Python ``__init__`` (~2k
+    instructions; a dict's copy keeps its table: see `roomy_properties`)."""
+    if cython.compiled:
+        if _NEW_BY_SLOTS and type(base_properties) is dict:
+            props = PyDict_Copy(base_properties)
+            m = PyType_GenericAlloc(cython.cast(cython.pointer(PyTypeObject), Message), 0)
+            _put_slot(m, _AT_TOPIC, topic)
+            _put_slot(m, _AT_BODY, body)
+            _put_slot(m, _AT_QUEUE_ID, 0)
+            _put_slot(m, _AT_FLAG, 0)
+            _put_slot(m, _AT_PROPERTIES, props)
+            _put_slot(m, _AT_SYSFLAG, 0)
+            _put_slot(m, _AT_BORN_TS, born_timestamp)
+            _put_slot(m, _AT_BORN_HOST, _DEFAULT_BORN_HOST)
+            _put_slot(m, _AT_STORE_HOST, _DEFAULT_STORE_HOST)
+            _put_slot(m, _AT_RECONSUME, 0)
+            _put_slot(m, _AT_PREPARED, 0)
+            _put_slot(m, _AT_NOTE, note)
+            return m
+    props = base_properties.copy()
+    return Message(topic, body, 0, 0, props, 0, born_timestamp, _DEFAULT_BORN_HOST, _DEFAULT_STORE_HOST, 0, 0, note)
+
+
+# Names that hold a place in `roomy_properties`' table; never a real property (a \x01 in a name
+# cannot be stored, so no message carries one).
+_ROOM = ("\x01room-1", "\x01room-2")
+
+
+def roomy_properties(items: dict) -> dict:
+    """A dict equal to ``items``, in the same order, whose table has room for
+    two more entries: the broker adds CLUSTER and UNIQ_KEY to every message
+    it stamps, and a copy of a dict keeps its table (``dict.copy``), so the
+    copies `new_message` makes of it do not grow (a resize, ~0.8k
+    instructions per message) when they go in. How: made with two
+    placeholders more, then those removed (a dict does not shrink on
+    removal). Only the cost depends on this CPython behaviour, never the
+    order or the content."""
+    d = {}
+    for name, value in items.items():  # one by one: a copy (dict(items)) would keep items' own table
+        d[name] = value
+    for name in _ROOM:
+        d[name] = None
+    for name in _ROOM:
+        del d[name]
+    return d
 
 
 @cython.no_gc  # its fields hold strings, bytes and tuples of these: no cycle to find
