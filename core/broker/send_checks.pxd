@@ -24,9 +24,13 @@ cdef long long _results_and_stored_hooks(list prepared, list rows, object ts, li
                                          object stored_hooks) except? -1
 
 
-# Where `_stamp_each` reads and writes a Message's fields (`_MSG_BY_SLOTS` False: by attribute).
-cdef Py_ssize_t _AT_MSG_PROPS, _AT_MSG_QUEUE_ID, _AT_MSG_STORE_HOST, _AT_MSG_BORN_TS
+# Where `_stamp_each` (and the results' loop) reads and writes a Message's fields (`_MSG_BY_SLOTS` False: by attribute).
+cdef Py_ssize_t _AT_MSG_TOPIC, _AT_MSG_PROPS, _AT_MSG_QUEUE_ID, _AT_MSG_STORE_HOST, _AT_MSG_BORN_TS
 cdef bint _MSG_BY_SLOTS
 
 @cython.locals(i=Py_ssize_t, props=dict, multi=cython.bint)
 cdef int _stamp_each(list msgs, list places, object cluster, object host, list waits, list keyless) except -1
+
+@cython.locals(i=Py_ssize_t, props=dict, triggers=tuple, enc=EncodedMessage)
+cdef int _hooks_and_encoding(object checks, list msgs, list places, list indexes, list waits,
+                             list prepared) except -1

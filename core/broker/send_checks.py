@@ -75,12 +75,13 @@ if cython.compiled:  # where `_send_ok` puts a SendResult's fields (send_checks.
                                  _AT_STORE_TS, _AT_COUNT, _AT_REMARK, _AT_PUT)))
 
 
-if cython.compiled:  # where `_stamp_each` finds a Message's fields (send_checks.pxd)
+if cython.compiled:  # where `_stamp_each` and the results find a Message's fields (send_checks.pxd)
+    _AT_MSG_TOPIC = _slot_offset(Message, "topic")
     _AT_MSG_PROPS = _slot_offset(Message, "properties")
     _AT_MSG_QUEUE_ID = _slot_offset(Message, "queue_id")
     _AT_MSG_STORE_HOST = _slot_offset(Message, "store_host")
     _AT_MSG_BORN_TS = _slot_offset(Message, "born_timestamp")
-    _MSG_BY_SLOTS = all((_AT_MSG_PROPS, _AT_MSG_QUEUE_ID, _AT_MSG_STORE_HOST, _AT_MSG_BORN_TS))
+    _MSG_BY_SLOTS = all((_AT_MSG_TOPIC, _AT_MSG_PROPS, _AT_MSG_QUEUE_ID, _AT_MSG_STORE_HOST, _AT_MSG_BORN_TS))
 
 
 def _send_ok(topic: str, queue_id: int, queue_offset: int, uniq_key: str | None, phys: int, ts: int,
@@ -129,8 +130,9 @@ def _results_and_stored_hooks(prepared: list, rows: list, ts: int, results: list
                            remark=f"the message is {enc.size} bytes stored, more than the store takes")
         else:
             enc = p[1]
-            phys = row[0]
-            r = _send_ok(p[2], p[3], row[1], enc.uniq_key or None, phys, ts, enc)
+            phys_obj = row[0]
+            r = _send_ok(p[2], p[3], row[1], enc.uniq_key or None, phys_obj, ts, enc)
+            phys = phys_obj
             reach = phys + enc.size
             if reach > end:
                 end = reach
@@ -138,7 +140,11 @@ def _results_and_stored_hooks(prepared: list, rows: list, ts: int, results: list
                 waiting.append(r)
         results[p[5]] = r
         if by_topic is not None:  # `_stored` inlined: this runs for every message
-            stored_on = msg.topic  # not the sender's topic (p[2]): a put hook may have moved the message
+            # not the sender's topic (p[2]): a put hook may have moved the message
+            if cython.compiled and _MSG_BY_SLOTS and type(msg) is Message:
+                stored_on = _slot(msg, _AT_MSG_TOPIC, "topic")
+            else:
+                stored_on = msg.topic
             hooks = by_topic.get(stored_on)
             if hooks is None:
                 hooks = stored_hooks.for_topic(stored_on)
@@ -197,6 +203,63 @@ def _stamp_each(msgs: list, places: list, cluster: str, host: bytes, waits: list
             msg.born_timestamp = now
         if multi:
             msg.sysflag |= MULTI_TAGS_FLAG
+
+
+def _hooks_and_encoding(checks: SendChecks, msgs: list, places: list, indexes: list, waits: list,
+                        prepared: list) -> None:
+    """`SendChecks._prepare_many`'s loop over the stamped messages, in order:
+    the put hooks (those of `SendHooks.add_put_hook` whose ``when`` names a
+    property the message has, else the ones that always run), then the
+    encoding; each message appended to ``prepared`` as a `Prepared`. Compiled
+    (send_checks.pxd), the properties of an exact `Message` are looked at
+    through the dict's C calls and the record is encoded without a call
+    through its class."""
+    must_wait = checks._must_wait
+    always = checks._put_always
+    triggers = checks._put_triggers
+    for i in range(len(msgs)):
+        msg = msgs[i]
+        place = places[i]
+        topic = msg.topic
+        queue_id = place[1]
+        props_obj = msg.properties
+        hooks = always
+        if cython.compiled and type(props_obj) is dict:
+            props = cython.cast(dict, props_obj)
+            for name in triggers:
+                if name in props:
+                    hooks = checks._hooks_for(props)
+                    break
+        else:
+            for name in triggers:
+                if name in props_obj:
+                    hooks = checks._hooks_for(props_obj)
+                    break
+        refused = None
+        try:
+            for hook in hooks:
+                refused = hook(msg)
+                if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
+                    break
+        except Exception:  # a hook's bug: the hooks that ran before it still hear the outcome
+            checks._stored(msg, SendResult(SendStatus.SYSTEM_ERROR, topic=topic, queue_id=queue_id,
+                                           remark="put hook failed"))
+            raise
+        if refused is not None:
+            prepared.append((msg, None, topic, queue_id, False, indexes[i], refused))
+            continue
+        try:
+            if cython.compiled:
+                enc = EncodedMessage.__new__(EncodedMessage)  # what EncodedMessage(msg) does, called directly
+                if not enc._encode_common(msg):
+                    enc._encode(msg)
+            else:
+                enc = EncodedMessage(msg)
+        except ValueError as e:
+            prepared.append((msg, None, topic, queue_id, False, indexes[i],
+                             SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))))
+            continue
+        prepared.append((msg, enc, topic, queue_id, waits[i] and must_wait, indexes[i], None))
 
 
 class SendChecks(SendHooks):
@@ -278,39 +341,7 @@ class SendChecks(SendHooks):
         if not msgs:
             return
         waits = self._stamp_many(msgs, places)
-        must_wait = self._must_wait
-        always = self._put_always
-        triggers = self._put_triggers
-        add = prepared.append
-        for msg, place, index, wait in zip(msgs, places, indexes, waits):
-            topic = msg.topic
-            queue_id = place[1]
-            props = msg.properties
-            refused = None
-            hooks = always
-            for name in triggers:
-                if name in props:
-                    hooks = self._hooks_for(props)
-                    break
-            try:
-                for hook in hooks:
-                    refused = hook(msg)
-                    if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
-                        break
-            except Exception:  # a hook's bug: the hooks that ran before it still hear the outcome
-                self._stored(msg, SendResult(SendStatus.SYSTEM_ERROR, topic=topic, queue_id=queue_id,
-                                             remark="put hook failed"))
-                raise
-            if refused is not None:
-                add((msg, None, topic, queue_id, False, index, refused))
-                continue
-            try:
-                enc = EncodedMessage(msg)
-            except ValueError as e:
-                add((msg, None, topic, queue_id, False, index,
-                     SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))))
-                continue
-            add((msg, enc, topic, queue_id, wait and must_wait, index, None))
+        _hooks_and_encoding(self, msgs, places, indexes, waits, prepared)
 
     def _store_prepared(self, prepared: list[Prepared], results: list) -> tuple[int, list[SendResult]]:
         """Append prepared messages together and fill in their results; returns

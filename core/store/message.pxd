@@ -6,7 +6,7 @@
 cimport cython
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.dict cimport PyDict_Copy
@@ -64,6 +64,11 @@ cdef inline void _set_slot(object obj, Py_ssize_t at, object value) noexcept:
     Py_XDECREF(old)
 
 
+cdef inline bint _same(const char* text, const char* literal, Py_ssize_t n) noexcept:
+    """The ``n`` bytes at ``text`` are those of ``literal``."""
+    return memcmp(text, literal, n) == 0
+
+
 cdef inline bint _java_hash_ucs2(object text, long long* out) noexcept:
     """Java's ``String.hashCode()`` of a str (`java_string_hash`), when each
     of its characters is one UTF-16 unit (1- or 2-byte storage: the BMP);
@@ -95,6 +100,12 @@ cdef inline object _slot(object obj, Py_ssize_t at, str name):
     return <object>value
 
 
+# `_encode_common`: at most this many properties (its `texts` and `lens` hold two entries each),
+# and whether the names it compares as C literals are still the module's constants
+cdef Py_ssize_t _MAX_INLINE_PROPERTIES
+cdef bint _LITERALS_HOLD
+
+
 cdef class EncodedMessage:
     # read by the store, the broker and tests as Python objects: kept as such
     cdef public object buf, size, topic, queue_id, tags_code, keys, uniq_key, sysflag, multi_dispatch
@@ -104,7 +115,8 @@ cdef class EncodedMessage:
                    born_ts=cython.longlong, reconsume=cython.longlong, prepared=cython.longlong,
                    topic_p="const char*", text_p="const char*", topic_len=Py_ssize_t, n=Py_ssize_t,
                    props_len=Py_ssize_t, body_len=Py_ssize_t, size=Py_ssize_t, crc=cython.ulong,
-                   p=cython.p_uchar, first=cython.bint, tags_hash=cython.longlong)
+                   p=cython.p_uchar, tags_hash=cython.longlong, k=Py_ssize_t, i=Py_ssize_t,
+                   texts="const char*[128]", lens="Py_ssize_t[128]")
     cdef bint _encode_common(self, object msg) except -1
 
     cpdef _encode(self, object msg)

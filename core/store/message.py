@@ -101,6 +101,11 @@ class Message:
 
 
 _crc32 = zlib.crc32  # a module global: no attribute lookup per message
+_MAX_INLINE_PROPERTIES = 64  # compiled, `_encode_common` keeps this many properties' text at hand (message.pxd)
+# the names `_encode_common` compares as C literals, while they are these
+_LITERALS_HOLD = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_INNER_MULTI_DISPATCH, DISPATCH_REF_TOPIC,
+                  TIMER_TOPIC) == ("TAGS", "KEYS", "UNIQ_KEY", "INNER_MULTI_DISPATCH", "%MQGATE%DISPATCH",
+                                   "rmq_sys_wheel_timer")
 
 if cython.compiled:  # where `_encode_common` finds a Message's fields (message.pxd)
     _AT_TOPIC = _slot_offset(Message, "topic")
@@ -236,14 +241,17 @@ class EncodedMessage:
             born_obj = msg.born_timestamp
             reconsume_obj = msg.reconsume_times
             prepared_obj = msg.prepared_transaction_offset
-        if (type(topic) is not str or type(body) is not bytes or type(props_obj) is not dict
+        if (not _LITERALS_HOLD or type(topic) is not str or type(body) is not bytes or type(props_obj) is not dict
                 or type(born_host) is not bytes or type(store_host) is not bytes
                 or len(born_host) != 8 or len(store_host) != 8
                 or type(queue_id) is not int or type(flag_obj) is not int or type(sysflag_obj) is not int
-                or type(born_obj) is not int or type(reconsume_obj) is not int or type(prepared_obj) is not int
-                or topic == DISPATCH_REF_TOPIC or topic == TIMER_TOPIC):
+                or type(born_obj) is not int or type(reconsume_obj) is not int or type(prepared_obj) is not int):
             return False
         props = cython.cast(dict, props_obj)
+        # one pass over the properties: their types, their UTF-8 text (kept in `texts`/`lens` for
+        # the copy below) and the four the entry's fields read (found by their bytes, as `get`
+        # finds them by equality); more than _MAX_INLINE_PROPERTIES go through `_encode`
+        tags = keys = uniq_key = dispatch = None
         try:
             qid = queue_id
             flag = flag_obj
@@ -253,22 +261,37 @@ class EncodedMessage:
             prepared = prepared_obj
             topic_p = PyUnicode_AsUTF8AndSize(topic, cython.address(topic_len))
             props_len = 0
-            for name, value in props.items():  # first pass: types and length
-                if type(name) is not str or type(value) is not str:
+            k = 0
+            for name, value in props.items():
+                if type(name) is not str or type(value) is not str or k == 2 * _MAX_INLINE_PROPERTIES:
                     return False
-                PyUnicode_AsUTF8AndSize(name, cython.address(n))
+                text_p = PyUnicode_AsUTF8AndSize(name, cython.address(n))
+                texts[k] = text_p
+                lens[k] = n
                 props_len += n
-                PyUnicode_AsUTF8AndSize(value, cython.address(n))
+                if n == 4:
+                    if _same(text_p, b"TAGS", 4):
+                        tags = value
+                    elif _same(text_p, b"KEYS", 4):
+                        keys = value
+                elif n == 8 and _same(text_p, b"UNIQ_KEY", 8):
+                    uniq_key = value
+                elif n == 20 and _same(text_p, b"INNER_MULTI_DISPATCH", 20):
+                    dispatch = value
+                texts[k + 1] = PyUnicode_AsUTF8AndSize(value, cython.address(n))
+                lens[k + 1] = n
                 props_len += n + 2
+                k += 2
         except (OverflowError, UnicodeEncodeError):
             return False
         if props_len:
             props_len -= 1  # no separator after the last item
-        dispatch = props.get(PROPERTY_INNER_MULTI_DISPATCH)
         if (not 0 < topic_len <= MAX_TOPIC_BYTES or props_len > MAX_PROPERTIES_BYTES
                 or not 0 <= qid <= 0x7FFFFFFF or not -0x80000000 <= flag <= 0x7FFFFFFF
                 or not -0x80000000 <= sysflag <= 0x7FFFFFFF or not -0x80000000 <= reconsume <= 0x7FFFFFFF
-                or (dispatch is not None and len(dispatch) > MULTI_DISPATCH_INLINE_BYTES)):
+                or (dispatch is not None and len(dispatch) > MULTI_DISPATCH_INLINE_BYTES)
+                or (topic_len == 16 and _same(topic_p, b"%MQGATE%DISPATCH", 16))  # DISPATCH_REF_TOPIC
+                or (topic_len == 19 and _same(topic_p, b"rmq_sys_wheel_timer", 19))):  # TIMER_TOPIC
             return False
         sysflag &= ~0x30  # BORNHOST_V6_FLAG | STOREHOST_V6_FLAG (a literal: C arithmetic)
         body_len = len(body)
@@ -300,18 +323,16 @@ class EncodedMessage:
         p[0] = props_len >> 8
         p[1] = props_len & 0xFF
         p += 2
-        first = True
-        for name, value in props.items():  # second pass: the text, as `_encode` joins it
-            if not first:
+        for i in range(0, k, 2):  # the text, as `_encode` joins it
+            if i:
                 p[0] = 2  # PROPERTY_SEPARATOR
                 p += 1
-            first = False
-            text_p = PyUnicode_AsUTF8AndSize(name, cython.address(n))
-            memcpy(p, text_p, n)
+            n = lens[i]
+            memcpy(p, texts[i], n)
             p[n] = 1  # NAME_VALUE_SEPARATOR
             p += n + 1
-            text_p = PyUnicode_AsUTF8AndSize(value, cython.address(n))
-            memcpy(p, text_p, n)
+            n = lens[i + 1]
+            memcpy(p, texts[i + 1], n)
             p += n
         self.buf = buf
         self.size = size
@@ -320,16 +341,14 @@ class EncodedMessage:
         self.sysflag = sysflag
         self.store_ts_pos = 56
         self.dispatch_refs = ()
-        tags = props.get(PROPERTY_TAGS)
         if not tags:
             self.tags_code = 0
         elif not _java_hash_ucs2(tags, cython.address(tags_hash)):  # text past the BMP: by the Python function
             self.tags_code = cached_tags_code(tags)
         else:
             self.tags_code = tags_hash
-        keys = props.get(PROPERTY_KEYS)
         self.keys = keys.split() if keys else []
-        self.uniq_key = props.get(PROPERTY_UNIQ_KEY)
+        self.uniq_key = uniq_key
         self.multi_dispatch = multi_dispatch_queues(props) if dispatch is not None else ()
         return True
 
