@@ -18,7 +18,7 @@ cdef bint _RESULT_BY_SLOTS
 cdef object _send_ok(object topic, object queue_id, object queue_offset, object uniq_key, object phys, object ts,
                      object put)
 
-@cython.locals(p=tuple, row=tuple, enc=EncodedMessage, by_topic=dict, i=Py_ssize_t, end=cython.longlong,
+@cython.locals(p=tuple, row=tuple, enc=EncodedMessage, by_topic=dict, i=Py_ssize_t, index=Py_ssize_t, end=cython.longlong,
                phys=cython.longlong, reach=cython.longlong)
 cdef long long _results_and_stored_hooks(list prepared, list rows, object ts, list results, list waiting,
                                          object stored_hooks) except? -1

@@ -138,7 +138,8 @@ def _results_and_stored_hooks(prepared: list, rows: list, ts: int, results: list
                 end = reach
             if p[4]:
                 waiting.append(r)
-        results[p[5]] = r
+        index = p[5]
+        results[index] = r
         if by_topic is not None:  # `_stored` inlined: this runs for every message
             # not the sender's topic (p[2]): a put hook may have moved the message
             if cython.compiled and _MSG_BY_SLOTS and type(msg) is Message:
@@ -220,9 +221,13 @@ def _hooks_and_encoding(checks: SendChecks, msgs: list, places: list, indexes: l
     for i in range(len(msgs)):
         msg = msgs[i]
         place = places[i]
-        topic = msg.topic
+        if cython.compiled and _MSG_BY_SLOTS and type(msg) is Message:
+            topic = _slot(msg, _AT_MSG_TOPIC, "topic")
+            props_obj = _slot(msg, _AT_MSG_PROPS, "properties")
+        else:
+            topic = msg.topic
+            props_obj = msg.properties
         queue_id = place[1]
-        props_obj = msg.properties
         hooks = always
         if cython.compiled and type(props_obj) is dict:
             props = cython.cast(dict, props_obj)
