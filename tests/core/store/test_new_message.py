@@ -2,7 +2,9 @@
 the slots in C), and `roomy_properties` is the same dict, in the same order,
 with room for the two properties the broker stamps (CLUSTER, UNIQ_KEY), in
 its copies too. The stored bytes of such a message are those of the plain
-one (tests/core/broker/test_send_kernels_twins.py runs both builds)."""
+one; `make test-pure` runs this file in the pure build too, and
+tests/kernels/kernel_outcomes.py compares the two builds' messages, stamps
+and entries."""
 
 from __future__ import annotations
 
