@@ -49,10 +49,9 @@ import json
 import re
 import time
 import zlib
-from dataclasses import fields
 
 from core.broker import LMQ_TOPIC_PREFIX, is_system_topic, mqtt_level_to_topic, topic_to_mqtt_level
-from core.store import PROPERTY_MQTT_TOPIC, PROPERTY_REAL_TOPIC, Message, StoredMessage
+from core.store import PROPERTY_MQTT_TOPIC, PROPERTY_REAL_TOPIC, Message, StoredMessage, new_message, roomy_properties
 from gateway.mqtt import Publish, ReasonCode
 from gateway.wildcard import TopicError, validate_topic_name
 
@@ -149,14 +148,16 @@ def publish_properties(mqtt_topic: str, qos: int, retain: bool, client_id: str, 
     """The properties every message of a PUBLISH starts with (MQTT topic, QoS,
     retain flag, client, receive time); MappingError if the store cannot keep
     the topic or client id. The same for every PUBLISH of a read with the
-    same topic, QoS and retain flag: see ``publish_to_message``'s ``base``."""
-    return {
+    same topic, QoS and retain flag: see ``publish_to_message``'s ``base``.
+    Its table has room for the two properties the broker stamps on each
+    message (`core.store.roomy_properties`): its copies do not grow then."""
+    return roomy_properties({
         P_TOPIC: _text(mqtt_topic, "topic"),
         P_QOS: str(qos),
         P_RETAIN: "true" if retain else "false",
         P_CLIENT: _text(client_id, "client id"),
         P_TIME: str(received_ms),
-    }
+    })
 
 
 def publish_to_message(pub: Publish, broker_topic: str, client_id: str, received_ms: int,
@@ -164,25 +165,19 @@ def publish_to_message(pub: Publish, broker_topic: str, client_id: str, received
     """The broker message for an inbound PUBLISH (queue id set by the caller).
     ``base``: ``publish_properties`` of this PUBLISH (topic, QoS, retain flag,
     client, time), made once for several; it is copied, never changed."""
-    mqtt_topic = pub.topic if topic is None else topic
     if base is None:
-        props = publish_properties(mqtt_topic, pub.qos, pub.retain, client_id, received_ms)
-    else:
-        props = base.copy()
-    _add_v5_properties(props, pub)
-    if _MESSAGE_POSITIONAL:
-        return Message(broker_topic, pub.payload, 0, 0, props, 0, received_ms, _BORN_HOST, _STORE_HOST, 0, 0, pub)
-    return message_of(broker_topic, pub.payload, props, received_ms, pub)
+        base = publish_properties(pub.topic if topic is None else topic, pub.qos, pub.retain, client_id, received_ms)
+    msg = new_message(broker_topic, pub.payload, base, received_ms, pub)
+    _add_v5_properties(msg.properties, pub)
+    return msg
 
 
 def plain_publish_to_message(pub: Publish, broker_topic: str, base: dict, received_ms: int) -> Message:
     """``publish_to_message(pub, broker_topic, ..., base=base)`` for a PUBLISH
     known to carry no 5.0 properties (every PUBLISH of a 3.1/3.1.1 client):
-    the same message, without looking for them."""
-    if _MESSAGE_POSITIONAL:
-        return Message(broker_topic, pub.payload, 0, 0, base.copy(), 0, received_ms, _BORN_HOST, _STORE_HOST, 0, 0,
-                       pub)
-    return message_of(broker_topic, pub.payload, base.copy(), received_ms, pub)
+    the same message, without looking for them (`core.store.new_message`:
+    the message's slots filled in C when compiled)."""
+    return new_message(broker_topic, pub.payload, base, received_ms, pub)
 
 
 def _add_v5_properties(props: dict, pub: Publish) -> None:
@@ -199,25 +194,6 @@ def _add_v5_properties(props: dict, pub: Publish) -> None:
     if pub.user_properties:
         props[P_USER_PROPS] = json.dumps([list(p) for p in pub.user_properties], separators=(",", ":"))
         _flat_user_properties(props, pub.user_properties)
-
-
-# Message's generated __init__ runs several times faster given its arguments by
-# position than by keyword; the positional form is used only while its fields
-# are the ones (and in the order) written here.
-_MESSAGE_DEFAULTS = {f.name: f.default for f in fields(Message)}
-_MESSAGE_POSITIONAL = tuple(_MESSAGE_DEFAULTS) == (
-    "topic", "body", "queue_id", "flag", "properties", "sysflag", "born_timestamp", "born_host", "store_host",
-    "reconsume_times", "prepared_transaction_offset", "note") and all(
-    _MESSAGE_DEFAULTS[name] == 0 for name in ("queue_id", "flag", "sysflag", "reconsume_times",
-                                              "prepared_transaction_offset"))
-_BORN_HOST = _MESSAGE_DEFAULTS["born_host"]
-_STORE_HOST = _MESSAGE_DEFAULTS["store_host"]
-
-
-def message_of(broker_topic: str, body: bytes, props: dict, born_ms: int, note) -> Message:
-    """The message of a PUBLISH, its arguments given by keyword (what the
-    positional calls above stand for)."""
-    return Message(topic=broker_topic, body=body, properties=props, born_timestamp=born_ms, note=note)
 
 
 def _flat_user_properties(props: dict, pairs) -> None:

@@ -5,7 +5,7 @@
 cimport cython
 from cpython.object cimport PyTypeObject
 
-from core.store.message cimport EncodedMessage, PyType_GenericAlloc, _put_slot, _slot_offset
+from core.store.message cimport EncodedMessage, PyType_GenericAlloc, _put_slot, _set_slot, _slot, _slot_offset
 
 
 # Where each `SendResult` field sits in a SendResult (set at import from its slot
@@ -18,7 +18,19 @@ cdef bint _RESULT_BY_SLOTS
 cdef object _send_ok(object topic, object queue_id, object queue_offset, object uniq_key, object phys, object ts,
                      object put)
 
-@cython.locals(p=tuple, row=tuple, enc=EncodedMessage, by_topic=dict, i=Py_ssize_t, end=cython.longlong,
+@cython.locals(p=tuple, row=tuple, enc=EncodedMessage, by_topic=dict, i=Py_ssize_t, index=Py_ssize_t, end=cython.longlong,
                phys=cython.longlong, reach=cython.longlong)
 cdef long long _results_and_stored_hooks(list prepared, list rows, object ts, list results, list waiting,
                                          object stored_hooks) except? -1
+
+
+# Where `_stamp_each` (and the results' loop) reads and writes a Message's fields (`_MSG_BY_SLOTS` False: by attribute).
+cdef Py_ssize_t _AT_MSG_TOPIC, _AT_MSG_PROPS, _AT_MSG_QUEUE_ID, _AT_MSG_STORE_HOST, _AT_MSG_BORN_TS
+cdef bint _MSG_BY_SLOTS
+
+@cython.locals(i=Py_ssize_t, props=dict, multi=cython.bint)
+cdef int _stamp_each(list msgs, list places, object cluster, object host, list waits, list keyless) except -1
+
+@cython.locals(i=Py_ssize_t, props=dict, triggers=tuple, enc=EncodedMessage)
+cdef int _hooks_and_encoding(object checks, list msgs, list places, list indexes, list waits,
+                             list prepared) except -1

@@ -75,6 +75,15 @@ if cython.compiled:  # where `_send_ok` puts a SendResult's fields (send_checks.
                                  _AT_STORE_TS, _AT_COUNT, _AT_REMARK, _AT_PUT)))
 
 
+if cython.compiled:  # where `_stamp_each` and the results find a Message's fields (send_checks.pxd)
+    _AT_MSG_TOPIC = _slot_offset(Message, "topic")
+    _AT_MSG_PROPS = _slot_offset(Message, "properties")
+    _AT_MSG_QUEUE_ID = _slot_offset(Message, "queue_id")
+    _AT_MSG_STORE_HOST = _slot_offset(Message, "store_host")
+    _AT_MSG_BORN_TS = _slot_offset(Message, "born_timestamp")
+    _MSG_BY_SLOTS = all((_AT_MSG_TOPIC, _AT_MSG_PROPS, _AT_MSG_QUEUE_ID, _AT_MSG_STORE_HOST, _AT_MSG_BORN_TS))
+
+
 def _send_ok(topic: str, queue_id: int, queue_offset: int, uniq_key: str | None, phys: int, ts: int,
              put: object) -> SendResult:
     """``SendResult(SEND_OK, topic, queue_id, queue_offset, uniq_key, phys, ts, 1, "", put)``: made for
@@ -121,16 +130,22 @@ def _results_and_stored_hooks(prepared: list, rows: list, ts: int, results: list
                            remark=f"the message is {enc.size} bytes stored, more than the store takes")
         else:
             enc = p[1]
-            phys = row[0]
-            r = _send_ok(p[2], p[3], row[1], enc.uniq_key or None, phys, ts, enc)
+            phys_obj = row[0]
+            r = _send_ok(p[2], p[3], row[1], enc.uniq_key or None, phys_obj, ts, enc)
+            phys = phys_obj
             reach = phys + enc.size
             if reach > end:
                 end = reach
             if p[4]:
                 waiting.append(r)
-        results[p[5]] = r
+        index = p[5]
+        results[index] = r
         if by_topic is not None:  # `_stored` inlined: this runs for every message
-            stored_on = msg.topic  # not the sender's topic (p[2]): a put hook may have moved the message
+            # not the sender's topic (p[2]): a put hook may have moved the message
+            if cython.compiled and _MSG_BY_SLOTS and type(msg) is Message:
+                stored_on = _slot(msg, _AT_MSG_TOPIC, "topic")
+            else:
+                stored_on = msg.topic
             hooks = by_topic.get(stored_on)
             if hooks is None:
                 hooks = stored_hooks.for_topic(stored_on)
@@ -140,6 +155,116 @@ def _results_and_stored_hooks(prepared: list, rows: list, ts: int, results: list
                 except Exception:
                     log.exception("stored hook %r failed for a message to %s", hook, r.topic)
     return end
+
+
+def _stamp_each(msgs: list, places: list, cluster: str, host: bytes, waits: list, keyless: list) -> None:
+    """`SendChecks._stamp_many`'s loop: for each message, in order, WAIT taken
+    out (``waits``: whether its sender waits), CLUSTER set, its properties
+    added to ``keyless`` if they have no UNIQ_KEY, queue id, store host, born
+    time (when 0: one clock read for all) and the multi-tag flag. Compiled
+    (send_checks.pxd), an exact `Message`'s fields are read and written in
+    their slots, and a dict of properties through the dict's C calls."""
+    now = 0
+    last = None
+    multi = False
+    for i in range(len(msgs)):
+        msg = msgs[i]
+        place = places[i]
+        if place is not last:  # a batch's messages mostly share their (config, queue id): read once
+            last = place
+            multi = place[0].topic_filter_type is _MULTI_TAG
+        if cython.compiled:
+            if _MSG_BY_SLOTS and type(msg) is Message:
+                props_obj = _slot(msg, _AT_MSG_PROPS, "properties")
+                if type(props_obj) is dict:
+                    props = cython.cast(dict, props_obj)
+                    waits.append(props.pop(PROPERTY_WAIT, None) != "false")
+                    props[PROPERTY_CLUSTER] = cluster
+                    if PROPERTY_UNIQ_KEY not in props:
+                        keyless.append(props)
+                    _set_slot(msg, _AT_MSG_QUEUE_ID, place[1])
+                    _set_slot(msg, _AT_MSG_STORE_HOST, host)
+                    if not _slot(msg, _AT_MSG_BORN_TS, "born_timestamp"):
+                        if not now:
+                            now = time.time_ns() // 1_000_000
+                        _set_slot(msg, _AT_MSG_BORN_TS, now)
+                    if multi:
+                        msg.sysflag |= MULTI_TAGS_FLAG
+                    continue
+        any_props = msg.properties  # any mapping, by its own methods
+        waits.append(any_props.pop(PROPERTY_WAIT) != "false" if PROPERTY_WAIT in any_props else True)
+        any_props[PROPERTY_CLUSTER] = cluster
+        if PROPERTY_UNIQ_KEY not in any_props:
+            keyless.append(any_props)
+        msg.queue_id = place[1]
+        msg.store_host = host
+        if not msg.born_timestamp:
+            if not now:
+                now = time.time_ns() // 1_000_000
+            msg.born_timestamp = now
+        if multi:
+            msg.sysflag |= MULTI_TAGS_FLAG
+
+
+def _hooks_and_encoding(checks: SendChecks, msgs: list, places: list, indexes: list, waits: list,
+                        prepared: list) -> None:
+    """`SendChecks._prepare_many`'s loop over the stamped messages, in order:
+    the put hooks (those of `SendHooks.add_put_hook` whose ``when`` names a
+    property the message has, else the ones that always run), then the
+    encoding; each message appended to ``prepared`` as a `Prepared`. Compiled
+    (send_checks.pxd), the properties of an exact `Message` are looked at
+    through the dict's C calls and the record is encoded without a call
+    through its class."""
+    must_wait = checks._must_wait
+    always = checks._put_always
+    triggers = checks._put_triggers
+    for i in range(len(msgs)):
+        msg = msgs[i]
+        place = places[i]
+        if cython.compiled and _MSG_BY_SLOTS and type(msg) is Message:
+            topic = _slot(msg, _AT_MSG_TOPIC, "topic")
+            props_obj = _slot(msg, _AT_MSG_PROPS, "properties")
+        else:
+            topic = msg.topic
+            props_obj = msg.properties
+        queue_id = place[1]
+        hooks = always
+        if cython.compiled and type(props_obj) is dict:
+            props = cython.cast(dict, props_obj)
+            for name in triggers:
+                if name in props:
+                    hooks = checks._hooks_for(props)
+                    break
+        else:
+            for name in triggers:
+                if name in props_obj:
+                    hooks = checks._hooks_for(props_obj)
+                    break
+        refused = None
+        try:
+            for hook in hooks:
+                refused = hook(msg)
+                if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
+                    break
+        except Exception:  # a hook's bug: the hooks that ran before it still hear the outcome
+            checks._stored(msg, SendResult(SendStatus.SYSTEM_ERROR, topic=topic, queue_id=queue_id,
+                                           remark="put hook failed"))
+            raise
+        if refused is not None:
+            prepared.append((msg, None, topic, queue_id, False, indexes[i], refused))
+            continue
+        try:
+            if cython.compiled:
+                enc = EncodedMessage.__new__(EncodedMessage)  # what EncodedMessage(msg) does, called directly
+                if not enc._encode_common(msg):
+                    enc._encode(msg)
+            else:
+                enc = EncodedMessage(msg)
+        except ValueError as e:
+            prepared.append((msg, None, topic, queue_id, False, indexes[i],
+                             SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))))
+            continue
+        prepared.append((msg, enc, topic, queue_id, waits[i] and must_wait, indexes[i], None))
 
 
 class SendChecks(SendHooks):
@@ -159,18 +284,24 @@ class SendChecks(SendHooks):
             return n
         check = self._check_topic
         seen: dict = {}
+        last_topic = last_qid = last = None  # the previous message's: a run of one topic is looked up once
         while i < n:
             msg, qid = items[i]
             if qid is None or qid < 0:
                 c = check(msg, qid, internal)
             else:
-                key = (msg.topic, qid)
-                if key in seen:
-                    c = seen[key]
+                topic = msg.topic
+                if topic is last_topic and qid == last_qid:
+                    c = last
                 else:
-                    c = check(msg, qid, internal)
+                    key = (topic, qid)
+                    c = seen.get(key)
+                    if c is None:
+                        c = check(msg, qid, internal)
+                        if c.__class__ is tuple:
+                            seen[key] = c
                     if c.__class__ is tuple:
-                        seen[key] = c
+                        last_topic, last_qid, last = topic, qid, c
             if c is None:
                 return i
             checked.append(c)
@@ -215,39 +346,7 @@ class SendChecks(SendHooks):
         if not msgs:
             return
         waits = self._stamp_many(msgs, places)
-        must_wait = self._must_wait
-        always = self._put_always
-        triggers = self._put_triggers
-        add = prepared.append
-        for msg, place, index, wait in zip(msgs, places, indexes, waits):
-            topic = msg.topic
-            queue_id = place[1]
-            props = msg.properties
-            refused = None
-            hooks = always
-            for name in triggers:
-                if name in props:
-                    hooks = self._hooks_for(props)
-                    break
-            try:
-                for hook in hooks:
-                    refused = hook(msg)
-                    if refused is not None:  # the stored hooks hear of it in send order (_store_prepared)
-                        break
-            except Exception:  # a hook's bug: the hooks that ran before it still hear the outcome
-                self._stored(msg, SendResult(SendStatus.SYSTEM_ERROR, topic=topic, queue_id=queue_id,
-                                             remark="put hook failed"))
-                raise
-            if refused is not None:
-                add((msg, None, topic, queue_id, False, index, refused))
-                continue
-            try:
-                enc = EncodedMessage(msg)
-            except ValueError as e:
-                add((msg, None, topic, queue_id, False, index,
-                     SendResult(SendStatus.MESSAGE_ILLEGAL, topic=topic, remark=str(e))))
-                continue
-            add((msg, enc, topic, queue_id, wait and must_wait, index, None))
+        _hooks_and_encoding(self, msgs, places, indexes, waits, prepared)
 
     def _store_prepared(self, prepared: list[Prepared], results: list) -> tuple[int, list[SendResult]]:
         """Append prepared messages together and fill in their results; returns
@@ -351,28 +450,13 @@ class SendChecks(SendHooks):
         read and one `UniqKeyGenerator.next_many` for the batch; each message's
         properties change in the same order as one by one (CLUSTER, then
         UNIQ_KEY), so the stored bytes are the same."""
-        cluster = self.config.broker_cluster_name
-        host = self.store_host
-        now = 0
         waits: list[bool] = []
         keyless: list[dict] = []
-        for msg, place in zip(msgs, places):
-            props = msg.properties
-            waits.append(props.pop(PROPERTY_WAIT) != "false" if PROPERTY_WAIT in props else True)
-            props[PROPERTY_CLUSTER] = cluster
-            if PROPERTY_UNIQ_KEY not in props:
-                keyless.append(props)
-            msg.queue_id = place[1]
-            msg.store_host = host
-            if not msg.born_timestamp:
-                if not now:
-                    now = time.time_ns() // 1_000_000
-                msg.born_timestamp = now
-            if place[0].topic_filter_type is _MULTI_TAG:
-                msg.sysflag |= MULTI_TAGS_FLAG
+        _stamp_each(msgs, places, self.config.broker_cluster_name, self.store_host, waits, keyless)
         if keyless:
-            for props, key in zip(keyless, self._uniq.next_many(len(keyless))):
-                props[PROPERTY_UNIQ_KEY] = key
+            keys = self._uniq.next_many(len(keyless))
+            for i in range(len(keyless)):
+                keyless[i][PROPERTY_UNIQ_KEY] = keys[i]
         return waits
 
     def _send_result(self, put, encoded: list[EncodedMessage], topic: str, queue_id: int) -> SendResult:

@@ -22,6 +22,11 @@ import socket
 import struct
 import time
 
+try:
+    import cython
+except ImportError:  # a pure-Python install: nothing here is compiled
+    from core.store import _cython_shadow as cython
+
 
 class UniqKeyGenerator:
     __slots__ = ("_prefix", "_month_start_ms", "_next_month_ms", "_last_ms", "_counter", "_stem")
@@ -83,13 +88,7 @@ class UniqKeyGenerator:
                 rel += 1
                 stem = f"{self._prefix}{rel & 0x7FFFFFFF:08X}"
             take = min(left, 0xFFFF - counter)
-            hi = -1
-            row = ""
-            for c in range(counter + 1, counter + 1 + take):
-                if c >> 8 != hi:
-                    hi = c >> 8
-                    row = stem + _HEX2[hi]
-                keys.append(row + _HEX2[c & 0xFF])
+            _append_keys(keys, stem, counter + 1, take)
             counter += take
             left -= take
         self._counter = counter
@@ -99,3 +98,30 @@ class UniqKeyGenerator:
 
 
 _HEX2 = [f"{i:02X}" for i in range(256)]
+
+
+def _append_keys(keys: list, stem: str, first: int, n: int) -> None:
+    """Append to ``keys`` the ids ``stem`` + 4 uppercase hex digits of the
+    counters ``first`` .. ``first + n - 1`` (at most 0xFFFF). Compiled
+    (uniq_key.pxd), each id is one new ASCII str written in place, not two
+    concatenations."""
+    if cython.compiled:
+        if PyUnicode_IS_ASCII(stem):
+            m = PyUnicode_GET_LENGTH(stem)
+            src = cython.cast(cython.p_char, PyUnicode_DATA(stem))
+            for c in range(first, first + n):
+                key = PyUnicode_New(m + 4, 127)
+                dst = cython.cast(cython.p_char, PyUnicode_DATA(key))
+                memcpy(dst, src, m)
+                for j in range(4):
+                    d = (c >> (12 - 4 * j)) & 15
+                    dst[m + j] = d + 48 if d < 10 else d + 55  # 0-9, A-F
+                keys.append(key)
+            return
+    hi = -1
+    row = ""
+    for c in range(first, first + n):
+        if c >> 8 != hi:
+            hi = c >> 8
+            row = stem + _HEX2[hi]
+        keys.append(row + _HEX2[c & 0xFF])

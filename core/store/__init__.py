@@ -89,9 +89,11 @@ from .message import (
     decode_messages,
     encode_message,
     entry_properties,
+    new_message,
     offset_msg_id,
     pack_host,
     parse_offset_msg_id,
+    roomy_properties,
     tags_code,
 )
 from .java_hash import java_string_hash
@@ -139,9 +141,11 @@ __all__ = [
     "encode_message",
     "entry_properties",
     "java_string_hash",
+    "new_message",
     "offset_msg_id",
     "pack_host",
     "parse_offset_msg_id",
+    "roomy_properties",
     "tags_code",
     "truncate_log",
 ]

@@ -162,6 +162,7 @@ def write(store, encs: list, cqs: list, ts: int, rows: list) -> None:
     ufile = None
     ufstart = ufend = 0
     unit_size = UNIT_SIZE
+    ts_obj = ts  # the Python ints of the rows and index notes: one per value, shared (compiled, ts is a C long)
     if cython.compiled:
         PyObject_GetBuffer(seg.mm, cython.address(segview), PyBUF_WRITABLE)
         held = True
@@ -241,9 +242,10 @@ def write(store, encs: list, cqs: list, ts: int, rows: list) -> None:
                 UNIT.pack_into(f.mm, upos - f.start, phys, size, enc.tags_code)
             cq.max_offset = qoff + 1
             cq.last_phys = phys
+            phys_obj = phys
             if pending is not None and (enc.uniq_key or enc.keys):
-                pending.append((enc.topic, enc.uniq_key, enc.keys, phys, size, ts))
-            rows.append((phys, qoff))
+                pending.append((enc.topic, enc.uniq_key, enc.keys, phys_obj, enc.size, ts_obj))
+            rows.append((phys_obj, qoff))
     finally:
         if pos != cl.write_pos:
             cl.write_pos = pos

@@ -5,10 +5,11 @@
 
 cimport cython
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF
-from libc.string cimport memcpy, memset
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from libc.string cimport memcmp, memcpy, memset
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.dict cimport PyDict_Copy
 
 from core.store._bigendian cimport put_int32, put_int64
 
@@ -35,7 +36,9 @@ cdef extern from "Python.h":
 # class's slot descriptors; 0 when they are not slot descriptors): `_encode_common`
 # reads a Message's fields there, not through ``getattr`` (~140 instructions each).
 cdef Py_ssize_t _AT_TOPIC, _AT_BODY, _AT_QUEUE_ID, _AT_FLAG, _AT_PROPERTIES, _AT_SYSFLAG, _AT_BORN_TS
-cdef Py_ssize_t _AT_BORN_HOST, _AT_STORE_HOST, _AT_RECONSUME, _AT_PREPARED
+cdef Py_ssize_t _AT_BORN_HOST, _AT_STORE_HOST, _AT_RECONSUME, _AT_PREPARED, _AT_NOTE
+# `new_message` fills a new Message's slots in C (its slots are the twelve it expects)
+cdef bint _NEW_BY_SLOTS
 
 
 cdef inline Py_ssize_t _slot_offset(object cls, str name) except -1:
@@ -49,6 +52,21 @@ cdef inline void _put_slot(object obj, Py_ssize_t at, object value) noexcept:
     """Fill the NULL slot at ``at`` of a new object (`PyType_GenericAlloc`) with ``value``."""
     Py_INCREF(value)
     (<PyObject**>((<char*><PyObject*>obj) + at))[0] = <PyObject*>value
+
+
+cdef inline void _set_slot(object obj, Py_ssize_t at, object value) noexcept:
+    """Replace the value of the slot at ``at`` of ``obj`` with ``value`` (what ``setattr`` does
+    for a __slots__ field, without the attribute lookup)."""
+    cdef PyObject** slot = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef inline bint _same(const char* text, const char* literal, Py_ssize_t n) noexcept:
+    """The ``n`` bytes at ``text`` are those of ``literal``."""
+    return memcmp(text, literal, n) == 0
 
 
 cdef inline bint _java_hash_ucs2(object text, long long* out) noexcept:
@@ -82,6 +100,12 @@ cdef inline object _slot(object obj, Py_ssize_t at, str name):
     return <object>value
 
 
+# `_encode_common`: at most this many properties (its `texts` and `lens` hold two entries each),
+# and whether the names it compares as C literals are still the module's constants
+cdef Py_ssize_t _MAX_INLINE_PROPERTIES
+cdef bint _LITERALS_HOLD
+
+
 cdef class EncodedMessage:
     # read by the store, the broker and tests as Python objects: kept as such
     cdef public object buf, size, topic, queue_id, tags_code, keys, uniq_key, sysflag, multi_dispatch
@@ -91,7 +115,8 @@ cdef class EncodedMessage:
                    born_ts=cython.longlong, reconsume=cython.longlong, prepared=cython.longlong,
                    topic_p="const char*", text_p="const char*", topic_len=Py_ssize_t, n=Py_ssize_t,
                    props_len=Py_ssize_t, body_len=Py_ssize_t, size=Py_ssize_t, crc=cython.ulong,
-                   p=cython.p_uchar, first=cython.bint, tags_hash=cython.longlong)
+                   p=cython.p_uchar, tags_hash=cython.longlong, k=Py_ssize_t, i=Py_ssize_t,
+                   texts="const char*[128]", lens="Py_ssize_t[128]")
     cdef bint _encode_common(self, object msg) except -1
 
     cpdef _encode(self, object msg)

@@ -101,6 +101,11 @@ class Message:
 
 
 _crc32 = zlib.crc32  # a module global: no attribute lookup per message
+_MAX_INLINE_PROPERTIES = 64  # compiled, `_encode_common` keeps this many properties' text at hand (message.pxd)
+# the names `_encode_common` compares as C literals, while they are these
+_LITERALS_HOLD = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_INNER_MULTI_DISPATCH, DISPATCH_REF_TOPIC,
+                  TIMER_TOPIC) == ("TAGS", "KEYS", "UNIQ_KEY", "INNER_MULTI_DISPATCH", "%MQGATE%DISPATCH",
+                                   "rmq_sys_wheel_timer")
 
 if cython.compiled:  # where `_encode_common` finds a Message's fields (message.pxd)
     _AT_TOPIC = _slot_offset(Message, "topic")
@@ -116,6 +121,68 @@ if cython.compiled:  # where `_encode_common` finds a Message's fields (message.
     _AT_PREPARED = (_slot_offset(Message, "prepared_transaction_offset")
                     if all((_AT_TOPIC, _AT_BODY, _AT_QUEUE_ID, _AT_FLAG, _AT_PROPERTIES, _AT_SYSFLAG, _AT_BORN_TS,
                             _AT_BORN_HOST, _AT_STORE_HOST, _AT_RECONSUME)) else 0)
+    _AT_NOTE = _slot_offset(Message, "note")
+    # `new_message` fills a Message's slots itself only while they are exactly these, with no
+    # __post_init__ to run (else it calls the class, as the pure build does)
+    _NEW_BY_SLOTS = (bool(_AT_PREPARED) and bool(_AT_NOTE) and not hasattr(Message, "__post_init__")
+                     and getattr(Message, "__slots__", None) == (
+                         "topic", "body", "queue_id", "flag", "properties", "sysflag", "born_timestamp", "born_host",
+                         "store_host", "reconsume_times", "prepared_transaction_offset", "note"))
+
+_DEFAULT_BORN_HOST = Message.__dataclass_fields__["born_host"].default
+_DEFAULT_STORE_HOST = Message.__dataclass_fields__["store_host"].default
+
+
+def new_message(topic: str, body: bytes, base_properties: dict, born_timestamp: int, note: object) -> Message:
+    """``Message(topic, body, properties=base_properties.copy(), born_timestamp=born_timestamp,
+    note=note)``, every other field at its default: how the MQTT gateway makes
+    the message of each PUBLISH from the properties it keeps per topic.
+    Compiled (message.pxd), the object is allocated and its twelve slots
+    filled in C, not through the dataclass's Python ``__init__`` (~2k
+    instructions; a dict's copy keeps its table: see `roomy_properties`)."""
+    if cython.compiled:
+        if _NEW_BY_SLOTS and type(base_properties) is dict:
+            props = PyDict_Copy(base_properties)
+            m = PyType_GenericAlloc(cython.cast(cython.pointer(PyTypeObject), Message), 0)
+            _put_slot(m, _AT_TOPIC, topic)
+            _put_slot(m, _AT_BODY, body)
+            _put_slot(m, _AT_QUEUE_ID, 0)
+            _put_slot(m, _AT_FLAG, 0)
+            _put_slot(m, _AT_PROPERTIES, props)
+            _put_slot(m, _AT_SYSFLAG, 0)
+            _put_slot(m, _AT_BORN_TS, born_timestamp)
+            _put_slot(m, _AT_BORN_HOST, _DEFAULT_BORN_HOST)
+            _put_slot(m, _AT_STORE_HOST, _DEFAULT_STORE_HOST)
+            _put_slot(m, _AT_RECONSUME, 0)
+            _put_slot(m, _AT_PREPARED, 0)
+            _put_slot(m, _AT_NOTE, note)
+            return m
+    props = base_properties.copy()
+    return Message(topic, body, 0, 0, props, 0, born_timestamp, _DEFAULT_BORN_HOST, _DEFAULT_STORE_HOST, 0, 0, note)
+
+
+# Names that hold a place in `roomy_properties`' table; never a real property (a \x01 in a name
+# cannot be stored, so no message carries one).
+_ROOM = ("\x01room-1", "\x01room-2")
+
+
+def roomy_properties(items: dict) -> dict:
+    """A dict equal to ``items``, in the same order, whose table has room for
+    two more entries: the broker adds CLUSTER and UNIQ_KEY to every message
+    it stamps, and a copy of a dict keeps its table (``dict.copy``), so the
+    copies `new_message` makes of it do not grow (a resize, ~0.8k
+    instructions per message) when they go in. How: made with two
+    placeholders more, then those removed (a dict does not shrink on
+    removal). Only the cost depends on this CPython behaviour, never the
+    order or the content."""
+    d = {}
+    for name, value in items.items():  # one by one: a copy (dict(items)) would keep items' own table
+        d[name] = value
+    for name in _ROOM:
+        d[name] = None
+    for name in _ROOM:
+        del d[name]
+    return d
 
 
 @cython.no_gc  # its fields hold strings, bytes and tuples of these: no cycle to find
@@ -174,14 +241,17 @@ class EncodedMessage:
             born_obj = msg.born_timestamp
             reconsume_obj = msg.reconsume_times
             prepared_obj = msg.prepared_transaction_offset
-        if (type(topic) is not str or type(body) is not bytes or type(props_obj) is not dict
+        if (not _LITERALS_HOLD or type(topic) is not str or type(body) is not bytes or type(props_obj) is not dict
                 or type(born_host) is not bytes or type(store_host) is not bytes
                 or len(born_host) != 8 or len(store_host) != 8
                 or type(queue_id) is not int or type(flag_obj) is not int or type(sysflag_obj) is not int
-                or type(born_obj) is not int or type(reconsume_obj) is not int or type(prepared_obj) is not int
-                or topic == DISPATCH_REF_TOPIC or topic == TIMER_TOPIC):
+                or type(born_obj) is not int or type(reconsume_obj) is not int or type(prepared_obj) is not int):
             return False
         props = cython.cast(dict, props_obj)
+        # one pass over the properties: their types, their UTF-8 text (kept in `texts`/`lens` for
+        # the copy below) and the four the entry's fields read (found by their bytes, as `get`
+        # finds them by equality); more than _MAX_INLINE_PROPERTIES go through `_encode`
+        tags = keys = uniq_key = dispatch = None
         try:
             qid = queue_id
             flag = flag_obj
@@ -191,22 +261,37 @@ class EncodedMessage:
             prepared = prepared_obj
             topic_p = PyUnicode_AsUTF8AndSize(topic, cython.address(topic_len))
             props_len = 0
-            for name, value in props.items():  # first pass: types and length
-                if type(name) is not str or type(value) is not str:
+            k = 0
+            for name, value in props.items():
+                if type(name) is not str or type(value) is not str or k == 2 * _MAX_INLINE_PROPERTIES:
                     return False
-                PyUnicode_AsUTF8AndSize(name, cython.address(n))
+                text_p = PyUnicode_AsUTF8AndSize(name, cython.address(n))
+                texts[k] = text_p
+                lens[k] = n
                 props_len += n
-                PyUnicode_AsUTF8AndSize(value, cython.address(n))
+                if n == 4:
+                    if _same(text_p, b"TAGS", 4):
+                        tags = value
+                    elif _same(text_p, b"KEYS", 4):
+                        keys = value
+                elif n == 8 and _same(text_p, b"UNIQ_KEY", 8):
+                    uniq_key = value
+                elif n == 20 and _same(text_p, b"INNER_MULTI_DISPATCH", 20):
+                    dispatch = value
+                texts[k + 1] = PyUnicode_AsUTF8AndSize(value, cython.address(n))
+                lens[k + 1] = n
                 props_len += n + 2
+                k += 2
         except (OverflowError, UnicodeEncodeError):
             return False
         if props_len:
             props_len -= 1  # no separator after the last item
-        dispatch = props.get(PROPERTY_INNER_MULTI_DISPATCH)
         if (not 0 < topic_len <= MAX_TOPIC_BYTES or props_len > MAX_PROPERTIES_BYTES
                 or not 0 <= qid <= 0x7FFFFFFF or not -0x80000000 <= flag <= 0x7FFFFFFF
                 or not -0x80000000 <= sysflag <= 0x7FFFFFFF or not -0x80000000 <= reconsume <= 0x7FFFFFFF
-                or (dispatch is not None and len(dispatch) > MULTI_DISPATCH_INLINE_BYTES)):
+                or (dispatch is not None and len(dispatch) > MULTI_DISPATCH_INLINE_BYTES)
+                or (topic_len == 16 and _same(topic_p, b"%MQGATE%DISPATCH", 16))  # DISPATCH_REF_TOPIC
+                or (topic_len == 19 and _same(topic_p, b"rmq_sys_wheel_timer", 19))):  # TIMER_TOPIC
             return False
         sysflag &= ~0x30  # BORNHOST_V6_FLAG | STOREHOST_V6_FLAG (a literal: C arithmetic)
         body_len = len(body)
@@ -238,18 +323,16 @@ class EncodedMessage:
         p[0] = props_len >> 8
         p[1] = props_len & 0xFF
         p += 2
-        first = True
-        for name, value in props.items():  # second pass: the text, as `_encode` joins it
-            if not first:
+        for i in range(0, k, 2):  # the text, as `_encode` joins it
+            if i:
                 p[0] = 2  # PROPERTY_SEPARATOR
                 p += 1
-            first = False
-            text_p = PyUnicode_AsUTF8AndSize(name, cython.address(n))
-            memcpy(p, text_p, n)
+            n = lens[i]
+            memcpy(p, texts[i], n)
             p[n] = 1  # NAME_VALUE_SEPARATOR
             p += n + 1
-            text_p = PyUnicode_AsUTF8AndSize(value, cython.address(n))
-            memcpy(p, text_p, n)
+            n = lens[i + 1]
+            memcpy(p, texts[i + 1], n)
             p += n
         self.buf = buf
         self.size = size
@@ -258,16 +341,14 @@ class EncodedMessage:
         self.sysflag = sysflag
         self.store_ts_pos = 56
         self.dispatch_refs = ()
-        tags = props.get(PROPERTY_TAGS)
         if not tags:
             self.tags_code = 0
         elif not _java_hash_ucs2(tags, cython.address(tags_hash)):  # text past the BMP: by the Python function
             self.tags_code = cached_tags_code(tags)
         else:
             self.tags_code = tags_hash
-        keys = props.get(PROPERTY_KEYS)
         self.keys = keys.split() if keys else []
-        self.uniq_key = props.get(PROPERTY_UNIQ_KEY)
+        self.uniq_key = uniq_key
         self.multi_dispatch = multi_dispatch_queues(props) if dispatch is not None else ()
         return True
 

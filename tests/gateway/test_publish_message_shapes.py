@@ -4,8 +4,8 @@ properties in the same order (the order written to disk).
 
 * ``plain_publish_to_message`` (a 3.1/3.1.1 PUBLISH: no 5.0 properties to
   look for) equals ``publish_to_message`` for every PUBLISH without them;
-* the positional construction of ``Message`` is used only while its fields
-  are what ``gateway.mapping`` expects, and gives what keywords give.
+* the base properties keep their order and content (their table only has
+  room for the broker's two stamps: tests/core/store/test_new_message.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from dataclasses import fields
 
 import pytest
 
-import gateway.mapping as mapping
 from core.store import Message
-from gateway.mapping import message_of, plain_publish_to_message, publish_properties, publish_to_message
+from gateway.mapping import plain_publish_to_message, publish_properties, publish_to_message
 from gateway.mqtt import Publish
 from gateway.mqtt._decode import decode_all
 
@@ -43,10 +42,11 @@ def test_a_plain_publish_makes_the_message_the_general_path_makes(pub):
     assert plain.properties is not base and base == kept
 
 
-def test_the_positional_message_is_the_keyword_message():
-    assert mapping._MESSAGE_POSITIONAL, "Message's fields changed: gateway.mapping builds it by keyword (slower)"
-    pub = Publish(topic="a/b", payload=b"x")
-    props = {"mqttTopic": "a/b"}
-    by_position = publish_to_message(pub, "a", "c", 5, base=props)
-    _same(by_position, message_of("a", b"x", dict(props), 5, pub))
-    assert by_position.queue_id == 0 and by_position.sysflag == 0 and by_position.flag == 0
+def test_the_base_properties_are_the_plain_dict_in_the_same_order():
+    base = publish_properties("a/b", 1, False, "client-1", 5)
+    assert list(base.items()) == [("mqttTopic", "a/b"), ("mqttQos", "1"), ("mqttRetain", "false"),
+                                  ("mqttClientId", "client-1"), ("mqttPublishTime", "5")]
+    pub = Publish(topic="a/b", payload=b"x", qos=1, packet_id=1)
+    msg = publish_to_message(pub, "a", "client-1", 5, base=base)
+    _same(msg, Message(topic="a", body=b"x", properties=dict(base), born_timestamp=5, note=pub))
+    assert msg.queue_id == 0 and msg.sysflag == 0 and msg.flag == 0

@@ -5,7 +5,8 @@ compiled modules and once with MQGATE_PURE_PYTHON=1, and compares the output
 line by line. Inputs: the byte fixtures of tests/gateway/mqtt (every packet
 type, 3.1 to 5.0), a seeded corpus of fuzzed packets (random bytes behind
 valid first bytes, and every fixture cut and with a flipped byte), stored
-messages encoded, decoded and cut, and topic matching.
+messages encoded, decoded and cut, topic matching, and the send path's
+stamps (new messages, UNIQ_KEYs, `_stamp_many`).
 """
 
 import json
@@ -18,7 +19,11 @@ sys.path.insert(0, str(HERE.parent / "gateway" / "mqtt"))
 sys.path.insert(0, str(HERE.parent.parent))  # this tree's kernels, not an installed copy's (a worktree)
 
 import core._kernels  # noqa: E402
-from core.store.message import EncodedMessage, Message, decode_message, decode_segment  # noqa: E402
+from core.broker.config import BrokerConfig  # noqa: E402
+from core.broker.send_checks import SendChecks  # noqa: E402
+from core.broker.topics import TopicConfig, TopicFilterType  # noqa: E402
+from core.broker.uniq_key import UniqKeyGenerator  # noqa: E402
+from core.store.message import EncodedMessage, Message, decode_message, decode_segment, new_message  # noqa: E402
 from gateway.mqtt import (NEED_DATA, PUBACK_WORD, PUBCOMP_WORD, PUBREC_WORD, ClientAcks, MQTTConnection,  # noqa: E402
                           OutboundFlows, ProtocolError, PubAck, PubComp, PubRec, decode_all, encode, plain_acks,
                           publish_v4_head)
@@ -134,6 +139,48 @@ def messages() -> None:
     out("segment", len(segment), outcome(lambda: [m.queue_offset for m in decode_segment(segment)]))
 
 
+def _frozen_keys(counter: int) -> UniqKeyGenerator:
+    """A generator whose ids do not depend on the clock: its last time part
+    is far ahead of now, so each id takes the next counter (see `next`)."""
+    g = UniqKeyGenerator("10.1.2.3")
+    g._prefix = "0A0102030405060708AB"
+    g._month_start_ms, g._next_month_ms = 0, 2**62
+    g._last_ms, g._counter = 2**50, counter  # ms since the month's start: never reached
+    g._stem = f"{g._prefix}{2**50 & 0x7FFFFFFF:08X}"
+    return g
+
+
+class _Stamper(SendChecks):
+    """The send path's stamps alone: the state `_stamp_many` reads."""
+
+    def __init__(self, counter: int) -> None:
+        self.config = BrokerConfig()
+        self.store_host = b"\x0a\x00\x00\x07\x00\x00\x27\x11"
+        self._uniq = _frozen_keys(counter)
+
+
+def sends() -> None:
+    rnd = random.Random(1313)
+    for start, n in ((0, 5), (0xFFF0, 40), (0xFFFE, 70_000), (7, 0)):
+        keys = _frozen_keys(start).next_many(n)
+        out("uniq_keys", (start, n), [len(keys), keys[:3], keys[-3:], len(set(keys))])
+    for i in range(200):
+        base = {f"p{j}": rnd.choice(["", "v", "ü", "x" * rnd.randrange(40)]) for j in range(rnd.randrange(6))}
+        if rnd.random() < 0.3:
+            base["WAIT"] = rnd.choice(["true", "false", ""])
+        if rnd.random() < 0.3:
+            base["UNIQ_KEY"] = f"K{i}"
+        msgs = [new_message(rnd.choice(["T", "a%b"]), rnd.randbytes(rnd.randrange(50)), base,
+                            rnd.choice([0, rnd.randrange(2**40)]), None) for _ in range(rnd.randrange(1, 4))]
+        cfg = TopicConfig("T", topic_filter_type=rnd.choice(list(TopicFilterType)))
+        waits = _Stamper(rnd.randrange(0x10000))._stamp_many(msgs, [(cfg, rnd.randrange(8))] * len(msgs))
+        for m in msgs:
+            m.born_timestamp = m.born_timestamp if m.born_timestamp < 2**40 else -1  # a clock read: not compared
+        out("stamped", i, [waits, [[m.topic, m.queue_id, list(m.properties.items()), m.store_host.hex(),
+                                    m.born_timestamp, m.sysflag] for m in msgs]])
+        out("stamped_entry", i, [bytes(EncodedMessage(m).buf).hex() for m in msgs if m.born_timestamp >= 0])
+
+
 def topics() -> None:
     rnd = random.Random(8883)
     words = ["a", "b", "", "$SYS", "+", "#", "ü"]
@@ -152,4 +199,5 @@ if __name__ == "__main__":
     packets()
     acks()
     messages()
+    sends()
     topics()
