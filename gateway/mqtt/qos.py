@@ -50,9 +50,8 @@ except ImportError:  # a pure-Python install: nothing here is compiled
 
 __all__ = [
     "OutboundStage", "OutboundFlows", "OutboundAck", "Redelivery", "OUTBOUND",
-    "InboundStage", "InboundAction", "InboundFlows", "INBOUND",
+    "InboundStage", "InboundAction", "InboundFlows", "INBOUND", "plain_acks", "ack_event",
     "PUBACK_WORD", "PUBREC_WORD", "PUBREL_WORD", "PUBCOMP_WORD", "NOT_FOUND", "NO_REF", "WORD_PID",
-    "plain_acks", "ack_event",
 ]
 
 _PROTO = ReasonCode.PROTOCOL_ERROR
@@ -161,6 +160,7 @@ class OutboundFlows:
         """How many more QoS 1/2 PUBLISHes the client's window allows now."""
         return max(0, self.receive_maximum - len(self._flows))
 
+    @cython.locals(packet_id=cython.long)
     def start(self, qos: int, ref: Any = None) -> int:
         """Allocate a packet id for a QoS 1/2 PUBLISH about to be sent."""
         if qos != 1 and qos != 2:
