@@ -38,7 +38,6 @@ from typing import Any
 import trio
 
 from core.trace import DeliveryOutcome
-from gateway.mapping import P_CLIENT
 from gateway.mqtt import NOT_FOUND, ConnectionState, ack_event, plain_acks
 
 try:
@@ -250,7 +249,7 @@ def forward_v4(heads: dict | None, head_of, topic: str, targets, pub, msg, stats
         ref_map = refs
         mem_map = mem
         ref_map[pid] = None
-        mem_map[pid] = (pub, topic, msg.properties.get(P_CLIENT), msg.born_timestamp, qos, bool(retain), t[3], t[4])
+        mem_map[pid] = (pub, topic, msg, qos, bool(retain), t[3], t[4])
         data = with_packet_id(head, pid, payload)
         sent += 1
         if qos == 1:

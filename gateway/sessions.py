@@ -64,7 +64,7 @@ import trio
 from core.broker import PullStatus
 from core.trace import DeliveryOutcome
 from gateway.limits import QueueOverflow
-from gateway.mapping import Outbound, now_ms, outbound_from_publish, session_queue_name
+from gateway.mapping import P_CLIENT, Outbound, now_ms, outbound_from_publish, session_queue_name
 from gateway.mqtt import (NO_REF, NOT_FOUND, InboundFlows, OutboundFlows, OutboundStage, PacketTooLarge, PubAck,
                           PublishTemplate, PubRec, PubRel)
 from gateway.wildcard import TopicFilter, parse_filter, topic_matches
@@ -104,9 +104,10 @@ class Delivery(NamedTuple):
 
 
 # A delivery the router's QoS 1/2 fast path started, as ``Session.mem`` keeps it:
-# a plain tuple (publish, MQTT topic, publishing client, publish time in ms,
-# QoS, retain flag, subscription ids, $share group), the arguments of
-# ``outbound_from_publish`` and of ``Delivery``; ``delivery_of`` builds those.
+# a plain tuple (publish, MQTT topic, stored message, QoS, retain flag,
+# subscription ids, $share group): the publishing client and the publish time
+# are read from the stored message (``P_CLIENT``, ``born_timestamp``) only if
+# anyone asks; ``delivery_of`` builds the ``Outbound`` and the ``Delivery``.
 InMemory = tuple
 
 
@@ -114,8 +115,9 @@ def delivery_of(entry: Delivery | InMemory) -> Delivery:
     """The ``Delivery`` an entry of ``Session.mem`` stands for."""
     if entry.__class__ is Delivery:
         return entry
-    pub, topic, client_id, publish_ms, qos, retain, sub_ids, group = entry
-    return Delivery(outbound_from_publish(pub, topic, client_id, publish_ms), qos, retain, sub_ids, group)
+    pub, topic, msg, qos, retain, sub_ids, group = entry
+    out = outbound_from_publish(pub, topic, msg.properties.get(P_CLIENT), msg.born_timestamp)
+    return Delivery(out, qos, retain, sub_ids, group)
 
 
 def inbound_window(version: int, receive_maximum: int) -> int:
