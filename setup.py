@@ -43,6 +43,7 @@ KERNELS = [
     "gateway/wildcard/_trie.py",
     "gateway/mapping.py",
     "gateway/publish_output.py",
+    "gateway/session_state.py",
 ]
 
 DIRECTIVES = {

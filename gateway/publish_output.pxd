@@ -2,7 +2,8 @@
 # KERNELS; ARCHITECTURE.md decision 10): `PublishOutput`, the base of
 # `gateway.connection.Connection`, as an extension type holding the output
 # state the router's fast path touches per message, so `forward_v4` reads and
-# moves it as C fields; the flows as `OutboundFlows` (gateway/mqtt/qos.pxd).
+# moves it as C fields; the session's as `SessionState`
+# (gateway/session_state.pxd), its flows as `OutboundFlows` (gateway/mqtt/qos.pxd).
 # publish_output.py stays plain Python: the twin.
 
 cimport cython
@@ -10,6 +11,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memcpy
 
 from gateway.mqtt.qos cimport OutboundFlows
+from gateway.session_state cimport SessionState
 
 
 cdef class PublishOutput:
@@ -19,7 +21,7 @@ cdef class PublishOutput:
     cdef public int _writer_of, _plain_v4
 
 
-@cython.locals(c=PublishOutput, flows=OutboundFlows, key=cython.long, k=cython.long, size=cython.long,
+@cython.locals(c=PublishOutput, sess=SessionState, flows=OutboundFlows, key=cython.long, k=cython.long, size=cython.long,
                qos=cython.long, pub_qos=cython.long, retain=cython.long, pid=cython.long, plain=cython.int,
                sent=cython.long, sent1=cython.long, sent2=cython.long, t=tuple, ref_map=dict, mem_map=dict,
                head=bytes, payload=bytes)

@@ -67,6 +67,7 @@ from gateway.limits import QueueOverflow
 from gateway.mapping import P_CLIENT, Outbound, now_ms, outbound_from_publish, session_queue_name
 from gateway.mqtt import (NO_REF, NOT_FOUND, InboundFlows, OutboundFlows, OutboundStage, PacketTooLarge, PubAck,
                           PublishTemplate, PubRec, PubRel)
+from gateway.session_state import SessionState
 from gateway.wildcard import TopicFilter, parse_filter, topic_matches
 
 if TYPE_CHECKING:
@@ -173,9 +174,10 @@ class Pending:
         self.bytes = 0
 
 
-class Session:
-    __slots__ = ("gw", "client_id", "version", "expiry", "queue", "subs", "flows", "inbound", "refs", "mem",
-                 "pending", "next_read", "conn", "due", "expiry_scope", "will_scope", "pending_will", "dropped",
+class Session(SessionState):
+    # (conn, pending, flows, refs, mem: SessionState's, which the router's fast path reads per message)
+    __slots__ = ("gw", "client_id", "version", "expiry", "queue", "subs", "inbound",
+                 "next_read", "due", "expiry_scope", "will_scope", "pending_will", "dropped",
                  "ended", "node", "record")
 
     def __init__(self, gw: MQTTGateway, client_id: str, *, expiry: int, version: int) -> None:
