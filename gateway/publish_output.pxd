@@ -24,7 +24,7 @@ cdef class PublishOutput:
 @cython.locals(c=PublishOutput, sess=SessionState, flows=OutboundFlows, key=cython.long, k=cython.long, size=cython.long,
                qos=cython.long, pub_qos=cython.long, retain=cython.long, pid=cython.long, plain=cython.int,
                sent=cython.long, sent1=cython.long, sent2=cython.long, t=tuple, ref_map=dict, mem_map=dict,
-               head=bytes, payload=bytes)
+               head=bytes, payload=bytes, kept=dict)
 cpdef object forward_v4(object heads, object head_of, object topic, object targets, object pub, object msg,
                         object stats)
 

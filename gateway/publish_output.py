@@ -216,7 +216,10 @@ def forward_v4(heads: dict | None, head_of, topic: str, targets, pub, msg, stats
         k = size | qos << 1 | retain
         if k != key:
             key = k
-            head = None if heads is None else heads.get(k)
+            head = None
+            if heads is not None:
+                kept = heads  # (typed: one C lookup)
+                head = kept.get(k)
             if head is None:
                 head = head_of(topic, k)
                 heads = None
