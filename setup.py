@@ -43,7 +43,6 @@ KERNELS = [
     "gateway/wildcard/_trie.py",
     "gateway/mapping.py",
     "gateway/publish_output.py",
-    "gateway/session_state.py",
 ]
 
 DIRECTIVES = {

@@ -2,11 +2,14 @@
 
 ``PublishOutput`` is a part of ``gateway.connection.Connection`` (its base
 class): the methods that put an encoded PUBLISH into the connection's
-``out`` and count it. It keeps no state of its own; it uses the
-connection's ``out``, ``out_bytes``, ``_writing``, ``_behind``, ``_room``,
-``_writer_of``, ``closing``, ``mq``, ``stream``, ``gw`` and ``wake()``. The
-router calls ``deliver_qos0_v4`` once per subscriber of a fanned-out QoS 0
-message: the hot path, kept as plain attribute access on one object.
+``out`` and count it, and the fields they touch per message (``mq``,
+``out``, ``out_bytes``, ``live``, ``closing``, ``_writer_of``,
+``_writing``); they use the connection's ``_behind``, ``_room``,
+``stream``, ``gw`` and ``wake()`` too. ``SessionState`` is likewise the
+base of ``gateway.sessions.Session``. The router calls ``forward_v4`` once
+per stored message with in-memory targets: the hot path. Compiled
+(``publish_output.pxd``), both bases are extension types and the fast path
+reads their fields as C fields (issue 13).
 
 Rules kept here (ARCHITECTURE decision 7; the writer side is
 ``gateway.connection``'s):
@@ -48,11 +51,22 @@ except ImportError:  # a pure-Python install: nothing here is compiled
 _CONNECTED = ConnectionState.CONNECTED
 _U16 = struct.Struct(">H").pack  # a packet id
 
+if cython.compiled:  # (Py_TPFLAGS_HEAPTYPE: a class statement's, i.e. qos.py run as source; see _start)
+    _FLOWS_TYPED = not OutboundFlows.__flags__ & (1 << 9)
+
 # Who writes what ``out`` holds (``Connection._writer_of``).
 NOBODY = 0  # a new output starts a writer task
 READER = 1  # the reader is acting on a read or writing after it
 TASK = 2  # a writer task runs
 NO_OUTPUT: Any = ()  # Connection.out while nothing waits (a tuple: appending to it would fail)
+
+
+class SessionState:
+    """The base of ``gateway.sessions.Session``: the fields ``forward_v4``
+    reads or replaces per message (an extension type when compiled: C
+    fields). It holds no logic: what they mean is ``gateway.sessions``'."""
+
+    __slots__ = ("conn", "pending", "flows", "refs", "mem")
 
 
 class PublishOutput:
@@ -236,12 +250,12 @@ def forward_v4(heads: dict | None, head_of, topic: str, targets, pub, msg, stats
                     rest = []
                 rest.append(t)
             continue
-        if len(flows) >= flows.receive_maximum:  # `flows.available()`, without a method call
+        pid = _start(flows, qos)
+        if not pid:
             if rest is None:  # the client's window is full: the general path queues it
                 rest = []
             rest.append(t)
             continue
-        pid = flows.start(qos, None)
         # `sess.track(pid, None, entry)`, inline (its shared empty mappings replaced at the first flow)
         refs = sess.refs
         if type(refs) is not dict:  # (`type`, not `__class__`: compiled, no attribute read)
@@ -275,6 +289,23 @@ def forward_v4(heads: dict | None, head_of, topic: str, targets, pub, msg, stats
         if sent2:
             by_qos[2] += sent2
     return rest
+
+
+def _start(flows, qos: int) -> int:
+    """``flows.start(qos, None)`` if the client's window has room, else 0:
+    compiled, through ``OutboundFlows``' C fields and C ``start``, only if
+    that class is the compiled one (``_FLOWS_TYPED``; when qos.py is newer
+    than its compiled copy, core/_kernels.py imports the source, whose
+    instances do not have the layout of qos.pxd)."""
+    if cython.compiled:
+        if _FLOWS_TYPED:
+            typed = cython.cast(OutboundFlows, flows)
+            if len(typed) >= typed.receive_maximum:
+                return 0
+            return typed.start(qos, None)
+    if len(flows) >= flows.receive_maximum:  # `flows.available()`, without a method call
+        return 0
+    return flows.start(qos, None)
 
 
 def with_packet_id(head: bytes, packet_id: int, payload: bytes) -> bytes:

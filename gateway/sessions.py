@@ -67,7 +67,7 @@ from gateway.limits import QueueOverflow
 from gateway.mapping import P_CLIENT, Outbound, now_ms, outbound_from_publish, session_queue_name
 from gateway.mqtt import (NO_REF, NOT_FOUND, InboundFlows, OutboundFlows, OutboundStage, PacketTooLarge, PubAck,
                           PublishTemplate, PubRec, PubRel)
-from gateway.session_state import SessionState
+from gateway.publish_output import SessionState
 from gateway.wildcard import TopicFilter, parse_filter, topic_matches
 
 if TYPE_CHECKING:
@@ -175,7 +175,8 @@ class Pending:
 
 
 class Session(SessionState):
-    # (conn, pending, flows, refs, mem: SessionState's, which the router's fast path reads per message)
+    # (conn, pending, flows, refs, mem: SessionState's, which the router's fast path reads per message:
+    # gateway.publish_output)
     __slots__ = ("gw", "client_id", "version", "expiry", "queue", "subs", "inbound",
                  "next_read", "due", "expiry_scope", "will_scope", "pending_will", "dropped",
                  "ended", "node", "record")
