@@ -196,10 +196,12 @@ def forward_v4(heads: dict | None, head_of, topic: str, targets, pub, msg, stats
     The bytes are ``publish_v4_head`` (``heads``: the topic's kept heads,
     keyed by payload length << 3 | QoS << 1 | retain; ``head_of(topic,
     key)`` makes and keeps a missing one) + the packet id the flows give
-    (``OutboundFlows.start``) + the payload (``with_packet_id``). A QoS 1/2 forward's ``mem``
-    entry is an ``InMemory`` tuple (gateway.sessions). A target not
-    connected is skipped; a closing connection takes nothing (as
-    ``deliver``: the message stays unsent) unless its window is full."""
+    (``OutboundFlows.start``) + the payload (``with_packet_id``). A QoS
+    1/2 forward's ``mem`` entry is an ``InMemory`` tuple (gateway.sessions:
+    the publish, its topic, the stored message ``msg``, QoS, retain flag,
+    sub ids, group). A target not connected is skipped; a closing
+    connection takes nothing (as ``deliver``: the message stays unsent)
+    unless its window is full."""
     payload = pub.payload
     if type(payload) is not bytes:  # (the decoder's are bytes) the general path copes with any buffer
         return targets
