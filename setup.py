@@ -42,6 +42,7 @@ KERNELS = [
     "gateway/wildcard/_topic.py",
     "gateway/wildcard/_trie.py",
     "gateway/mapping.py",
+    "gateway/publish_output.py",
 ]
 
 DIRECTIVES = {

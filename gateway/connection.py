@@ -92,10 +92,11 @@ LINGER = 2.0  # seconds a connection we close keeps draining input (see Connecti
 
 
 class Connection(PublishOutput):
-    __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "live", "_held", "_held_rel", "closing", "session",
+    # (mq, out, out_bytes, live, closing, _writer_of, _writing: PublishOutput's, the state its fast paths touch)
+    __slots__ = ("gw", "stream", "info", "_held", "_held_rel", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
                  "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery",
-                 "_acting", "_writer_of", "_writing", "_behind", "_room", "_writer_done", "auth", "quota")
+                 "_acting", "_behind", "_room", "_writer_done", "auth", "quota")
 
     def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery) -> None:
         """``nursery`` runs the writer task when one is needed."""
@@ -108,6 +109,7 @@ class Connection(PublishOutput):
         self.out: list[bytes] = NO_OUTPUT  # a list of its own while output waits
         self.out_bytes = 0
         self.live = False  # CONNACK and redelivery done: new messages may go out
+        self._plain_v4 = -1  # see PublishOutput.plain_v4: not known yet
         self._held: list | None = None  # PUBCOMP words waiting for an "in2" record (see _handle)
         self._held_rel: list | None = None  # outbound PUBREL words waiting for a "sess" record
         self.closing = False

@@ -49,6 +49,7 @@ from gateway.mapping import (P_CLIENT, P_EXPIRY, P_RETAIN, P_TIMER_DELAY, P_TOPI
                              mqtt_topic_of, now_ms, outbound_from_message, outbound_from_publish)
 from gateway.mqtt import Publish, publish_v4_head
 from gateway.nodes import P_SHARE_PICKS, node_queue_name
+from gateway.publish_output import forward_v4
 from gateway.sessions import REF_MASK, REF_SHIFT, Delivery, MessageUnavailable, Session
 from gateway.wildcard import SubscriptionTrie, TopicError
 
@@ -289,8 +290,10 @@ class Router:
         retain flag, so it is kept per topic: `_head`), the packet id the
         flows give (QoS 1/2) and the payload: what ``deliver`` would
         send. A QoS 1/2 delivery is tracked as ``deliver`` tracks it, its
-        ``mem`` entry an ``InMemory`` tuple (gateway.sessions). The other
-        targets take the general path, for the same message."""
+        ``mem`` entry an ``InMemory`` tuple (gateway.sessions). The loop is
+        ``gateway.publish_output.forward_v4`` (compiled, over the
+        connections' output state as C fields). The other targets take the
+        general path, for the same message."""
         if self._fired_retained:
             f = self._fired_retained.pop(id(msg), None)
             if f is not None and result.ok:
@@ -305,46 +308,9 @@ class Router:
         topic, targets = p[0], p[1]
         if pub.__class__ is Publish:  # from our own PUBLISH path: no need to parse the properties back
             if pub.message_expiry_interval is None and self.gw.tracer is None:
-                rest = None
-                key = -1  # of the head last used: payload length, QoS and retain flag (see `_head`)
-                payload = pub.payload
-                size = len(payload) << 3
-                heads = None
-                for t in targets:  # the fast path, inline: this runs for every message
-                    sess = t[0]
-                    conn = sess.conn
-                    if conn is None:
-                        continue
-                    mq = conn.mq
-                    if (sess.pending.items or not conn.live or mq.protocol_version == 5
-                            or mq.peer_max_packet_size is not None):
-                        if rest is None:
-                            rest = []
-                        rest.append(t)
-                        continue
-                    qos = t[1] if t[1] < pub.qos else pub.qos
-                    retain = t[2] and pub.retain
-                    k = size | qos << 1 | retain
-                    if k != key:
-                        key = k
-                        if heads is None:
-                            heads = self._heads.get(topic)
-                        head = None if heads is None else heads.get(k)
-                        if head is None:
-                            head = self._head(topic, k)
-                            heads = self._heads[topic]
-                        if not qos:
-                            data = head + payload
-                    if not qos:
-                        conn.deliver_qos0_v4(sess, data)
-                    elif not conn.deliver_v4(sess, qos, head, payload, (pub, topic, msg.properties.get(P_CLIENT),
-                                                                        msg.born_timestamp, qos, retain, t[3], t[4])):
-                        if rest is None:  # the client's window is full: the general path queues it
-                            rest = []
-                        rest.append(t)
-                if rest is None:
+                targets = forward_v4(self._heads.get(topic), self._head, topic, targets, pub, msg, self.gw.stats)
+                if targets is None:
                     return
-                targets = rest
             out = outbound_from_publish(pub, topic, msg.properties.get(P_CLIENT), msg.born_timestamp)
         else:
             out = outbound_from_message(msg, topic)

@@ -64,9 +64,10 @@ import trio
 from core.broker import PullStatus
 from core.trace import DeliveryOutcome
 from gateway.limits import QueueOverflow
-from gateway.mapping import Outbound, now_ms, outbound_from_publish, session_queue_name
+from gateway.mapping import P_CLIENT, Outbound, now_ms, outbound_from_publish, session_queue_name
 from gateway.mqtt import (NO_REF, NOT_FOUND, InboundFlows, OutboundFlows, OutboundStage, PacketTooLarge, PubAck,
                           PublishTemplate, PubRec, PubRel)
+from gateway.publish_output import SessionState
 from gateway.wildcard import TopicFilter, parse_filter, topic_matches
 
 if TYPE_CHECKING:
@@ -104,9 +105,10 @@ class Delivery(NamedTuple):
 
 
 # A delivery the router's QoS 1/2 fast path started, as ``Session.mem`` keeps it:
-# a plain tuple (publish, MQTT topic, publishing client, publish time in ms,
-# QoS, retain flag, subscription ids, $share group), the arguments of
-# ``outbound_from_publish`` and of ``Delivery``; ``delivery_of`` builds those.
+# a plain tuple (publish, MQTT topic, stored message, QoS, retain flag,
+# subscription ids, $share group): the publishing client and the publish time
+# are read from the stored message (``P_CLIENT``, ``born_timestamp``) only if
+# anyone asks; ``delivery_of`` builds the ``Outbound`` and the ``Delivery``.
 InMemory = tuple
 
 
@@ -114,8 +116,9 @@ def delivery_of(entry: Delivery | InMemory) -> Delivery:
     """The ``Delivery`` an entry of ``Session.mem`` stands for."""
     if entry.__class__ is Delivery:
         return entry
-    pub, topic, client_id, publish_ms, qos, retain, sub_ids, group = entry
-    return Delivery(outbound_from_publish(pub, topic, client_id, publish_ms), qos, retain, sub_ids, group)
+    pub, topic, msg, qos, retain, sub_ids, group = entry
+    out = outbound_from_publish(pub, topic, msg.properties.get(P_CLIENT), msg.born_timestamp)
+    return Delivery(out, qos, retain, sub_ids, group)
 
 
 def inbound_window(version: int, receive_maximum: int) -> int:
@@ -171,9 +174,11 @@ class Pending:
         self.bytes = 0
 
 
-class Session:
-    __slots__ = ("gw", "client_id", "version", "expiry", "queue", "subs", "flows", "inbound", "refs", "mem",
-                 "pending", "next_read", "conn", "due", "expiry_scope", "will_scope", "pending_will", "dropped",
+class Session(SessionState):
+    # (conn, pending, flows, refs, mem: SessionState's, which the router's fast path reads per message:
+    # gateway.publish_output)
+    __slots__ = ("gw", "client_id", "version", "expiry", "queue", "subs", "inbound",
+                 "next_read", "due", "expiry_scope", "will_scope", "pending_will", "dropped",
                  "ended", "node", "record")
 
     def __init__(self, gw: MQTTGateway, client_id: str, *, expiry: int, version: int) -> None:

@@ -152,7 +152,7 @@ def _topic_name(raw) -> str:
 
 # (once per PUBLISH: compiled, its positions and flags are C ints)
 @cython.locals(flags=cython.int, buf=bytes, pos=cython.Py_ssize_t, end=cython.Py_ssize_t, qos=cython.int,
-               dup=cython.bint, stop=cython.Py_ssize_t, hi=cython.long, lo=cython.long)
+               dup=cython.bint, stop=cython.Py_ssize_t, hi=cython.long, lo=cython.long, names=dict)
 def decode_publish(flags: int, buf, pos: int, end: int, version: int):
     """The ``Publish`` of a PUBLISH body ``buf[pos:end]`` (``buf`` a bytes)
     whose flags (low nibble) are ``flags``."""
@@ -170,10 +170,15 @@ def decode_publish(flags: int, buf, pos: int, end: int, version: int):
     stop += (hi << 8) | lo
     if stop > end:
         raise _bad("topic name runs past the packet")
-    raw = buf[pos + 2 : stop]
-    if type(raw) is not bytes:
-        raw = bytes(raw)
-    topic = _known_topic_name(raw)
+    if cython.compiled:  # (`buf` is a bytes) a copy, without a slice object
+        raw = cython.cast(cython.p_char, buf)[pos + 2 : stop]
+        names = _TOPIC_NAMES
+        topic = names.get(raw)
+    else:
+        raw = buf[pos + 2 : stop]
+        if type(raw) is not bytes:
+            raw = bytes(raw)
+        topic = _known_topic_name(raw)
     if topic is None:
         topic = _topic_name(raw)
     pos = stop
@@ -194,9 +199,12 @@ def decode_publish(flags: int, buf, pos: int, end: int, version: int):
             raise _bad("empty topic name without a topic alias", _PROTO)
     elif not topic:
         raise _bad("empty topic name")
-    payload = buf[pos:end]
-    if type(payload) is not bytes:
-        payload = bytes(payload)
+    if cython.compiled:
+        payload = cython.cast(cython.p_char, buf)[pos:end]
+    else:
+        payload = buf[pos:end]
+        if type(payload) is not bytes:
+            payload = bytes(payload)
     # Fields at their class default (QoS 0, no retain, no DUP, no packet id, no
     # properties) are left out of the event's __dict__: the class gives them.
     # (Each dict is made whole at once: one allocation of the right size.)

@@ -50,9 +50,8 @@ except ImportError:  # a pure-Python install: nothing here is compiled
 
 __all__ = [
     "OutboundStage", "OutboundFlows", "OutboundAck", "Redelivery", "OUTBOUND",
-    "InboundStage", "InboundAction", "InboundFlows", "INBOUND",
+    "InboundStage", "InboundAction", "InboundFlows", "INBOUND", "plain_acks", "ack_event",
     "PUBACK_WORD", "PUBREC_WORD", "PUBREL_WORD", "PUBCOMP_WORD", "NOT_FOUND", "NO_REF", "WORD_PID",
-    "plain_acks", "ack_event",
 ]
 
 _PROTO = ReasonCode.PROTOCOL_ERROR
@@ -60,6 +59,7 @@ _NOT_FOUND = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
 # The flows of a table with none yet (most sessions, most of the time): read-only
 # and shared, replaced by a dict of its own at the first flow.
 _NO_FLOWS: Any = MappingProxyType({})
+_EMPTY: dict = {}  # _NO_FLOWS as a dict, for the typed loops (never written: nothing to find or remove in it)
 
 # Ack words: a packet id (bits 0-15), the ack's type (bits 16-17) and flags.
 # A word without flags is a success ack without properties: 4 bytes on the
@@ -161,6 +161,7 @@ class OutboundFlows:
         """How many more QoS 1/2 PUBLISHes the client's window allows now."""
         return max(0, self.receive_maximum - len(self._flows))
 
+    @cython.locals(packet_id=cython.long)
     def start(self, qos: int, ref: Any = None) -> int:
         """Allocate a packet id for a QoS 1/2 PUBLISH about to be sent."""
         if qos != 1 and qos != 2:
@@ -237,13 +238,13 @@ class OutboundFlows:
             if release:
                 replies.append(PUBREL_WORD | packet_id if flow[2] is not None else PUBREL_WORD | NO_REF | packet_id)
 
-    @cython.locals(word=cython.long, packet_id=cython.long, kind=cython.long)
+    @cython.locals(word=cython.long, packet_id=cython.long, kind=cython.long, flows=dict)
     def on_ack_words(self, words, replies: list, done: list, received: list) -> None:
         """``on_acks`` for success acks given as ack words (``PUBACK_WORD |
         pid``, ``PUBREC_WORD | ...``, ``PUBCOMP_WORD | ...``): the steps of
         ``OUTBOUND`` with a reason code below 0x80, taken without a key
         tuple or a lookup."""
-        flows = self._flows
+        flows = self._flows if type(self._flows) is dict else _EMPTY
         for word in words:
             packet_id = word & 0xFFFF
             kind = word >> 16  # 0 PUBACK, 1 PUBREC, 3 PUBCOMP
@@ -382,12 +383,11 @@ class InboundFlows:
         self._step(packet_id, "puback")
         return PubAck(packet_id=packet_id, reason_code=reason_code, **props)
 
-    @cython.locals(word=cython.long, pid=cython.long)
+    @cython.locals(word=cython.long, pid=cython.long, flows=dict)
     def acknowledge(self, words) -> None:
-        """``puback(pid)`` for each ``PUBACK_WORD | pid`` and ``pubrec(pid)``
-        for each ``PUBREC_WORD | pid`` of ``words``, with success: a read's
-        stored messages, acknowledged in one call with ``plain_acks(words)``."""
-        flows = self._flows
+        """``puback(pid)`` for each ``PUBACK_WORD | pid`` and ``pubrec(pid)`` for each ``PUBREC_WORD |
+        pid`` of ``words``, with success: a read's stored messages, acknowledged in one call."""
+        flows = self._flows if type(self._flows) is dict else _EMPTY
         unacked1, unacked2, received = I.QOS1_UNACKED, I.QOS2_UNACKED, I.QOS2_RECEIVED
         for word in words:
             pid = word & 0xFFFF

@@ -124,10 +124,12 @@ async def test_a_share_member_leaving_hands_its_unacked_fast_path_messages_over(
 
 
 def test_an_in_memory_entry_stands_for_the_delivery_the_general_path_builds():
-    from gateway.mapping import outbound_from_publish
+    from gateway.mapping import broker_topic_for, outbound_from_publish, plain_publish_to_message, publish_properties
 
     pub = Publish(topic="a/b", payload=b"x", qos=2, packet_id=9, retain=True)
-    entry = (pub, "a/b", "client-1", 1_700_000_000_123, 1, False, (), "$share/g/a/#")
+    base = publish_properties("a/b", 2, True, "client-1", 1_700_000_000_123)
+    msg = plain_publish_to_message(pub, broker_topic_for("a/b"), base, 1_700_000_000_123)  # as it is stored
+    entry = (pub, "a/b", msg, 1, False, (), "$share/g/a/#")
     d = delivery_of(entry)
     general = Delivery(outbound_from_publish(pub, "a/b", "client-1", 1_700_000_000_123), 1, False, (),
                        "$share/g/a/#")

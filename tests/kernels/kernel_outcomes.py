@@ -27,6 +27,7 @@ from core.store.message import EncodedMessage, Message, decode_message, decode_s
 from gateway.mqtt import (NEED_DATA, PUBACK_WORD, PUBCOMP_WORD, PUBREC_WORD, ClientAcks, MQTTConnection,  # noqa: E402
                           OutboundFlows, ProtocolError, PubAck, PubComp, PubRec, decode_all, encode, plain_acks,
                           publish_v4_head)
+from gateway.publish_output import with_packet_id  # noqa: E402
 from gateway.wildcard import SubscriptionTrie, topic_matches  # noqa: E402
 from test_mqtt_fixtures import CASES  # noqa: E402
 
@@ -94,6 +95,14 @@ def acks() -> None:
         out("on_acks", repr(run), [outcome(lambda: flows.on_acks(run, *lists)), lists, flows.to_state()])
         words = [rnd.choice((0, 1, 2, 3)) << 16 | rnd.randrange(1, 65536) for _ in range(rnd.randrange(1, 6))]
         out("plain_acks", words, plain_acks(words).hex())
+    for rm, nxt, busy in ((3, 65535, (65535, 1)), (2, 7, ()), (65535, 1, (1, 2, 3))):  # packet ids: wrap, window
+        flows = OutboundFlows.from_state({"receive_maximum": rm, "next": nxt,
+                                          "flows": [[pid, 1, 1, None] for pid in busy]})
+        starts = ((1, None), (2, 7), (0, None), (1, ["r", 1, 2]), (3, None))
+        out("start", (rm, nxt, busy), [[outcome(lambda: flows.start(q, r)) for q, r in starts], flows.to_state()])
+    for pid in (1, 127, 128, 255, 256, 0x7FFF, 0x8000, 0x80FF, 0xFF7F, 0xFFFF):  # the fast path's PUBLISH bytes
+        out("with_packet_id", pid, [with_packet_id(publish_v4_head("t/é", n, 1, False), pid, b"\xff" * n).hex()
+                                    for n in (0, 1, 300)])
     for topic in ("a", "t/é", "x" * 300):
         for size in (0, 1, 122, 125, 16380, 2_100_000):
             for qos in (0, 1, 2, 3):
