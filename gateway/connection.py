@@ -339,11 +339,11 @@ class Connection(PublishOutput):
                         data = None
                         if sock is not None:
                             try:
-                                abort = readiness.arm(sock.fileno())
-                                if abort is None:
+                                waiter = readiness.arm(sock.fileno())
+                                if waiter is None:
                                     await trio.lowlevel.wait_readable(sock)
                                 else:
-                                    await trio.lowlevel.wait_task_rescheduled(abort)
+                                    await waiter
                                 # The wait was this read's checkpoint: read now, without
                                 # receive_some's second one (a trio step per read).
                                 data = os.read(sock.fileno(), 65536)

@@ -27,6 +27,8 @@ _CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _HANDSHAKE_ERRORS = (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
                      HandshakeError, ssl.SSLError, OSError)
 _connection_ids = itertools.count(1)
+# One string for every connection's task (trio would make a new one per task, ~85 bytes each).
+_TASK_NAME = f"{__name__}._connection"
 
 
 class _Gate:
@@ -130,7 +132,7 @@ async def _accept_loop(listener: trio.SocketListener, spec: ListenerSpec, ctx: s
                 gate.log_refusal(spec)
                 await trio.aclose_forcefully(stream)
                 continue
-            nursery.start_soon(_connection, stream, spec, ctx, handler, gate)
+            nursery.start_soon(_connection, stream, spec, ctx, handler, gate, name=_TASK_NAME)
 
 
 async def _connection(sock: trio.SocketStream, spec: ListenerSpec, ctx: ssl.SSLContext | None,
