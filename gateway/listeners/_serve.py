@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
+import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -22,8 +24,14 @@ Handler = Callable[[trio.abc.Stream, ConnectionInfo], Awaitable[None]]
 
 DEFAULT_MAX_CONNECTIONS = 100_000
 CLOSE_TIMEOUT = 2.0
+ACCEPT_BATCH = 64  # sockets accepted in one go from a listen backlog (then the others get a turn)
 # accept() failing for want of a file descriptor or memory: wait, go on.
 _CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+# accept() failing for this one connection only (trio's SocketListener ignores the same): go on.
+_IGNORED_ACCEPT_ERRNOS = {getattr(errno, name) for name in (
+    "EPERM", "ECONNABORTED", "EPROTO", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN", "ENONET", "EHOSTUNREACH",
+    "EOPNOTSUPP", "ENETUNREACH", "ENOSR", "ESOCKTNOSUPPORT", "EPROTONOSUPPORT", "ETIMEDOUT", "ECONNRESET",
+) if hasattr(errno, name)}
 _HANDSHAKE_ERRORS = (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
                      HandshakeError, ssl.SSLError, OSError)
 _connection_ids = itertools.count(1)
@@ -116,23 +124,46 @@ async def _open(spec: ListenerSpec) -> list[trio.SocketListener]:
 
 async def _accept_loop(listener: trio.SocketListener, spec: ListenerSpec, ctx: ssl.SSLContext | None,
                        handler: Handler, gate: _Gate, nursery: trio.Nursery) -> None:
-    async with listener:
-        while True:
-            if gate.rate is not None:  # over maxConnectionRate: leave the next one in the listen backlog
-                await gate.rate.wait(1)
-            try:
-                stream = await listener.accept()
-            except OSError as e:
-                if e.errno not in _CAPACITY_ERRNOS:
-                    raise
-                log.error("%s listener: accept failed (%s), retrying in 0.1 s", spec.name, e)
-                await trio.sleep(0.1)
-                continue
-            if not gate.try_enter():
-                gate.log_refusal(spec)
-                await trio.aclose_forcefully(stream)
-                continue
-            nursery.start_soon(_connection, stream, spec, ctx, handler, gate, name=_TASK_NAME)
+    # Accepts from the listening socket once more (a dup of its descriptor,
+    # non-blocking): a wake-up accepts every socket of the listen backlog (up
+    # to ACCEPT_BATCH before the others get a turn), not one trio step each,
+    # and the one accept that finds the backlog empty is followed by a wait,
+    # not by another try (a connect storm's cost).
+    spare = socket.socket(fileno=os.dup(listener.socket.fileno()))
+    try:
+        spare.setblocking(False)
+        async with listener:
+            accepted = 0
+            while True:
+                if gate.rate is not None:  # over maxConnectionRate: leave the next one in the listen backlog
+                    await gate.rate.wait(1)
+                elif accepted == ACCEPT_BATCH:
+                    accepted = 0
+                    await trio.lowlevel.checkpoint()
+                sock = None
+                while sock is None:
+                    try:
+                        sock, _addr = spare.accept()
+                    except BlockingIOError:
+                        accepted = 0
+                        await trio.lowlevel.wait_readable(spare)
+                    except OSError as e:
+                        if e.errno in _IGNORED_ACCEPT_ERRNOS:  # the peer went before we took it
+                            continue
+                        if e.errno not in _CAPACITY_ERRNOS:
+                            raise
+                        log.error("%s listener: accept failed (%s), retrying in 0.1 s", spec.name, e)
+                        await trio.sleep(0.1)
+                accepted += 1
+                stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+                if gate.try_enter():
+                    nursery.start_soon(_connection, stream, spec, ctx, handler, gate, name=_TASK_NAME)
+                else:
+                    gate.log_refusal(spec)
+                    await trio.aclose_forcefully(stream)
+    finally:
+        trio.lowlevel.notify_closing(spare)
+        spare.close()
 
 
 async def _connection(sock: trio.SocketStream, spec: ListenerSpec, ctx: ssl.SSLContext | None,
@@ -141,7 +172,10 @@ async def _connection(sock: trio.SocketStream, spec: ListenerSpec, ctx: ssl.SSLC
     # live in _handshake's frame, gone once it returns.
     stream: trio.abc.Stream = sock
     try:
-        stream, info = await _handshake(sock, spec, ctx, gate)
+        if ctx is None and not spec.is_websocket:
+            info = _plain_info(sock, spec, gate)  # no handshake: nothing to wait for
+        else:
+            stream, info = await _handshake(sock, spec, ctx, gate)
         if info is None:
             return
         try:
@@ -154,6 +188,21 @@ async def _connection(sock: trio.SocketStream, spec: ListenerSpec, ctx: ssl.SSLC
             await _close(stream)
         finally:
             gate.leave()
+
+
+def _plain_info(sock: trio.SocketStream, spec: ListenerSpec, gate: _Gate) -> ConnectionInfo | None:
+    """A plain TCP connection's ConnectionInfo; None when its peer is gone
+    already (logged and counted as a failed handshake)."""
+    conn_id = next(_connection_ids)
+    try:
+        peer = sock.socket.getpeername()[:2]
+        local_port = sock.socket.getsockname()[1]
+    except OSError as e:
+        gate.stats.handshake_failures += 1
+        log.info("%s connection %d: handshake failed: %s", spec.name, conn_id, e)
+        return None
+    return ConnectionInfo(transport=spec.transport, listener=spec.name, peer=peer, local_port=local_port,
+                          connection_id=conn_id)
 
 
 async def _handshake(sock: trio.SocketStream, spec: ListenerSpec, ctx: ssl.SSLContext | None,
