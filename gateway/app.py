@@ -386,7 +386,9 @@ class MQTTGateway:
         if sess.queue is not None:
             self.backend.watch_queue(sess.queue, False)
         self.stats.connected -= 1
-        with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
+        # Shielded (a server shutdown does not cut the save short), bounded by SAVE_TIMEOUT;
+        # nothing above waits: Connection._end relies on it.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + SAVE_TIMEOUT):
             await self._closed(conn, sess, shutdown)
             owners = self.cluster.owners if self.cluster is not None else None
             if owners is not None and sess.conn is None:  # the final record is written: free for any node

@@ -337,8 +337,10 @@ class Connection(PublishOutput):
                     # It waits in the gateway's one epoll (gateway/readiness.py), on
                     # one Waiter (no frame of trio's: ~1.5 KB less than wait_readable).
                     readiness = self.gw.readiness
+                    scope.deadline = math.inf  # with no keepalive it stays so (a deadline set costs a heap update)
                     while not self.closing:
-                        scope.deadline = trio.current_time() + period
+                        if period != math.inf:
+                            scope.deadline = trio.current_time() + period
                         if fd >= 0:
                             try:
                                 waiter = readiness.arm(fd)
@@ -353,7 +355,8 @@ class Connection(PublishOutput):
                                 data = await self._recv()
                         else:
                             data = await self._recv()
-                        scope.deadline = math.inf  # acting on a read is never cut by the keepalive
+                        if period != math.inf:
+                            scope.deadline = math.inf  # acting on a read is never cut by the keepalive
                         await self._turn(data)
                 except RemoteProtocolError as e:
                     self._protocol_error(e)
@@ -379,26 +382,33 @@ class Connection(PublishOutput):
     async def _end(self) -> None:
         # Cancelled from outside (not by kick): the server is stopping.
         self.server_stopping = trio.current_effective_deadline() == -math.inf
-        with trio.CancelScope(shield=True):
-            try:
-                await self.gw.connection_closed(self)
-            finally:
-                self._finished = True
-                if self._done is not None:
-                    self._done.set()
+        try:
+            # Not cut short by a server shutdown: connection_closed shields its
+            # own waits (and waits on nothing outside them).
+            await self.gw.connection_closed(self)
+        finally:
+            self._finished = True
+            if self._done is not None:
+                self._done.set()
         try:
             if not self.server_stopping and not self.peer_closed:
                 await self._linger()  # not shielded: a server shutdown cuts it short
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
-                try:
-                    await self.stream.aclose()
-                except _STREAM_ERRORS:
-                    pass
+            stream = self.stream
+            if type(stream) is trio.SocketStream:
+                stream.socket.close()  # what its aclose does, minus a trio step: nothing to wait for
+            else:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + 1):
+                    try:
+                        await stream.aclose()
+                    except _STREAM_ERRORS:
+                        pass
 
     async def _drain(self) -> None:
         """What is left (a DISCONNECT, a refusing CONNACK, the last acks) is
         written, all of it within ``writeTimeout``."""
+        if self._writer_of != TASK and not (self.out and self._writer_of != READER):
+            return  # nothing left (most ends): no cancel scope to make
         with trio.move_on_after(self.gw.settings.session.write_timeout):
             try:
                 if self._writer_of == TASK:
