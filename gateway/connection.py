@@ -95,10 +95,11 @@ class Connection(PublishOutput):
     __slots__ = ("gw", "stream", "info", "mq", "out", "out_bytes", "live", "_held", "_held_rel", "closing", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
                  "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery",
-                 "_acting", "_writer_of", "_writing", "_behind", "_room", "_writer_done", "auth", "quota")
+                 "_acting", "_writer_of", "_writing", "_behind", "_room", "_writer_done", "auth", "quota", "_leave")
 
-    def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery) -> None:
-        """``nursery`` runs the writer task when one is needed."""
+    def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery, leave=None) -> None:
+        """``nursery`` runs the writer task when one is needed; ``leave``: the
+        listener's callback when ``run`` is the listener's task itself (plain TCP)."""
         self.gw = gw
         self.stream = stream
         self.info = info
@@ -133,6 +134,7 @@ class Connection(PublishOutput):
         self._writer_done: trio.Event | None = None  # made when the end of the connection waits for the writer
         self.auth = None  # connecting.PendingAuth while an enhanced authentication exchange is under way
         self.quota = PublishQuota(lim.max_publish_rate) if lim.max_publish_rate else None
+        self._leave = leave
 
     @property
     def done(self) -> trio.Event:
@@ -317,58 +319,68 @@ class Connection(PublishOutput):
         are inline, not in a method of their own: every coroutine frame on an
         idle connection's stack costs about 250 bytes."""
         try:
-            keepalive_phase = False
-            scope = trio.CancelScope(deadline=trio.current_time() + self.gw.settings.limits.connect_timeout)
-            with scope:
-                self._reader_scope = scope
-                try:
-                    # A plain TCP socket is read with one non-blocking read
-                    # (``_read_now``), not through trio's receive_some: a read
-                    # costs no trio step of its own.
-                    fd = self.stream.socket.fileno() if type(self.stream) is trio.SocketStream else -1
-                    while self.session is None and not self.closing:
-                        await self._turn(await (self._recv_plain(fd) if fd >= 0 else self._recv()))
-                    keepalive_phase = True
-                    period = self.keepalive * 1.5 if self.keepalive else math.inf
-                    # A plain TCP connection waits for input here, not inside
-                    # a read: an idle one then holds no receive stack (about
-                    # 1.7 KB of frames). TLS and WebSocket streams may hold input
-                    # already read from the socket, so they wait in receive_some.
-                    # It waits in the gateway's one epoll (gateway/readiness.py), on
-                    # one Waiter (no frame of trio's: ~1.5 KB less than wait_readable).
-                    readiness = self.gw.readiness
-                    scope.deadline = math.inf  # with no keepalive it stays so (a deadline set costs a heap update)
-                    while not self.closing:
-                        if period != math.inf:
-                            scope.deadline = trio.current_time() + period
-                        if fd >= 0:
-                            try:
-                                waiter = readiness.arm(fd)
-                                if waiter is None:
-                                    await trio.lowlevel.wait_readable(fd)
-                                else:
-                                    await waiter
-                            except _STREAM_ERRORS:  # OSError included: a closed socket
-                                pass  # the read says what happened
-                            data = self._read_now(fd)
-                            if data is None:  # woken with nothing to read (the watcher stopped): trio waits
+            try:
+                keepalive_phase = False
+                scope = trio.CancelScope(deadline=trio.current_time() + self.gw.settings.limits.connect_timeout)
+                with scope:
+                    self._reader_scope = scope
+                    try:
+                        # A plain TCP socket is read with one non-blocking read
+                        # (``_read_now``), not through trio's receive_some: a read
+                        # costs no trio step of its own.
+                        fd = self.stream.socket.fileno() if type(self.stream) is trio.SocketStream else -1
+                        while self.session is None and not self.closing:
+                            await self._turn(await (self._recv_plain(fd) if fd >= 0 else self._recv()))
+                        keepalive_phase = True
+                        period = self.keepalive * 1.5 if self.keepalive else math.inf
+                        # A plain TCP connection waits for input here, not inside
+                        # a read: an idle one then holds no receive stack (about
+                        # 1.7 KB of frames). TLS and WebSocket streams may hold input
+                        # already read from the socket, so they wait in receive_some.
+                        # It waits in the gateway's one epoll (gateway/readiness.py), on
+                        # one Waiter (no frame of trio's: ~1.5 KB less than wait_readable).
+                        readiness = self.gw.readiness
+                        scope.deadline = math.inf  # with no keepalive it stays so (a deadline set costs a heap update)
+                        while not self.closing:
+                            if period != math.inf:
+                                scope.deadline = trio.current_time() + period
+                            if fd >= 0:
+                                try:
+                                    waiter = readiness.arm(fd)
+                                    if waiter is None:
+                                        await trio.lowlevel.wait_readable(fd)
+                                    else:
+                                        await waiter
+                                except _STREAM_ERRORS:  # OSError included: a closed socket
+                                    pass  # the read says what happened
+                                data = self._read_now(fd)
+                                if data is None:  # woken with nothing to read (the watcher stopped): trio waits
+                                    data = await self._recv()
+                            else:
                                 data = await self._recv()
-                        else:
-                            data = await self._recv()
-                        if period != math.inf:
-                            scope.deadline = math.inf  # acting on a read is never cut by the keepalive
-                        await self._turn(data)
-                except RemoteProtocolError as e:
-                    self._protocol_error(e)
-                finally:
-                    self._reader_scope = None
-            if scope.cancelled_caught and not self.closing:
-                self.closing = True  # first: the DISCONNECT starts no writer, _drain writes it
-                self._timed_out(keepalive_phase)
-            self.closing = True
-            await self._drain()
+                            if period != math.inf:
+                                scope.deadline = math.inf  # acting on a read is never cut by the keepalive
+                            await self._turn(data)
+                    except RemoteProtocolError as e:
+                        self._protocol_error(e)
+                    finally:
+                        self._reader_scope = None
+                if scope.cancelled_caught and not self.closing:
+                    self.closing = True  # first: the DISCONNECT starts no writer, _drain writes it
+                    self._timed_out(keepalive_phase)
+                self.closing = True
+                await self._drain()
+            finally:
+                await self._end()
+        except Exception:
+            if self._leave is None:
+                raise  # the listener's task logs and counts it
+            self.gw.listener_stats.handler_errors += 1
+            log.exception("%s connection %d from %s: handler failed", self.info.listener, self.info.connection_id,
+                          self.info.peer)
         finally:
-            await self._end()
+            if self._leave is not None:
+                self._leave()  # the listener's count of connections (run as its task: see MQTTGateway.handle_plain)
 
     def _timed_out(self, keepalive_phase: bool) -> None:
         if not keepalive_phase:

@@ -472,6 +472,42 @@ async def test_a_burst_in_the_listen_backlog_is_taken_at_once_within_the_limit()
                 s.close()
 
 
+async def test_a_plain_starter_runs_as_the_connection_task_and_leaves_itself():
+    """``plain``: a plain TCP connection's task is the starter's coroutine
+    itself (it closes the stream and calls ``leave``); a starter that fails
+    is counted as a handler error and the listener goes on."""
+    stats = ListenerStats()
+    tasks = []
+
+    async def served(stream, info, leave):
+        try:
+            tasks.append(trio.lowlevel.current_task())
+            await stream.send_all(b"hi %d" % info.local_port)
+        finally:
+            stream.socket.close()
+            leave()
+
+    def plain(stream, info, leave):
+        if len(tasks) == 1 and stats.handler_errors == 0:
+            raise RuntimeError("starter bug")
+        return served(stream, info, leave)
+
+    async with serving([spec("tcp")], Echo(), plain=plain, stats=stats) as ports:
+        port = ports["tcp"]
+        hello = b"hi %d" % port
+        with trio.fail_after(10):
+            first = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await receive_exactly(first, len(hello)) == hello
+            broken = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await closed_by_server(broken)
+            last = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await receive_exactly(last, len(hello)) == hello
+            while stats.active:
+                await trio.sleep(0.01)
+    assert stats.accepted == 3 and stats.handler_errors == 1
+    assert [t.coro.cr_code.co_name for t in tasks] == ["served", "served"]
+
+
 async def test_connection_rate_leaves_the_rest_in_the_backlog(autojump_clock):
     """maxConnectionRate 4: a burst of 4 is accepted at once, then 4 a second;
     the others wait unaccepted (their TCP connect has succeeded: the kernel's
