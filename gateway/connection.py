@@ -314,10 +314,13 @@ class Connection(PublishOutput):
         One cancel scope for the reading part (a scope per phase or per read
         is an allocation per idle connection): ``kick`` cancels it, and its
         deadline is the connect timeout until CONNECT, then the keepalive
-        (moved per read). Everything that cancels it sets ``closing`` first,
-        so a cancellation without ``closing`` is a deadline. The read loops
-        are inline, not in a method of their own: every coroutine frame on an
-        idle connection's stack costs about 250 bytes."""
+        (moved per read; with keepalive 0 none). Everything that cancels it
+        sets ``closing`` first, so a cancellation without ``closing`` is a
+        deadline. The read loops are inline, not in a method of their own:
+        every coroutine frame on an idle connection's stack costs about 250
+        bytes. Run as the listener's task itself (plain TCP, ``leave`` given),
+        it also does the listener's part: close the socket, call ``leave``,
+        log and count its own failure."""
         try:
             try:
                 keepalive_phase = False
@@ -379,8 +382,9 @@ class Connection(PublishOutput):
             log.exception("%s connection %d from %s: handler failed", self.info.listener, self.info.connection_id,
                           self.info.peer)
         finally:
-            if self._leave is not None:
-                self._leave()  # the listener's count of connections (run as its task: see MQTTGateway.handle_plain)
+            if self._leave is not None:  # run as the listener's task (MQTTGateway.handle_plain): its part here
+                self.stream.socket.close()  # closed already, unless _end failed
+                self._leave()
 
     def _timed_out(self, keepalive_phase: bool) -> None:
         if not keepalive_phase:
