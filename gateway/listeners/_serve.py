@@ -38,9 +38,9 @@ _IGNORED_ACCEPT_ERRNOS = {getattr(errno, name) for name in (
 _HANDSHAKE_ERRORS = (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
                      HandshakeError, ssl.SSLError, OSError)
 _connection_ids = itertools.count(1)
-# One string for every connection's task (trio would make a new one per task, ~85 bytes each).
+# One string for every connection's task, a plain starter's too (trio would make a new one per task,
+# ~85 bytes each).
 _TASK_NAME = f"{__name__}._connection"
-_PLAIN_TASK_NAME = f"{__name__}.plain"
 
 
 class _Gate:
@@ -188,7 +188,7 @@ def _start_plain(nursery: trio.Nursery, plain: PlainStarter, stream: trio.Socket
     info = _plain_info(stream, spec, gate)
     if info is not None:
         try:
-            nursery.start_soon(plain, stream, info, gate.on_leave, name=_PLAIN_TASK_NAME)
+            nursery.start_soon(plain, stream, info, gate.on_leave, name=_TASK_NAME)
             return
         except Exception:  # the starter failed before its coroutine existed: a bug, not the listener's end
             gate.stats.handler_errors += 1
