@@ -158,7 +158,7 @@ class MQTTGateway:
             task_status.started({})
             await trio.sleep_forever()
         ports = await nursery.start(partial(
-            serve_listeners, listeners, self.handle,
+            serve_listeners, listeners, self.handle, plain=self.handle_plain,
             max_connections=self.settings.limits.max_connections,
             max_connection_rate=self.settings.limits.max_connection_rate, stats=self.listener_stats))
         task_status.started(ports)
@@ -182,6 +182,12 @@ class MQTTGateway:
         that the connection's task holds no frame of its own here). Writer
         tasks, started only while output waits, run in the gateway's nursery."""
         return Connection(self, stream, info, self._nursery).run()
+
+    def handle_plain(self, stream: trio.SocketStream, info, leave):
+        """The listeners' ``plain`` starter (plain TCP): the connection's
+        coroutine is the listener's task itself (no listener frame under it);
+        ``Connection.run`` closes the stream, calls ``leave`` and logs its own failure."""
+        return Connection(self, stream, info, self._nursery, leave).run()
 
     def timers_supported(self) -> bool:
         """Whether the broker parks timer messages (``$delayed``). Whether it
@@ -386,7 +392,9 @@ class MQTTGateway:
         if sess.queue is not None:
             self.backend.watch_queue(sess.queue, False)
         self.stats.connected -= 1
-        with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT):
+        # Shielded (a server shutdown does not cut the save short), bounded by SAVE_TIMEOUT;
+        # nothing above waits: Connection._end relies on it.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + SAVE_TIMEOUT):
             await self._closed(conn, sess, shutdown)
             owners = self.cluster.owners if self.cluster is not None else None
             if owners is not None and sess.conn is None:  # the final record is written: free for any node

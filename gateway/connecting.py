@@ -203,4 +203,10 @@ async def _admit(conn: Connection, c: Connect, username: str | None, auth_data: 
     if present:
         await sess.redeliver(conn)
     conn.live = True
-    sess.notify()
+    if present or sess.queue is not None or sess.pending.items:
+        sess.notify()
+    else:
+        # A new session without a queue has nothing to pump: the CONNACK goes
+        # out with the read's one non-blocking write, not through the pump and
+        # a send_all (an enqueue notifies it as usual).
+        sess.due = False

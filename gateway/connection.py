@@ -96,10 +96,11 @@ class Connection(PublishOutput):
     __slots__ = ("gw", "stream", "info", "_held", "_held_rel", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
                  "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery",
-                 "_acting", "_behind", "_room", "_writer_done", "auth", "quota")
+                 "_acting", "_behind", "_room", "_writer_done", "auth", "quota", "_leave")
 
-    def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery) -> None:
-        """``nursery`` runs the writer task when one is needed."""
+    def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery, leave=None) -> None:
+        """``nursery`` runs the writer task when one is needed; ``leave``: the
+        listener's callback when ``run`` is the listener's task itself (plain TCP)."""
         self.gw = gw
         self.stream = stream
         self.info = info
@@ -135,6 +136,7 @@ class Connection(PublishOutput):
         self._writer_done: trio.Event | None = None  # made when the end of the connection waits for the writer
         self.auth = None  # connecting.PendingAuth while an enhanced authentication exchange is under way
         self.quota = PublishQuota(lim.max_publish_rate) if lim.max_publish_rate else None
+        self._leave = leave
 
     @property
     def done(self) -> trio.Event:
@@ -314,62 +316,77 @@ class Connection(PublishOutput):
         One cancel scope for the reading part (a scope per phase or per read
         is an allocation per idle connection): ``kick`` cancels it, and its
         deadline is the connect timeout until CONNECT, then the keepalive
-        (moved per read). Everything that cancels it sets ``closing`` first,
-        so a cancellation without ``closing`` is a deadline. The read loops
-        are inline, not in a method of their own: every coroutine frame on an
-        idle connection's stack costs about 250 bytes."""
+        (moved per read; with keepalive 0 none). Everything that cancels it
+        sets ``closing`` first, so a cancellation without ``closing`` is a
+        deadline. The read loops are inline, not in a method of their own:
+        every coroutine frame on an idle connection's stack costs about 250
+        bytes. Run as the listener's task itself (plain TCP, ``leave`` given),
+        it also does the listener's part: close the socket, call ``leave``,
+        log and count its own failure."""
         try:
-            keepalive_phase = False
-            scope = trio.CancelScope(deadline=trio.current_time() + self.gw.settings.limits.connect_timeout)
-            with scope:
-                self._reader_scope = scope
-                try:
-                    while self.session is None and not self.closing:
-                        await self._turn(await self._recv())
-                    keepalive_phase = True
-                    period = self.keepalive * 1.5 if self.keepalive else math.inf
-                    # A plain TCP connection waits for input here, not inside
-                    # receive_some: an idle one then holds no receive stack (about
-                    # 1.7 KB of frames). TLS and WebSocket streams may hold input
-                    # already read from the socket, so they wait in receive_some.
-                    # It waits in the gateway's one epoll (gateway/readiness.py), which
-                    # keeps about 0.8 KB less per waiting socket than trio's wait_readable.
-                    sock = self.stream.socket if type(self.stream) is trio.SocketStream else None
-                    readiness = self.gw.readiness
-                    while not self.closing:
-                        scope.deadline = trio.current_time() + period
-                        data = None
-                        if sock is not None:
-                            try:
-                                abort = readiness.arm(sock.fileno())
-                                if abort is None:
-                                    await trio.lowlevel.wait_readable(sock)
-                                else:
-                                    await trio.lowlevel.wait_task_rescheduled(abort)
-                                # The wait was this read's checkpoint: read now, without
-                                # receive_some's second one (a trio step per read).
-                                data = os.read(sock.fileno(), 65536)
-                            except BlockingIOError:
-                                pass  # woken with nothing to read: receive_some waits
-                            except _STREAM_ERRORS:  # OSError included: a closed or reset socket
-                                pass  # receive_some says what happened
-                        if data:
-                            self.gw.stats.bytes_in += len(data)
-                        else:
-                            data = await self._recv()
-                        scope.deadline = math.inf  # acting on a read is never cut by the keepalive
-                        await self._turn(data)
-                except RemoteProtocolError as e:
-                    self._protocol_error(e)
-                finally:
-                    self._reader_scope = None
-            if scope.cancelled_caught and not self.closing:
-                self.closing = True  # first: the DISCONNECT starts no writer, _drain writes it
-                self._timed_out(keepalive_phase)
-            self.closing = True
-            await self._drain()
+            try:
+                keepalive_phase = False
+                scope = trio.CancelScope(deadline=trio.current_time() + self.gw.settings.limits.connect_timeout)
+                with scope:
+                    self._reader_scope = scope
+                    try:
+                        # A plain TCP socket is read with one non-blocking read
+                        # (``_read_now``), not through trio's receive_some: a read
+                        # costs no trio step of its own.
+                        fd = self.stream.socket.fileno() if type(self.stream) is trio.SocketStream else -1
+                        while self.session is None and not self.closing:
+                            await self._turn(await (self._recv_plain(fd) if fd >= 0 else self._recv()))
+                        keepalive_phase = True
+                        period = self.keepalive * 1.5 if self.keepalive else math.inf
+                        # A plain TCP connection waits for input here, not inside
+                        # a read: an idle one then holds no receive stack (about
+                        # 1.7 KB of frames). TLS and WebSocket streams may hold input
+                        # already read from the socket, so they wait in receive_some.
+                        # It waits in the gateway's one epoll (gateway/readiness.py), on
+                        # one Waiter (no frame of trio's: ~1.5 KB less than wait_readable).
+                        readiness = self.gw.readiness
+                        scope.deadline = math.inf  # with no keepalive it stays so (a deadline set costs a heap update)
+                        while not self.closing:
+                            if period != math.inf:
+                                scope.deadline = trio.current_time() + period
+                            if fd >= 0:
+                                try:
+                                    waiter = readiness.arm(fd)
+                                    if waiter is None:
+                                        await trio.lowlevel.wait_readable(fd)
+                                    else:
+                                        await waiter
+                                except _STREAM_ERRORS:  # OSError included: a closed socket
+                                    pass  # the read says what happened
+                                data = self._read_now(fd)
+                                if data is None:  # woken with nothing to read (the watcher stopped): trio waits
+                                    data = await self._recv()
+                            else:
+                                data = await self._recv()
+                            if period != math.inf:
+                                scope.deadline = math.inf  # acting on a read is never cut by the keepalive
+                            await self._turn(data)
+                    except RemoteProtocolError as e:
+                        self._protocol_error(e)
+                    finally:
+                        self._reader_scope = None
+                if scope.cancelled_caught and not self.closing:
+                    self.closing = True  # first: the DISCONNECT starts no writer, _drain writes it
+                    self._timed_out(keepalive_phase)
+                self.closing = True
+                await self._drain()
+            finally:
+                await self._end()
+        except Exception:
+            if self._leave is None:
+                raise  # the listener's task logs and counts it
+            self.gw.listener_stats.handler_errors += 1
+            log.exception("%s connection %d from %s: handler failed", self.info.listener, self.info.connection_id,
+                          self.info.peer)
         finally:
-            await self._end()
+            if self._leave is not None:  # run as the listener's task (MQTTGateway.handle_plain): its part here
+                self.stream.socket.close()  # closed already, unless _end failed
+                self._leave()
 
     def _timed_out(self, keepalive_phase: bool) -> None:
         if not keepalive_phase:
@@ -383,26 +400,33 @@ class Connection(PublishOutput):
     async def _end(self) -> None:
         # Cancelled from outside (not by kick): the server is stopping.
         self.server_stopping = trio.current_effective_deadline() == -math.inf
-        with trio.CancelScope(shield=True):
-            try:
-                await self.gw.connection_closed(self)
-            finally:
-                self._finished = True
-                if self._done is not None:
-                    self._done.set()
+        try:
+            # Not cut short by a server shutdown: connection_closed shields its
+            # own waits (and waits on nothing outside them).
+            await self.gw.connection_closed(self)
+        finally:
+            self._finished = True
+            if self._done is not None:
+                self._done.set()
         try:
             if not self.server_stopping and not self.peer_closed:
                 await self._linger()  # not shielded: a server shutdown cuts it short
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
-                try:
-                    await self.stream.aclose()
-                except _STREAM_ERRORS:
-                    pass
+            stream = self.stream
+            if type(stream) is trio.SocketStream:
+                stream.socket.close()  # what its aclose does, minus a trio step: nothing to wait for
+            else:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + 1):
+                    try:
+                        await stream.aclose()
+                    except _STREAM_ERRORS:
+                        pass
 
     async def _drain(self) -> None:
         """What is left (a DISCONNECT, a refusing CONNACK, the last acks) is
         written, all of it within ``writeTimeout``."""
+        if self._writer_of != TASK and not (self.out and self._writer_of != READER):
+            return  # nothing left (most ends): no cancel scope to make
         with trio.move_on_after(self.gw.settings.session.write_timeout):
             try:
                 if self._writer_of == TASK:
@@ -431,6 +455,36 @@ class Connection(PublishOutput):
                     pass
             except (*_STREAM_ERRORS, trio.BusyResourceError):
                 pass
+
+    def _read_now(self, fd: int) -> bytes | None:
+        """One non-blocking read of a plain TCP socket (what receive_some does
+        without waiting, minus its trio step); None: nothing to read yet."""
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return None
+        except OSError:  # reset, closed: what receive_some would have met
+            data = b""
+        if not data:
+            self.peer_closed = True
+        self.gw.stats.bytes_in += len(data)
+        return data
+
+    async def _recv_plain(self, fd: int) -> bytes:
+        """The next read of a plain TCP socket: at once when it has input,
+        else after waiting for it in the gateway's epoll."""
+        data = self._read_now(fd)
+        while data is None:
+            try:
+                waiter = self.gw.readiness.arm(fd)
+                if waiter is None:
+                    await trio.lowlevel.wait_readable(fd)
+                else:
+                    await waiter
+            except _STREAM_ERRORS:
+                return await self._recv()
+            data = self._read_now(fd)
+        return data
 
     async def _recv(self) -> bytes:
         try:

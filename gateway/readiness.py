@@ -4,9 +4,10 @@ An idle MQTT connection spends its life waiting for its next packet. trio's
 ``wait_readable`` keeps, per waiting socket, four coroutine frames, an abort
 closure and an ``EpollWaiters`` (about 1.7 KB on CPython 3.11): 170 MB for
 100,000 idle devices. ``Readiness`` keeps an epoll of its own, and trio waits
-on that one descriptor: a waiting connection holds the
-``wait_task_rescheduled`` frames, its abort function and a dict entry
-(about 0.9 KB).
+on that one descriptor: a waiting connection holds one ``Waiter`` (about 60
+bytes), which is at once what its task awaits, the abort function trio keeps
+for it and the entry of the watcher's dict, and no frame of trio's
+(``wait_task_rescheduled`` would keep two frames and a closure, about 0.7 KB).
 
 Sockets are armed one-shot (``EPOLLIN | EPOLLONESHOT``), so a socket that
 becomes readable wakes its task once and stays quiet until it is armed again.
@@ -14,6 +15,12 @@ A socket closed while registered leaves the epoll by itself (the kernel drops
 it with its last reference), and a descriptor number used again is registered
 again. Where epoll is missing, or once the watcher has stopped, ``arm``
 answers None and the caller waits with trio's ``wait_readable``.
+
+A ``Waiter`` speaks trio's lowest-level protocol itself (it yields trio's
+``WaitTaskRescheduled`` message and unwraps the outcome trio sends back), as
+``trio.lowlevel.wait_task_rescheduled`` does; should a trio release not have
+that message class where it is looked for, it awaits
+``wait_task_rescheduled`` instead (same behaviour, the frames again).
 """
 
 from __future__ import annotations
@@ -22,9 +29,47 @@ import select
 
 import trio
 
-__all__ = ["Readiness"]
+try:  # the message trio's run loop reads when a task parks itself (see the module docstring)
+    from trio._core._traps import WaitTaskRescheduled as _PARK
+except ImportError:  # pragma: no cover - a trio that moved it: the public call instead
+    _PARK = None
+
+__all__ = ["Readiness", "Waiter"]
 
 _IN_ONESHOT = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLONESHOT", 0)
+_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
+
+
+class Waiter:
+    """One task parked until ``fd`` is readable (``await`` it once). It is
+    its own iterator for ``await`` and its own abort function: a cancelled
+    wait leaves the watcher's dict, and a later event for ``fd`` finds nobody."""
+
+    __slots__ = ("task", "fd", "_waiting")
+
+    def __init__(self, task: trio.lowlevel.Task, fd: int, waiting: dict) -> None:
+        self.task = task
+        self.fd = fd
+        self._waiting = waiting
+
+    def __await__(self):
+        if _PARK is None:  # pragma: no cover
+            return trio.lowlevel.wait_task_rescheduled(self).__await__()
+        return self
+
+    def __next__(self):
+        return _PARK(self)  # to trio's run loop: park this task, with self as its abort function
+
+    def send(self, outcome):
+        """trio resumes the task with the outcome of the wait."""
+        raise StopIteration(outcome.unwrap())
+
+    def __call__(self, _raise_cancel) -> trio.lowlevel.Abort:
+        """trio's abort function: the wait is cancelled."""
+        waiting = self._waiting
+        if waiting.get(self.fd) is self:  # still armed: a later event finds nobody waiting and is dropped
+            del waiting[self.fd]
+        return _SUCCEEDED
 
 
 class Readiness:
@@ -34,7 +79,7 @@ class Readiness:
 
     def __init__(self) -> None:
         self._epoll = None  # set while ``run`` watches it
-        self._waiting: dict[int, trio.lowlevel.Task] = {}
+        self._waiting: dict[int, Waiter] = {}
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Watch until cancelled. Whoever still waits then is woken: their
@@ -51,21 +96,21 @@ class Readiness:
             while True:
                 await trio.lowlevel.wait_readable(epoll.fileno())
                 for fd, _events in epoll.poll(0):
-                    task = waiting.pop(fd, None)
-                    if task is not None:
-                        reschedule(task)
+                    waiter = waiting.pop(fd, None)
+                    if waiter is not None:
+                        reschedule(waiter.task)
         finally:
             self._epoll = None
             epoll.close()
-            for task in waiting.values():
-                reschedule(task)
+            for waiter in waiting.values():
+                reschedule(waiter.task)
             waiting.clear()
 
-    def arm(self, fd: int):
-        """Register the current task as waiting for ``fd`` to be readable and
-        return the abort function for ``trio.lowlevel.wait_task_rescheduled``;
-        None when the watcher does not run (wait with trio's ``wait_readable``).
-        OSError when ``fd`` is no open socket."""
+    def arm(self, fd: int) -> Waiter | None:
+        """Register the current task as waiting for ``fd`` to be readable: the
+        ``Waiter`` to await (at once, once); None when the watcher does not
+        run (wait with trio's ``wait_readable``). OSError when ``fd`` is no
+        open socket."""
         epoll = self._epoll
         if epoll is None:
             return None
@@ -74,12 +119,5 @@ class Readiness:
         except FileNotFoundError:
             epoll.register(fd, _IN_ONESHOT)
         waiting = self._waiting
-        task = waiting[fd] = trio.lowlevel.current_task()
-
-        def abort(_raise_cancel):
-            # Still armed: a later event finds nobody waiting and is dropped.
-            if waiting.get(fd) is task:
-                del waiting[fd]
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return abort
+        waiter = waiting[fd] = Waiter(trio.lowlevel.current_task(), fd, waiting)
+        return waiter

@@ -4,6 +4,7 @@ does not depend on the machine or on what else it is doing.
     python -m loadtest.bench_instructions [--targets ours,mosquitto] [--count 2000]
                                           [--qos 0] [--publishers 4] [--settle]
                                           [--flush-sync] [--keep DIR]
+    python -m loadtest.bench_instructions --connections 1000 [--settle] ...
 
 Each target is run twice under ``valgrind --tool=callgrind``, from start to
 a SIGTERM: once with a fan-in of ``--count`` messages (``--publishers``
@@ -15,6 +16,12 @@ until the broker is idle; without it, lazy start-up work overlaps the load
 by a different amount in each run). (Timers that tick while the longer run lasts are not removed;
 they weigh little against the messages. callgrind_control cannot be used
 instead: an idle broker sits in epoll and never reads its commands.)
+
+``--connections N`` counts a connection instead of a message: the load is
+S5's storm (raw 3.1.1 clean-session clients, keepalive 0) of N, then 2N
+connections, each held until all are up, then closed. The figure is the
+cost of one connection's CONNECT, CONNACK and end (the storm's connects/s
+is wall-clock time on a shared machine; this is not).
 
 ``--flush-sync`` starts ours with ``--flush sync`` (S2's setting; the
 others have no such mode). ``--keep DIR`` keeps the callgrind outputs there
@@ -52,6 +59,19 @@ def _fan_in(port: int, total: int, publishers: int, qos: int) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+def _storm(port: int, connections: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest", "run", "storm", "--host", "127.0.0.1", "--port", str(port),
+         "--connections", str(connections), "--timeout", "900", "--no-progress"],
+        capture_output=True, text=True, timeout=1200)
+    if out.returncode != 0:
+        raise RuntimeError(f"load generator failed: {out.stderr.strip()[-500:]}")
+    rec = json.loads(out.stdout.splitlines()[-1])
+    if rec.get("connections") != connections:
+        raise RuntimeError(f"storm: {rec.get('connections')} of {connections} connected ({rec.get('error')})")
+    return rec
+
+
 def _total(dump: Path) -> int:
     text = dump.read_text(errors="replace")
     m = re.search(r"^(?:summary|totals):\s*(\d+)", text, re.M)
@@ -84,29 +104,33 @@ def wait_idle(pid: int, timeout: float = 600.0, window: float = 2.0) -> bool:
 
 
 def measure(target: str, count: int, publishers: int, qos: int, settle: bool = False,
-            flush_sync: bool = False, keep: Path | None = None) -> dict:
+            flush_sync: bool = False, keep: Path | None = None, connections: int = 0) -> dict:
+    """``count`` messages, or (``connections``) that many connections, then twice as many."""
     dumps = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     runs = []
     try:
-        for n in (count, 2 * count):
+        for n in ((connections, 2 * connections) if connections else (count, 2 * count)):
             out = dumps / f"cg.{n}"
             b = brokers.Broker(target, flush_sync=flush_sync and target == "ours", startup_timeout=600, stop_timeout=600,
                                wrap=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
             with b:
                 if settle and not wait_idle(b.pid):
                     raise RuntimeError(f"{target}: still busy 600 s after its start (--no-settle to measure anyway)")
-                rec = _fan_in(b.port, n, publishers, qos)
+                rec = _storm(b.port, n) if connections else _fan_in(b.port, n, publishers, qos)
             if not out.exists():
                 raise RuntimeError(f"{target}: callgrind wrote no counts (did the broker exit on SIGTERM?)")
-            runs.append({"messages": n, "delivered": rec["delivered"], "lost": rec["lost"],
-                         "instructions": _total(out)})
+            if connections:
+                runs.append({"connections": n, "instructions": _total(out)})
+            else:
+                runs.append({"messages": n, "delivered": rec["delivered"], "lost": rec["lost"],
+                             "instructions": _total(out)})
             if keep is not None:
                 keep.mkdir(parents=True, exist_ok=True)
                 shutil.copy(out, keep / f"{target}.{n}")
     finally:
         shutil.rmtree(dumps, ignore_errors=True)
-    per = (runs[1]["instructions"] - runs[0]["instructions"]) / count
-    return {"runs": runs, "instructions_per_message": round(per)}
+    per = (runs[1]["instructions"] - runs[0]["instructions"]) / (connections or count)
+    return {"runs": runs, ("instructions_per_connection" if connections else "instructions_per_message"): round(per)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,18 +144,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="start each run's load once the broker is idle (steadier: start-up does not overlap the load)")
     ap.add_argument("--flush-sync", action="store_true", help="ours with --flush sync (SYNC_FLUSH), as in S2")
     ap.add_argument("--keep", type=Path, default=None, help="keep the callgrind outputs in this folder")
+    ap.add_argument("--connections", type=int, default=0,
+                    help="count a connection instead of a message: storms of N, then 2N connections (as S5)")
     a = ap.parse_args(argv)
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     targets = [t for t in a.targets.split(",") if t]
-    result = {"qos": a.qos, "publishers": a.publishers, "count": a.count, "flush_sync": a.flush_sync, "targets": {}}
+    if a.connections:
+        result = {"connections": a.connections, "targets": {}}
+        key = "instructions_per_connection"
+    else:
+        result = {"qos": a.qos, "publishers": a.publishers, "count": a.count, "flush_sync": a.flush_sync, "targets": {}}
+        key = "instructions_per_message"
     for t in targets:
-        result["targets"][t] = measure(t, a.count, a.publishers, a.qos, a.settle, a.flush_sync, a.keep)
+        result["targets"][t] = measure(t, a.count, a.publishers, a.qos, a.settle, a.flush_sync, a.keep,
+                                       a.connections)
         print(json.dumps({t: result["targets"][t]}), file=sys.stderr)
-    first = result["targets"][targets[0]]["instructions_per_message"]
+    first = result["targets"][targets[0]][key]
     for t in targets[1:]:
-        other = result["targets"][t]["instructions_per_message"]
+        other = result["targets"][t][key]
         result[f"{targets[0]}_over_{t}"] = round(first / other, 2) if other else None
     print(json.dumps(result, indent=2))
     return 0

@@ -30,7 +30,8 @@ Rules kept here:
   wait in the kernel's listen backlog, unaccepted.
 - Whatever a connection does (handshake error, handler exception), the
   listener goes on serving; the stream is closed when the handler returns,
-  within 2 s (then forcefully). The handler need not close it.
+  within 2 s (then forcefully). The handler need not close it. (A ``plain``
+  starter, for plain TCP, closes its stream itself: ``serve_listeners``.)
 - WebSocket: path ``/mqtt`` (query string ignored; any other path: 404);
   the client must offer subprotocol ``mqtt`` or ``mqttv3.1`` (the first of
   ``spec.ws_subprotocols`` it offers is agreed; none: 400). No extensions.
@@ -58,13 +59,13 @@ handshakeTimeout    10.0        seconds for the TLS + WebSocket handshakes
 ==================  ==========  ===============================================
 """
 
-from gateway.listeners._serve import DEFAULT_MAX_CONNECTIONS, Handler, serve_listeners
+from gateway.listeners._serve import DEFAULT_MAX_CONNECTIONS, Handler, PlainStarter, serve_listeners
 from gateway.listeners._spec import (DEFAULT_PORTS, LISTENER_KEYS, CertIdentity, ConnectionInfo,
                                      ListenerSpec, ListenerStats, TlsConfig, listener_specs_from_dict)
 from gateway.listeners._websocket import WebSocketStream
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS", "DEFAULT_PORTS", "LISTENER_KEYS", "CertIdentity", "ConnectionInfo",
-    "Handler", "ListenerSpec", "ListenerStats", "TlsConfig", "WebSocketStream",
+    "Handler", "ListenerSpec", "ListenerStats", "PlainStarter", "TlsConfig", "WebSocketStream",
     "listener_specs_from_dict", "serve_listeners",
 ]

@@ -1,7 +1,7 @@
 """What an idle connection holds, and what a slow subscriber may cost (issue 13).
 
-* After CONNACK an idle connection is one task (the listener's, running the
-  reader) with no nursery of its own; a writer task exists only while
+* After CONNACK an idle connection is one task (the listener's, whose coroutine is
+  the reader itself) with no nursery of its own; a writer task exists only while
   output from elsewhere waits, and ends when it is written.
 * It keeps no copy of its CONNECT (password, will properties) and no read
   buffer.
@@ -67,7 +67,7 @@ async def test_an_idle_connection_is_its_reader_task_and_nothing_else(gateway_fa
         await wait_all_tasks_blocked()
         new = _tasks() - before
         assert len(new) == len(clients)  # one task per connection: no writer left, no other
-        assert {t.coro.cr_code.co_name for t in new} == {"_connection"}  # the listener's task
+        assert {t.coro.cr_code.co_name for t in new} == {"run"}  # Connection.run is the listener's task itself
         assert not any(t.child_nurseries for t in new)
         for c in clients:
             await c.close()

@@ -21,6 +21,7 @@ from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Pin
 from gateway.config import ConfigError
 from gateway.listeners import (CertIdentity, ListenerSpec, ListenerStats, TlsConfig,
                                listener_specs_from_dict, serve_listeners)
+from gateway.listeners._serve import ACCEPT_BATCH
 
 
 # --- certificates -------------------------------------------------------------
@@ -440,6 +441,71 @@ async def test_connection_limit_refuses_extra_sockets(caplog):
             for done in release.values():
                 done.set()
     assert "maxConnections (2) reached" in caplog.text
+
+
+async def test_a_burst_in_the_listen_backlog_is_taken_at_once_within_the_limit():
+    """Sockets already waiting in the listen backlog (connected while the
+    listener could not run: no trio step between the connects) are all
+    accepted in one go, ACCEPT_BATCH at a time; over maxConnections the rest
+    are closed and counted, as one by one."""
+    stats = ListenerStats()
+    served = []
+
+    async def handler(stream, info):
+        served.append(info.connection_id)
+        await stream.send_all(b"hi")
+        await trio.sleep_forever()
+
+    limit, n = ACCEPT_BATCH + 2, ACCEPT_BATCH + 6
+    async with serving([spec("tcp")], handler, max_connections=limit, stats=stats) as ports:
+        socks = [socket.create_connection(("127.0.0.1", ports["tcp"]), timeout=5) for _ in range(n)]
+        try:
+            with trio.fail_after(10):
+                while stats.accepted < n or len(served) < limit:
+                    await trio.sleep(0.01)
+            assert stats.refused == n - limit and stats.active == limit
+            assert len(set(served)) == limit
+            answers = [await trio.to_thread.run_sync(s.recv, 2) for s in socks]
+            assert answers.count(b"hi") == limit and answers.count(b"") == n - limit
+        finally:
+            for s in socks:
+                s.close()
+
+
+async def test_a_plain_starter_runs_as_the_connection_task_and_leaves_itself():
+    """``plain``: a plain TCP connection's task is the starter's coroutine
+    itself (it closes the stream and calls ``leave``); a starter that fails
+    is counted as a handler error and the listener goes on."""
+    stats = ListenerStats()
+    tasks = []
+
+    async def served(stream, info, leave):
+        try:
+            tasks.append(trio.lowlevel.current_task())
+            await stream.send_all(b"hi %d" % info.local_port)
+        finally:
+            stream.socket.close()
+            leave()
+
+    def plain(stream, info, leave):
+        if len(tasks) == 1 and stats.handler_errors == 0:
+            raise RuntimeError("starter bug")
+        return served(stream, info, leave)
+
+    async with serving([spec("tcp")], Echo(), plain=plain, stats=stats) as ports:
+        port = ports["tcp"]
+        hello = b"hi %d" % port
+        with trio.fail_after(10):
+            first = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await receive_exactly(first, len(hello)) == hello
+            broken = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await closed_by_server(broken)
+            last = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await receive_exactly(last, len(hello)) == hello
+            while stats.active:
+                await trio.sleep(0.01)
+    assert stats.accepted == 3 and stats.handler_errors == 1
+    assert [t.coro.cr_code.co_name for t in tasks] == ["served", "served"]
 
 
 async def test_connection_rate_leaves_the_rest_in_the_backlog(autojump_clock):
