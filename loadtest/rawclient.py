@@ -96,6 +96,13 @@ class RawPublisher:
             return True
         return self.sent >= self.count and not self.unacked and not self.out
 
+    def can_send(self) -> bool:
+        """Whether ``fill`` would add a packet now, the rate aside: not closed,
+        messages left, room in the buffer and, at QoS 1/2, in the window. A
+        publisher whose window is full waits for an ack, not for time."""
+        return (not self.closed and self.sent < self.count and len(self.out) <= MAX_BUFFERED
+                and (not self.qos or len(self.unacked) < self.inflight))
+
     def next_due(self, now_ns: int) -> float | None:
         """Seconds until this publisher may send again (None: not waiting on time)."""
         if not self.spec.rate or self.sent >= self.count:

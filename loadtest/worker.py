@@ -214,8 +214,7 @@ def _run(index: int, clients, cfg: RunConfig, control) -> bool:
             due = c.next_due(now)
             if due is not None:
                 timeout = min(timeout, due)
-            elif not c.done and raw and len(c.out) < rawclient.MAX_BUFFERED \
-                    and c.sent < c.count:
+            elif raw and c.can_send():  # more to send at once (a full window waits for acks in select)
                 timeout = 0.0
         if not raw:
             time.sleep(min(timeout, 0.002))
