@@ -8,7 +8,11 @@ imports the source instead when
 - ``MQGATE_PURE_PYTHON`` is set to anything but ``0`` or empty (the switch the
   suite's pure-mode run uses), or
 - the source is newer than the compiled copy (an edited checkout that was not
-  rebuilt; one warning per module says so: run ``make build``).
+  rebuilt; one warning per module says so: run ``make build``), or another
+  kernel's source is (one warning says so): compiled kernels ``cimport`` each
+  other's types, and one of them imported from its source would make the
+  others refuse to load ("size changed"), so the set runs compiled or not at
+  all.
 
 `status` tells which modules run compiled; ``mqgate --version`` prints it.
 """
@@ -29,11 +33,39 @@ def pure_python_forced() -> bool:
     return os.environ.get("MQGATE_PURE_PYTHON", "") not in ("", "0")
 
 
+_stale: list[str] | None = None  # the kernels' sources newer than their compiled copies (found once)
+_warned = False
+
+
+def _compiled_modules():
+    """(source, compiled copy) of every compiled module of our packages."""
+    for pkg in sorted(_ROOTS):
+        spec = importlib.util.find_spec(pkg)  # a top-level package: found, not imported
+        for top in (spec.submodule_search_locations or ()) if spec is not None else ():
+            for root, _dirs, files in os.walk(top):
+                for f in files:
+                    if f.endswith(_SUFFIXES):
+                        yield os.path.join(root, f.partition(".")[0] + ".py"), os.path.join(root, f)
+
+
+def _newer(source: str, compiled: str) -> bool:
+    return os.path.exists(source) and os.stat(source).st_mtime > os.stat(compiled).st_mtime
+
+
+def stale_kernels() -> list[str]:
+    """The sources newer than their compiled copies, found at the first call."""
+    global _stale
+    if _stale is None:
+        _stale = [source for source, compiled in _compiled_modules() if _newer(source, compiled)]
+    return _stale
+
+
 class _SourceFirst:
     """A meta path finder for our packages' compiled modules only."""
 
     @staticmethod
     def find_spec(name: str, path, target=None):
+        global _warned
         if path is None or name.partition(".")[0] not in _ROOTS:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -45,11 +77,17 @@ class _SourceFirst:
             stale = os.stat(source).st_mtime > os.stat(origin).st_mtime
         except OSError:  # an install without sources: the compiled copy is all there is
             return spec
-        if stale and not pure_python_forced():
+        if pure_python_forced():
+            pass
+        elif stale:
             warnings.warn(f"{source} is newer than its compiled copy: using the source (run `make build`)",
                           RuntimeWarning, stacklevel=2)
-        elif not stale and not pure_python_forced():
+        elif not stale_kernels():
             return spec
+        elif not _warned:
+            _warned = True
+            warnings.warn(f"{stale_kernels()[0]} is newer than its compiled copy: every kernel runs from its source"
+                          " (run `make build`)", RuntimeWarning, stacklevel=2)
         return importlib.util.spec_from_file_location(name, source)
 
 
@@ -59,21 +97,14 @@ def install() -> None:
 
 
 def status() -> str:
-    """'compiled (N modules)', with how many are stale, 'pure Python (MQGATE_PURE_PYTHON)'
-    or 'pure Python (not built)'."""
+    """'compiled (N modules)', 'pure Python (MQGATE_PURE_PYTHON)', 'pure Python
+    (not built)' or 'pure Python (K kernels older than their source ...)'."""
     if pure_python_forced():
         return "pure Python (MQGATE_PURE_PYTHON)"
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    built = stale = 0
-    for pkg in sorted(_ROOTS):
-        for root, _dirs, files in os.walk(os.path.join(here, pkg)):
-            for f in files:
-                if f.endswith(_SUFFIXES):
-                    source = os.path.join(root, f.partition(".")[0] + ".py")
-                    if os.path.exists(source) and os.stat(source).st_mtime > os.stat(os.path.join(root, f)).st_mtime:
-                        stale += 1
-                    else:
-                        built += 1
-    if not built and not stale:
+    built = sum(1 for _ in _compiled_modules())
+    if not built:
         return "pure Python (not built)"
-    return f"compiled ({built} modules" + (f"; {stale} older than their source, run as Python)" if stale else ")")
+    stale = [source for source, compiled in _compiled_modules() if _newer(source, compiled)]
+    if stale:
+        return f"pure Python ({len(stale)} of {built} kernels older than their source: run `make build`)"
+    return f"compiled ({built} modules)"

@@ -14,7 +14,6 @@ from libc.string cimport memcpy
 from gateway.mqtt.qos cimport OutboundFlows
 
 
-cdef bint _FLOWS_TYPED
 
 
 cdef class SessionState:

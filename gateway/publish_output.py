@@ -51,9 +51,6 @@ except ImportError:  # a pure-Python install: nothing here is compiled
 _CONNECTED = ConnectionState.CONNECTED
 _U16 = struct.Struct(">H").pack  # a packet id
 
-if cython.compiled:  # (Py_TPFLAGS_HEAPTYPE: a class statement's, i.e. qos.py run as source; see _start)
-    _FLOWS_TYPED = not OutboundFlows.__flags__ & (1 << 9)
-
 # Who writes what ``out`` holds (``Connection._writer_of``).
 NOBODY = 0  # a new output starts a writer task
 READER = 1  # the reader is acting on a read or writing after it
@@ -295,16 +292,13 @@ def forward_v4(heads: dict | None, head_of, topic: str, targets, pub, msg, stats
 
 def _start(flows, qos: int) -> int:
     """``flows.start(qos, None)`` if the client's window has room, else 0:
-    compiled, through ``OutboundFlows``' C fields and C ``start``, only if
-    that class is the compiled one (``_FLOWS_TYPED``; when qos.py is newer
-    than its compiled copy, core/_kernels.py imports the source, whose
-    instances do not have the layout of qos.pxd)."""
+    compiled, through ``OutboundFlows``' C fields and C ``start`` (the
+    kernels run compiled together or not at all: core/_kernels.py)."""
     if cython.compiled:
-        if _FLOWS_TYPED:
-            typed = cython.cast(OutboundFlows, flows)
-            if len(typed) >= typed.receive_maximum:
-                return 0
-            return typed.start(qos, None)
+        typed = cython.cast(OutboundFlows, flows, typecheck=True)
+        if len(typed) >= typed.receive_maximum:
+            return 0
+        return typed.start(qos, None)
     if len(flows) >= flows.receive_maximum:  # `flows.available()`, without a method call
         return 0
     return flows.start(qos, None)

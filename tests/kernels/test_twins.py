@@ -44,14 +44,14 @@ def test_the_hot_modules_are_the_compiled_copies():
 
 
 PROBE = """\
-import sys, warnings
+import importlib, sys, warnings
 sys.path.insert(0, {tmp!r})
 import core._kernels as k
 k._ROOTS.add("probe")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    import probe.mod
-print(probe.mod.__file__.rpartition(".")[2], len(caught), caught[0].message if caught else "")
+    mod = importlib.import_module("probe.{module}")
+print(mod.__file__.rpartition(".")[2], len(caught), caught[0].message if caught else "")
 """
 
 
@@ -60,25 +60,31 @@ def test_switch_and_stale_copies_pick_the_source(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "mod.py").write_text("def twice(x):\n    return 2 * x\n")
+    (pkg / "other.py").write_text("def thrice(x):\n    return 3 * x\n")
     build = textwrap.dedent("""\
         from setuptools import setup
         from Cython.Build import cythonize
-        setup(name="probe", ext_modules=cythonize(["probe/mod.py"], quiet=True), script_args=["-q", "build_ext", "--inplace"])
+        setup(name="probe", ext_modules=cythonize(["probe/mod.py", "probe/other.py"], quiet=True),
+              script_args=["-q", "build_ext", "--inplace"])
         """)
     subprocess.run([sys.executable, "-c", build], cwd=tmp_path, check=True, capture_output=True, timeout=300)
-    assert list(pkg.glob("mod.*.so"))
+    assert list(pkg.glob("mod.*.so")) and list(pkg.glob("other.*.so"))
 
-    def which(**env) -> str:
+    def which(module="mod", **env) -> str:
         full = {k: v for k, v in os.environ.items() if k != "MQGATE_PURE_PYTHON"} | env
-        return subprocess.run([sys.executable, "-c", PROBE.format(tmp=str(tmp_path))], cwd=ROOT, env=full,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run([sys.executable, "-c", PROBE.format(tmp=str(tmp_path), module=module)], cwd=ROOT,
+                              env=full, capture_output=True, text=True, check=True).stdout.strip()
 
     assert which() == "so 0"
+    assert which("other") == "so 0"
     assert which(MQGATE_PURE_PYTHON="1") == "py 0"
     assert which(MQGATE_PURE_PYTHON="0") == "so 0"
     later = time.time() + 10
     os.utime(pkg / "mod.py", (later, later))
     assert which() == f"py 1 {pkg / 'mod.py'} is newer than its compiled copy: using the source (run `make build`)"
+    # one stale kernel: the others run from their source too (compiled kernels cimport each other's types)
+    assert which("other") == (f"py 1 {pkg / 'mod.py'} is newer than its compiled copy: every kernel runs from its"
+                              " source (run `make build`)")
 
 
 def test_a_failed_compile_leaves_a_working_pure_python_build(tmp_path):
