@@ -334,8 +334,10 @@ class Connection(PublishOutput):
                         # (``_read_now``), not through trio's receive_some: a read
                         # costs no trio step of its own.
                         fd = self.stream.socket.fileno() if type(self.stream) is trio.SocketStream else -1
+                        at_once = True  # the task's start was the first read's checkpoint
                         while self.session is None and not self.closing:
-                            await self._turn(await (self._recv_plain(fd) if fd >= 0 else self._recv()))
+                            await self._turn(await (self._recv_plain(fd, at_once) if fd >= 0 else self._recv()))
+                            at_once = False
                         keepalive_phase = True
                         period = self.keepalive * 1.5 if self.keepalive else math.inf
                         # A plain TCP connection waits for input here, not inside
@@ -470,10 +472,12 @@ class Connection(PublishOutput):
         self.gw.stats.bytes_in += len(data)
         return data
 
-    async def _recv_plain(self, fd: int) -> bytes:
-        """The next read of a plain TCP socket: at once when it has input,
-        else after waiting for it in the gateway's epoll."""
-        data = self._read_now(fd)
+    async def _recv_plain(self, fd: int, at_once: bool) -> bytes:
+        """The next read of a plain TCP socket, after waiting for input in the
+        gateway's epoll; ``at_once``: first without waiting, when the caller
+        has just been through a checkpoint (else a client streaming a large
+        CONNECT would hold the event loop for all of its reads)."""
+        data = self._read_now(fd) if at_once else None
         while data is None:
             try:
                 waiter = self.gw.readiness.arm(fd)
