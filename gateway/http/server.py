@@ -53,11 +53,16 @@ _hypercorn_log.addFilter(_NoBanner())
 
 
 def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port``. It listens at once: with
+    SO_REUSEADDR two processes may both bind a port nobody listens on yet,
+    and the second would learn the port is taken only at hypercorn's
+    ``listen``, outside ``run_http``'s fallback for a taken default port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(socket.SOMAXCONN)
     except OSError:
         sock.close()
         raise

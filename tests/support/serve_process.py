@@ -39,7 +39,7 @@ class ServeProcess:
         """``data_dir_flag=False``: no ``--data-dir`` (the config file's ``dataDir``
         or the default is used; ``data_dir`` then only places the log)."""
         self.data_dir = Path(data_dir)
-        if role == "serve" and "--http-port" not in args:
+        if role in ("serve", "gateway") and "--http-port" not in args:
             args = (*args, "--http-port", "0")  # tests never take the default HTTP port (18083) by accident
         if role in ("serve", "broker") and "--grpc-port" not in args:
             args = (*args, "--grpc-port", "0")  # nor the default gRPC port (8081)

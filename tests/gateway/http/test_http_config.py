@@ -15,6 +15,7 @@ import trio
 
 from gateway.config import ConfigError, build_serve_config
 from gateway.http import HttpSettings, Users, passwd_admin_main, read_users_file, run_http
+from gateway.http.server import bind
 from gateway.http.users import UsersFileError
 from gateway.serve import check_http_config
 
@@ -90,6 +91,22 @@ async def test_the_default_port_taken_is_a_warning_and_a_configured_one_an_error
         assert "is in use" in caplog.text
         with pytest.raises(OSError, match=f"HTTP port {port} on 127.0.0.1"):
             await run_http(None, settings)
+
+
+async def test_two_servers_starting_at_once_on_the_default_port_one_serves_the_other_warns(tmp_path, caplog):
+    # Both bind before either listens (two gateway nodes started together): the
+    # second must learn the port is taken in run_http, not crash in hypercorn.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    first = bind("127.0.0.1", port)
+    try:
+        settings = HttpSettings(port=port, users_file=Path(tmp_path / "users"))
+        async with trio.open_nursery() as nursery:
+            assert await nursery.start(partial(run_http, None, settings, explicit_port=False)) is None
+        assert "is in use" in caplog.text
+    finally:
+        first.close()
 
 
 def _self_signed(d: Path) -> tuple[Path, Path]:
