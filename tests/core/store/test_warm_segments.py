@@ -149,9 +149,11 @@ def test_a_segment_made_ahead_and_left_by_a_crash_is_no_cut(tmp_path):
     s = MessageStore(small_config(root, warm_maped_file_enable=True))
     s.start()
     try:
+        # made ahead before the roll (else the roll makes it itself, and only the one after is made ahead)
+        wait_until(lambda: s.commitlog.ahead.made == 1, "the next segment was never made ahead")
         n = len(fill_segment(s)) + 1
         assert s.append(Message(topic="T", body=b"b" * 1000)).ok
-        wait_until(lambda: s.commitlog.ahead.made == 2, "the next segment was never made ahead")
+        wait_until(lambda: s.commitlog.ahead.made == 2, "the roll did not ask for the one after")
         s.flush()
         crashed = tmp_path / "crashed"  # the files as a crash leaves them (abort marker included)
         os.makedirs(crashed / "commitlog")
