@@ -208,6 +208,11 @@ class TimerMessageService:
         wheel at start, then up at each filing and down at each firing."""
         return max(0, self.wheel.checkpoint.counter) if self.wheel else 0
 
+    @property
+    def filed_through(self) -> int:
+        """The offset in the timer queue up to which its units are filed in the wheel."""
+        return self._queue_offset
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         self.wheel = await trio.to_thread.run_sync(lambda: TimerWheelStore(

@@ -22,7 +22,7 @@ import trio  # noqa: E402
 
 from core.broker import BrokerConfig, TopicConfig, open_broker  # noqa: E402
 from core.store import StoreConfig  # noqa: E402
-from core.store.message import Message  # noqa: E402
+from core.store.message import TIMER_TOPIC, Message  # noqa: E402
 from core.timers import TimerConfig, TimerMessageService  # noqa: E402
 
 TIMERS = TimerConfig(precision_ms=100, checkpoint_interval_s=0.2)
@@ -58,10 +58,10 @@ async def main(data_dir: str, out_dir: str, mode: str, count: int = 0) -> None:
                         sent.flush()
                         await trio.sleep(0.05)  # sends go on while the first timers fire
                 await trio.sleep_forever()  # firing, until killed
-            with trio.fail_after(60):
-                while service.pending or not service.wheel.checkpoint.last_read_time_ms:
+            end = broker.max_offset(TIMER_TOPIC, 0)  # every timer the killed run stored
+            with trio.fail_after(120):  # replayed from the checkpoint: filed to the queue's end, then all fired
+                while service.filed_through < end or service.pending or not service.wheel.checkpoint.last_read_time_ms:
                     await trio.sleep(0.1)
-                await trio.sleep(DELAY_MS[1] / 1000 + 1)  # anything replayed from the queue fires too
             got = []
             for q in range(4):
                 got += [m.properties["UNIQ_KEY"] for m in (await broker.read_queue("T", q, 0, 100_000)).messages()]
