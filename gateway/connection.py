@@ -24,7 +24,7 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   arrive while a write is under way wait behind it, within the limits
   ``gateway.publish_output`` keeps (``maxQueuedMessages``,
   ``queueOverflow``, ``maxOutboundBytes``: drops are counted).
-* Every complete packet of a read is decoded and acted on before the next
+* Every complete packet of a read is decoded and acted on (gateway/packets.py) before the next
   read. Consecutive PUBLISHes are stored with one ``send_many`` (one flush
   wait, SYNC_FLUSH); their acks go out in arrival order. Any other packet
   (except client acks and PINGREQ) first finishes the publishes before it,
@@ -62,20 +62,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from core.trace import DeliveryOutcome
-from gateway.connecting import accept_connect, on_auth
 from gateway.mapping import now_ms
 from gateway.meta import record
-from gateway.mqtt import (
-    NOT_FOUND, Auth, ClientAcks, Connect, ConnectionClosed, ConnectionState, Disconnect, InboundStage, MQTTConnection,
-    PingReq, PingResp, PubAck, PubComp, PubRec, PubRel, Publish, ReasonCode, RemoteProtocolError, Subscribe,
-    Unsubscribe,
-)
+from gateway.mqtt import ConnectionState, Disconnect, InboundStage, MQTTConnection, ReasonCode, RemoteProtocolError
 from gateway.publish_output import NO_OUTPUT, NOBODY, READER, TASK, PublishOutput
-from gateway.publishing import publish_batch
+from gateway.packets import handle
 from gateway.quota import PublishQuota
 from gateway.sessions import Delivery, encode_delivery
 from gateway.step_writes import QUEUED, write_out
-from gateway.subscribing import subscribe, unsubscribe
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
@@ -85,7 +79,6 @@ R = ReasonCode
 _CONNECTED = ConnectionState.CONNECTED
 _CLOSED = ConnectionState.CLOSED
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-_ACKS_AND_RELEASES = (ClientAcks, PubAck, PubRec, PubComp, PubRel)  # (ClientAcks: a run of plain acks as words)
 LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
 
 
@@ -534,7 +527,7 @@ class Connection(PublishOutput):
             events = mq.events()  # RemoteProtocolError goes up to run()
             if not events:
                 break
-            await self._handle(events)
+            await handle(self, events)
             if self.closing:
                 return False
         return bool(data)
@@ -547,124 +540,7 @@ class Connection(PublishOutput):
         self.closing = True  # first: run's _drain writes it, no writer task is started
         self.write(data)
 
-    # ---- acting on packets ----------------------------------------------------------------
-
-    async def _handle(self, events: list) -> None:
-        batch: list[Publish] = []
-        run = None  # client acks and PUBRELs not acted on yet, in arrival order (see _acks)
-        sess = self.session
-        for ev in events:
-            t = type(ev)
-            if t is Publish:
-                batch.append(ev)
-                continue
-            # A PUBREL after PUBLISHes of this read goes the way of other
-            # packets below: those are stored and acknowledged first (the
-            # inbound flows change in arrival order), then it starts a run.
-            if t in _ACKS_AND_RELEASES and not (t is PubRel and (batch or self.closing)):
-                if run is None:
-                    run = []
-                run.append(ev)
-                continue
-            if run:
-                self._acks(run)
-                run = None
-            if t is PingReq:
-                self.send_event(PingResp())
-                continue
-            if batch:
-                await publish_batch(self, batch)
-                batch = []
-            if self.closing:
-                return
-            if t is PubRel:
-                run = [ev]
-            elif t is Connect:
-                await accept_connect(self, ev)
-                sess = self.session
-                if sess is None:
-                    return
-            elif t is Subscribe:
-                await subscribe(self, ev)
-            elif t is Unsubscribe:
-                await unsubscribe(self, ev)
-            elif t is Disconnect:
-                self._disconnect(ev)
-                return
-            elif t is ConnectionClosed:
-                self.closing = True
-                return
-            elif t is Auth:
-                await on_auth(self, ev)
-                sess = self.session  # set by the end of a CONNECT's exchange
-                if sess is None or self.closing:
-                    return
-        if run:
-            self._acks(run)
-        if batch:
-            await publish_batch(self, batch)
-        if self._held or self._held_rel:
-            # One record write for the read: the inbound QoS 2 state before its
-            # PUBCOMPs, the session (flows past PUBREC) before its PUBRELs.
-            items = []
-            if self._held:
-                items.append(self.in2_record())
-            if self._held_rel:
-                items.append(record("sess", sess.client_id, sess.to_record(gone=None)))
-            await self.gw.write_records(items)
-            held, self._held = self._held, None
-            held_rel, self._held_rel = self._held_rel, None
-            if held:
-                self.send_acks(held, plain=True)
-            if held_rel:
-                self.send_acks(held_rel, plain=True)
-
-    def _acks(self, run: list) -> None:
-        """Act on a run of a read's client acks (PUBACK, PUBREC, PUBCOMP, and
-        ``ClientAcks``, runs of them as ack words: the session's outbound
-        flows) and PUBRELs (its inbound QoS 2 flows), in
-        arrival order, a stretch of one kind at a time, each in one call and
-        one write. Nothing in it waits: the read's PUBLISHes before it have
-        been acted on and those after it will be (see _handle). A PUBCOMP with
-        success of a persistent session waits for the read's ``"in2"`` record."""
-        sess = self.session
-        start, n = 0, len(run)
-        while start < n:
-            inbound = run[start].__class__ is PubRel
-            stop = start + 1
-            while stop < n and (run[stop].__class__ is PubRel) is inbound:
-                stop += 1
-            part = run if stop - start == n else run[start:stop]
-            start = stop
-            if not inbound:
-                sess.on_acks(part, self)
-                continue
-            comps: list = []
-            try:
-                sess.inbound.release(part, comps)
-            finally:
-                if comps and sess.persistent:
-                    # the packet ids forgotten durably before the PUBCOMPs go out
-                    held = [w for w in comps if not w & NOT_FOUND]
-                    if held:
-                        if self._held is None:
-                            self._held = held
-                        else:
-                            self._held += held
-                        comps = [w for w in comps if w & NOT_FOUND] if len(held) < len(comps) else None
-                if comps:
-                    self.send_acks(comps)
-
     def in2_record(self):
         sess = self.session
         pids = sess.inbound.packet_ids(InboundStage.QOS2_RECEIVED)
         return record("in2", sess.client_id, pids or None)
-
-    def _disconnect(self, ev: Disconnect) -> None:
-        self.peer_closed = True
-        if ev.reason_code != R.DISCONNECT_WITH_WILL_MESSAGE:
-            self.will = None
-        if ev.session_expiry_interval is not None and self.session is not None:
-            self.session.expiry = self.gw.settings.limits.effective_session_expiry(ev.session_expiry_interval)
-        self.closing = True
-
