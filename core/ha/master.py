@@ -124,7 +124,11 @@ class HAService:
             await trio.serve_listeners(self._serve_link, listeners, handler_nursery=nursery)
 
     async def _serve_link(self, stream: trio.SocketStream) -> None:
-        peer = stream.socket.getpeername()
+        try:
+            peer = stream.socket.getpeername()
+        except OSError:  # gone before it was served (ENOTCONN): not a reason to stop serving the others
+            await trio.aclose_forcefully(stream)
+            return
         link = SlaveLink(f"{peer[0]}:{peer[1]}")
         self.links.add(link)
         log.info("slave %s connected", link.addr)
