@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -12,23 +13,50 @@ import time
 from pathlib import Path
 
 
+def _port_block() -> range:
+    """The ports this test process hands out: a block below the kernel's
+    ephemeral range, one block per xdist worker, even ports only.
+
+    Below the ephemeral range, no ``bind(0)`` and no outgoing connection (a
+    server's own client to its name server, say) can take a port between the
+    moment it is handed out and the moment its server binds it; one block per
+    worker keeps two workers apart; even ports leave ``port + 1`` (a broker's
+    HA port) to the port handed out."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    base, workers = 10000, 8
+    size = (low - base) // workers
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
+    start = base + worker * size
+    return range(start + start % 2, start + size, 2)
+
+
+_BLOCK = _port_block()
+_next = random.randrange(len(_BLOCK))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port no server listens on, never the same twice in a row of the block
+    (two calls used to be able to give the same port: the first was free again
+    once its probe was closed)."""
+    global _next
+    for _ in range(len(_BLOCK)):
+        port = _BLOCK[_next % len(_BLOCK)]
+        _next += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {_BLOCK.start}-{_BLOCK.stop}")
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` free ports, all different (``free_port`` called twice may give
-    the same one: the first is free again once its probe is closed)."""
-    probes = [socket.socket() for _ in range(n)]
-    try:
-        for s in probes:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in probes]
-    finally:
-        for s in probes:
-            s.close()
+    """``n`` free ports, all different."""
+    return [free_port() for _ in range(n)]
 
 
 class ServeProcess:
