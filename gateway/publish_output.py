@@ -306,6 +306,8 @@ def _start(flows, qos: int) -> int:
 
 def with_packet_id(head: bytes, packet_id: int, payload: bytes) -> bytes:
     """A 3.1.1 PUBLISH: its head (``publish_v4_head``), ``packet_id`` (1..65535), the payload."""
+    if packet_id < 1 or packet_id > 0xFFFF:  # compiled, the two bytes below would keep its low 16 bits
+        raise ValueError(f"packet id {packet_id} is outside 1..65535")
     if cython.compiled:  # one bytes, written in place (a C call from forward_v4)
         n_head = len(head)
         n_payload = len(payload)

@@ -103,6 +103,8 @@ def acks() -> None:
     for pid in (1, 127, 128, 255, 256, 0x7FFF, 0x8000, 0x80FF, 0xFF7F, 0xFFFF):  # the fast path's PUBLISH bytes
         out("with_packet_id", pid, [with_packet_id(publish_v4_head("t/é", n, 1, False), pid, b"\xff" * n).hex()
                                     for n in (0, 1, 300)])
+    for pid in (0, -1, 0x10000, 0x1FFFF):  # outside 1..65535: refused, not truncated to 16 bits
+        out("with_packet_id", pid, outcome(lambda: with_packet_id(b"\x32\x03\x00\x01t", pid, b"")))
     for topic in ("a", "t/é", "x" * 300):
         for size in (0, 1, 122, 125, 16380, 2_100_000):
             for qos in (0, 1, 2, 3):
