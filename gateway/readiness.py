@@ -19,8 +19,9 @@ answers None and the caller waits with trio's ``wait_readable``.
 A ``Waiter`` speaks trio's lowest-level protocol itself (it yields trio's
 ``WaitTaskRescheduled`` message and unwraps the outcome trio sends back), as
 ``trio.lowlevel.wait_task_rescheduled`` does; should a trio release not have
-that message class where it is looked for, it awaits
-``wait_task_rescheduled`` instead (same behaviour, the frames again).
+that message class where it is looked for, or give it other fields than the
+one abort function, it awaits ``wait_task_rescheduled`` instead (same
+behaviour, the frames again; tests/gateway/test_readiness.py runs both).
 """
 
 from __future__ import annotations
@@ -30,8 +31,12 @@ import select
 import trio
 
 try:  # the message trio's run loop reads when a task parks itself (see the module docstring)
+    import attrs
     from trio._core._traps import WaitTaskRescheduled as _PARK
-except ImportError:  # pragma: no cover - a trio that moved it: the public call instead
+
+    if [f.name for f in attrs.fields(_PARK)] != ["abort_func"]:  # pragma: no cover - its shape changed
+        _PARK = None
+except (ImportError, TypeError, ValueError):  # pragma: no cover - a trio that moved it or made it no attrs class
     _PARK = None
 
 __all__ = ["Readiness", "Waiter"]

@@ -1,6 +1,7 @@
 """gateway.readiness: idle connections wait for input in one epoll of the gateway.
 
-Real socket pairs; the watcher runs in the test's nursery. Shown: a waiter
+Real socket pairs; the watcher runs in the test's nursery. Shown, with the
+waiter's own park message and with trio's public call: a waiter
 wakes when its socket has input (and only then), a cancelled wait leaves no
 entry and a later event for it is dropped, a descriptor number used again by a
 new socket is registered again, and stopping the watcher wakes whoever still
@@ -12,11 +13,23 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
 from gateway.mqtt import Publish
+from gateway import readiness as readiness_module
 from gateway.readiness import Readiness
+
+
+@pytest.fixture(params=["own message", "trio's wait_task_rescheduled"])
+def park(request, monkeypatch):
+    """Waiters park with their own message to trio's run loop, or through
+    trio's public call (what a trio release with another message gets)."""
+    if request.param != "own message":
+        monkeypatch.setattr(readiness_module, "_PARK", None)
+    assert request.param != "own message" or readiness_module._PARK is not None
+
 
 async def _wait(readiness: Readiness, fd: int, woken: list) -> None:
     waiter = readiness.arm(fd)
@@ -25,7 +38,7 @@ async def _wait(readiness: Readiness, fd: int, woken: list) -> None:
     woken.append(fd)
 
 
-async def test_a_waiter_wakes_when_its_socket_has_input_and_not_before():
+async def test_a_waiter_wakes_when_its_socket_has_input_and_not_before(park):
     readiness = Readiness()
     a, b = socket.socketpair()
     c, d = socket.socketpair()
@@ -53,7 +66,7 @@ async def test_a_waiter_wakes_when_its_socket_has_input_and_not_before():
         s.close()
 
 
-async def test_a_cancelled_wait_leaves_nothing_and_its_late_event_is_dropped():
+async def test_a_cancelled_wait_leaves_nothing_and_its_late_event_is_dropped(park):
     readiness = Readiness()
     a, b = socket.socketpair()
     async with trio.open_nursery() as nursery:
@@ -100,7 +113,7 @@ async def test_a_descriptor_number_used_again_is_registered_again():
     d.close()
 
 
-async def test_stopping_the_watcher_wakes_the_waiters_and_later_arms_say_none():
+async def test_stopping_the_watcher_wakes_the_waiters_and_later_arms_say_none(park):
     readiness = Readiness()
     a, b = socket.socketpair()
     woken: list = []
