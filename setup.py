@@ -19,6 +19,7 @@ from setuptools.command.build_ext import build_ext
 # the MQTT-to-broker mapping. Only synchronous code: trio's tasks stay Python.
 KERNELS = [
     "core/store/message.py",
+    "core/store/encoder.py",
     "core/store/message_format.py",
     "core/store/commitlog.py",
     "core/store/consume_queue.py",

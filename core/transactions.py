@@ -81,10 +81,11 @@ from core.broker import (
 )
 from core.broker.topics import TRANS_CHECK_MAX_TIME_TOPIC
 from core.remoting import RemotingCommand, RequestCode
+from core.store.encoder import encode_message
 from core.store.message import (
     PROPERTY_DELAY, PROPERTY_PGROUP, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS, PROPERTY_TRAN_MSG,
     PROPERTY_UNIQ_KEY, PROPERTY_WAIT, TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE, Message, StoredMessage, decode_message, encode_message, offset_msg_id,
+    TRANSACTION_ROLLBACK_TYPE, Message, StoredMessage, decode_message, offset_msg_id,
 )
 from core.timers import START_DELIVER_TIME, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, TIMER_OUT_MS, TIMER_TOPIC
 

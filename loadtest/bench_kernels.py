@@ -25,7 +25,8 @@ import time
 import core  # noqa: F401  (installs the kernel finder before the kernels are imported)
 from core._kernels import status
 from core.broker.uniq_key import UniqKeyGenerator
-from core.store.message import PROPERTY_CLUSTER, PROPERTY_UNIQ_KEY, EncodedMessage, pack_host
+from core.store.encoder import EncodedMessage
+from core.store.message import PROPERTY_CLUSTER, PROPERTY_UNIQ_KEY, pack_host
 from gateway.mapping import outbound_from_message, publish_to_message
 from gateway.mqtt import ConnAck, Connect, MQTTConnection, Publish, encode
 from gateway.mqtt.fanout import PublishTemplate

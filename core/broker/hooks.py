@@ -32,7 +32,8 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Iterable
 
-from core.store.message import EncodedMessage, Message
+from core.store.encoder import EncodedMessage
+from core.store.message import Message
 
 from .results import SendResult, SendStatus
 

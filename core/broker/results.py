@@ -11,7 +11,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from core.store.message import EncodedMessage, StoredMessage, decode_messages, offset_msg_id
+from core.store.encoder import EncodedMessage
+from core.store.message import StoredMessage, decode_messages, offset_msg_id
 
 
 class SendStatus(enum.Enum):

@@ -5,7 +5,8 @@
 cimport cython
 from cpython.object cimport PyTypeObject
 
-from core.store.message cimport EncodedMessage, PyType_GenericAlloc, _put_slot, _set_slot, _slot, _slot_offset
+from core.store.encoder cimport EncodedMessage
+from core.store.message cimport PyType_GenericAlloc, _put_slot, _set_slot, _slot, _slot_offset
 
 
 # Where each `SendResult` field sits in a SendResult (set at import from its slot

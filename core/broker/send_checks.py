@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import time
 
+from core.store.encoder import EncodedMessage
 from core.store.errors import PutStatus
 from core.store.message import (
-    MULTI_TAGS_FLAG, PROPERTY_CLUSTER, PROPERTY_TRAN_MSG, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, EncodedMessage, Message,
+    MULTI_TAGS_FLAG, PROPERTY_CLUSTER, PROPERTY_TRAN_MSG, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, Message,
 )
 
 from .config import PERM_WRITE, BrokerRole

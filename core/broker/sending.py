@@ -39,7 +39,8 @@ from typing import Iterable, Protocol
 
 import trio
 
-from core.store.message import PROPERTY_DELAY, PROPERTY_TRAN_MSG, TIMER_TRIGGERS, EncodedMessage, Message
+from core.store.encoder import EncodedMessage
+from core.store.message import PROPERTY_DELAY, PROPERTY_TRAN_MSG, TIMER_TRIGGERS, Message
 
 from .config import PERM_READ, PERM_WRITE
 from .hooks import PutHook, StoredHook

@@ -80,14 +80,12 @@ from .message import (
     PROPERTY_MQTT_TOPIC,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_OUT_MS,
-    EncodedMessage,
     Message,
     MessageFormatError,
     StoredMessage,
     decode_message,
     encode_properties,
     decode_messages,
-    encode_message,
     entry_properties,
     new_message,
     offset_msg_id,
@@ -96,6 +94,7 @@ from .message import (
     roomy_properties,
     tags_code,
 )
+from .encoder import EncodedMessage, encode_message
 from .java_hash import java_string_hash
 from .latency import LatencyHistogram
 from .names import dir_name

@@ -1,5 +1,5 @@
 # Big-endian integers at a C pointer, for the compiled kernels of core.store
-# (message.py, index.py call these only in their `cython.compiled` branches,
+# (encoder.py, index.py call these only in their `cython.compiled` branches,
 # index.py also without the GIL; their pure-Python paths use struct).
 
 cdef inline void put_int32(unsigned char* p, long long v) noexcept nogil:

@@ -13,7 +13,8 @@ from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from core.store._bigendian cimport put_int32, put_int64
 from core.store.commitlog cimport CommitLog
 from core.store.consume_queue cimport ConsumeQueue
-from core.store.message cimport EncodedMessage, PyType_GenericAlloc, _put_slot, _slot_offset
+from core.store.encoder cimport EncodedMessage
+from core.store.message cimport PyType_GenericAlloc, _put_slot, _slot_offset
 
 
 # Where each `PutResult` field sits in a PutResult (set at import from its slot

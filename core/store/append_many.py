@@ -42,7 +42,8 @@ import time
 
 from .consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from .errors import PutStatus
-from .message import TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, EncodedMessage
+from .encoder import EncodedMessage
+from .message import TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from .results import PutResult
 
 try:

@@ -40,7 +40,8 @@ from _thread import allocate_lock as _allocate_lock
 
 from .errors import StoreConfigError
 from .mapped_file import MappedFile, list_offset_files, write_zeros
-from .message import BLANK_MAGIC, MAGIC_V1, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, EncodedMessage
+from .encoder import EncodedMessage
+from .message import BLANK_MAGIC, MAGIC_V1, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG
 from .next_segment import NextSegment
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The commit-log entry's format: its constants, property names, the
 properties text, tags codes, the multi-dispatch properties, hosts and offset
-message ids (RocketMQ 4.x, magic V1). `core.store.message` encodes and decodes whole entries with
-these; its docstring has the layout.
+message ids (RocketMQ 4.x, magic V1). `core.store.encoder` encodes and `core.store.message`
+decodes whole entries with these; the latter's docstring has the layout.
 
 Invariants kept here:
 - Properties text is ``k\\x01v`` items joined by ``\\x02`` with no trailing

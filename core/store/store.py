@@ -49,11 +49,11 @@ from .config import FlushDiskType, StoreConfig
 from .consume_queue import UNIT_SIZE, ConsumeQueue
 from .errors import PutStatus, StoreClosedError, StoreLockedError
 from .index import IndexService
+from .encoder import EncodedMessage
 from .message import (
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    EncodedMessage,
     Message,
 )
 from .names import dir_name

@@ -23,7 +23,8 @@ from core.broker.config import BrokerConfig  # noqa: E402
 from core.broker.send_checks import SendChecks  # noqa: E402
 from core.broker.topics import TopicConfig, TopicFilterType  # noqa: E402
 from core.broker.uniq_key import UniqKeyGenerator  # noqa: E402
-from core.store.message import EncodedMessage, Message, decode_message, decode_segment, new_message  # noqa: E402
+from core.store.encoder import EncodedMessage  # noqa: E402
+from core.store.message import Message, decode_message, decode_segment, new_message  # noqa: E402
 from gateway.mqtt import (NEED_DATA, PUBACK_WORD, PUBCOMP_WORD, PUBREC_WORD, ClientAcks, MQTTConnection,  # noqa: E402
                           OutboundFlows, ProtocolError, PubAck, PubComp, PubRec, decode_all, encode, plain_acks,
                           publish_v4_head)

@@ -36,8 +36,8 @@ def test_compiled_and_pure_kernels_give_identical_results_on_fixtures_and_fuzz_c
 
 
 def test_the_hot_modules_are_the_compiled_copies():
-    code = ("import core.store.message as m, gateway.mqtt._decode as d, gateway.wildcard._trie as t\n"
-            "print(m.__file__, d.__file__, t.__file__)")
+    code = ("import core.store.message as m, core.store.encoder as e, gateway.mqtt._decode as d, gateway.wildcard._trie as t\n"
+            "print(m.__file__, e.__file__, d.__file__, t.__file__)")
     files = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                            check=True, env={k: v for k, v in os.environ.items() if k != "MQGATE_PURE_PYTHON"}).stdout.split()
     assert all(f.endswith(".so") for f in files), files

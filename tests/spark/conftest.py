@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from core.store.message import Message, encode_blank, encode_message
+from core.store.encoder import encode_blank, encode_message
+from core.store.message import Message
 
 
 @pytest.fixture(scope="session")

@@ -8,13 +8,13 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import _parse_datatype_string
 
+from core.store.encoder import encode_message
 from core.store.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     Message,
     decode_message,
-    encode_message,
     pack_host,
 )
 from spark.commitlog_source import SCHEMA

@@ -6,7 +6,8 @@ import random
 import numpy as np
 import pytest
 
-from core.store.message import Message, encode_message
+from core.store.encoder import encode_message
+from core.store.message import Message
 from spark import plan
 
 

@@ -3,7 +3,8 @@
 import pytest
 
 from core.store import MessageStore
-from core.store.message import Message, encode_message
+from core.store.encoder import encode_message
+from core.store.message import Message
 
 
 def _msg(i):

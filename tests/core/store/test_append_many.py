@@ -12,7 +12,8 @@ import pytest
 
 from core.store import MessageStore
 from core.store.errors import PutStatus
-from core.store.message import TRANSACTION_PREPARED_TYPE, EncodedMessage, Message, decode_message
+from core.store.encoder import EncodedMessage
+from core.store.message import TRANSACTION_PREPARED_TYPE, Message, decode_message
 from core.store.store import DELETE_QUEUE_TOPIC
 
 from .conftest import small_config

@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.store.batch import decode_batch, encode_batch
+from core.store.encoder import encode_message
 from core.store.message import (
     BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, Message, MessageFormatError, decode_message, decode_messages, decode_segment,
-    encode_message, message_from_entry, pack_host,
+    message_from_entry, pack_host,
 )
 
 _TEXT = st.text(st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)), max_size=12)

@@ -15,7 +15,8 @@ import hashlib
 
 import pytest
 
-from core.store.message import EncodedMessage, Message, pack_host
+from core.store.encoder import EncodedMessage
+from core.store.message import Message, pack_host
 
 V4 = pack_host("10.0.0.7", 40001)
 V6 = pack_host("::1", 10911)
@@ -134,17 +135,19 @@ def test_a_message_missing_a_field_fails_as_getattr_does():
 
 
 def test_without_cython_installed_the_source_runs_as_it_is():
-    """A pure-Python install has no ``cython`` module: message.py and index.py
+    """A pure-Python install has no ``cython`` module: encoder.py, message.py and index.py
     import `core.store._cython_shadow` instead and encode the same bytes."""
     import os
     import subprocess
     import sys
 
     code = ("import sys; sys.modules['cython'] = None\n"
-            "from core.store.message import EncodedMessage, Message\n"
+            "from core.store.encoder import EncodedMessage\n"
+            "from core.store.message import Message\n"
             "import core.store.index as index, core.store.message as m, core.store.append_many as am\n"
-            "assert m.__file__.endswith('.py') and index.__file__.endswith('.py') and am.__file__.endswith('.py')\n"
-            "assert m.cython.__name__ == am.cython.__name__ == 'core.store._cython_shadow'\n"
+            "import core.store.encoder as e\n"
+            "assert all(x.__file__.endswith('.py') for x in (m, e, index, am))\n"
+            "assert m.cython.__name__ == e.cython.__name__ == am.cython.__name__ == 'core.store._cython_shadow'\n"
             "print(bytes(EncodedMessage(Message('T', b'x', 1, properties={'K': 'v'})).stamp(1, 2, 3)).hex())")
     env = dict(os.environ, MQGATE_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

@@ -187,7 +187,8 @@ def test_append_many_reserves_the_reference_records_of_long_dispatch_lists(tmp_p
     next segment cannot be made: the batch answers SERVICE_NOT_AVAILABLE and
     nothing is written (the records were left out of the reservation once, and
     the OSError escaped half-way through the batch)."""
-    from core.store.message import PROPERTY_INNER_MULTI_DISPATCH, EncodedMessage
+    from core.store.encoder import EncodedMessage
+    from core.store.message import PROPERTY_INNER_MULTI_DISPATCH
 
     s = MessageStore(small_config(tmp_path))
     s.start()

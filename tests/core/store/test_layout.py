@@ -127,7 +127,8 @@ def test_message_from_entry_gives_back_what_was_stored():
     for field, on IPv4 and IPv6 entries, and refuses what is not an entry."""
     import pytest
 
-    from core.store.message import MessageFormatError, decode_message, encode_message, message_from_entry
+    from core.store.encoder import encode_message
+    from core.store.message import MessageFormatError, decode_message, message_from_entry
 
     v4 = Message("TopicX", b"hello" * 20, 3, 7, {"A": "1", "UNIQ_KEY": "x", "EMPTY": ""}, 4, 12345,
                  pack_host("10.1.2.3", 99), pack_host("10.9.9.9", 10911), 2, 77)
