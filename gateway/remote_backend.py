@@ -188,7 +188,9 @@ class RemoteBackend:
 
     # ---- sends -------------------------------------------------------------------------
 
-    async def send_many(self, items: Iterable[tuple[Message, int | None]]) -> list[SendResult]:
+    async def send_many(self, items: Iterable[tuple[Message, int | None]], *,
+                        checkpointed: bool = False) -> list[SendResult]:
+        # every send is a request to a broker node: its awaits are the checkpoints
         return [await self.send(msg, qid) for msg, qid in items]
 
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
