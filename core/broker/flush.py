@@ -169,12 +169,15 @@ class CommitLogFlusher:
 
         def back(result) -> None:  # in the trio thread, from the run loop's callbacks
             limiter.release_on_behalf_of(task)
-            flushed = getattr(result, "value", None)  # an outcome: Value(offset), or Error when fn raised
-            if flushed is not None:
-                if flushed > self.flushed_offset:
-                    self.flush_count += 1
-                    self.latency.observe(time.perf_counter() - started)
-                self._covered(flushed)
+            try:
+                flushed = getattr(result, "value", None)  # an outcome: Value(offset), or Error when fn raised
+                if flushed is not None:
+                    if flushed > self.flushed_offset:
+                        self.flush_count += 1
+                        self.latency.observe(time.perf_counter() - started)
+                    self._covered(flushed)
+            except BaseException as e:  # raised in a run-loop callback it would end the whole run: the task's
+                failed.append(e)
             trio.lowlevel.reschedule(task, result)
 
         def deliver(result) -> None:  # in the worker thread, when fn returned or raised
@@ -183,8 +186,12 @@ class CommitLogFlusher:
             except trio.RunFinishedError:  # pragma: no cover - the run cannot end while this task waits
                 pass
 
+        failed: list[BaseException] = []
         trio.lowlevel.start_thread_soon(fn, deliver, name="commit log flush")
-        return await trio.lowlevel.wait_task_rescheduled(_not_abandoned)
+        flushed = await trio.lowlevel.wait_task_rescheduled(_not_abandoned)
+        if failed:
+            raise failed[0]
+        return flushed
 
     def _covered(self, flushed: int) -> None:
         if flushed > self.flushed_offset:
