@@ -163,11 +163,8 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
         items.append(record("in2", sess.client_id, pids))
     # Once a message is stored, the retained index must follow it even if this
     # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
-    # The checkpoint above was this read's: a send that waits for no flush takes
-    # no second trio step (``checkpointed``; under the shield it could not be
-    # cancelled anyway).
     with trio.CancelScope(shield=True):
-        results = await gw.backend.send_many(items, checkpointed=True) if items else []
+        results = await gw.backend.send_many(items) if items else []
         await _after_store(conn, plan, items, results)
     if error is not None:
         raise error

@@ -188,9 +188,7 @@ class RemoteBackend:
 
     # ---- sends -------------------------------------------------------------------------
 
-    async def send_many(self, items: Iterable[tuple[Message, int | None]], *,
-                        checkpointed: bool = False) -> list[SendResult]:
-        # every send is a request to a broker node: its awaits are the checkpoints
+    async def send_many(self, items: Iterable[tuple[Message, int | None]]) -> list[SendResult]:
         return [await self.send(msg, qid) for msg, qid in items]
 
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:

@@ -88,8 +88,7 @@ class SendPath(SendChecks):
             await trio.lowlevel.checkpoint()
         return results[0]
 
-    async def send_many(self, items: Iterable[tuple[Message, int | None]], *, internal: bool = False,
-                        checkpointed: bool = False) -> list[SendResult]:
+    async def send_many(self, items: Iterable[tuple[Message, int | None]], *, internal: bool = False) -> list[SendResult]:
         """Store independent messages (any topics) with one append and one flush wait.
 
         The hot path of the gateway and the timer service: every message is
@@ -98,11 +97,6 @@ class SendPath(SendChecks):
         (`_prepare_many`), then all of it goes to the store together
         (`MessageStore.append_many`): no await from the first put hook to
         the last stored hook.
-
-        ``checkpointed``: the caller went through a checkpoint just before
-        and calls this under a shield (the gateway's publish batch), so a
-        send that waits for no flush returns without a trio step of its own
-        (it would be a second scheduler step per read, and no cancel point).
         """
         if items.__class__ is not list:
             items = list(items)
@@ -124,7 +118,7 @@ class SendPath(SendChecks):
         end, waiting = self._store_prepared(prepared, results) if prepared else (0, None)
         if waiting:
             await self._await_durable(end, waiting)
-        elif not checkpointed:
+        else:
             await trio.lowlevel.checkpoint()
         return results
 
