@@ -136,7 +136,7 @@ class CommitLogFlusher:
         mark = trio.current_time()
         self._started.append(mark)
         try:
-            flushed = await self._in_thread(fn, started)
+            flushed = await trio.to_thread.run_sync(fn)
         except BaseException:
             log.exception("commit log flush failed")
             raise
@@ -144,54 +144,10 @@ class CommitLogFlusher:
             self._started.remove(mark)
         if fn is self._flush:
             self._fully_flushed = max(self._fully_flushed, flushed)
-
-    async def _in_thread(self, fn: Callable[[], int], started: float) -> int:
-        """``fn()`` in one of trio's cached worker threads, under trio's default
-        thread limiter as ``trio.to_thread.run_sync`` would (a broker whose
-        threads are all taken cannot flush: tests/core/processors/
-        test_page_cache_busy.py stalls the disk that way); not cancellable
-        (a flush is never abandoned: a cancel waits for it to return).
-
-        The waiters it covers are woken by the run loop's callback that
-        delivers its result (``_covered`` there), so they run in the next
-        scheduler tick, this task's, not in the one after it; and a free
-        thread is taken without the limiter's own tick. With
-        ``trio.to_thread.run_sync`` a group commit cost its waiters five
-        ticks from the kick to their wake-up, now three
-        (tests/core/broker/test_flusher.py)."""
-        task = trio.lowlevel.current_task()
-        token = trio.lowlevel.current_trio_token()
-        limiter = trio.to_thread.current_default_thread_limiter()
-        try:
-            limiter.acquire_on_behalf_of_nowait(task)
-        except trio.WouldBlock:
-            await limiter.acquire_on_behalf_of(task)  # every thread taken: wait, as to_thread does
-
-        def back(result) -> None:  # in the trio thread, from the run loop's callbacks
-            limiter.release_on_behalf_of(task)
-            try:
-                flushed = getattr(result, "value", None)  # an outcome: Value(offset), or Error when fn raised
-                if flushed is not None:
-                    if flushed > self.flushed_offset:
-                        self.flush_count += 1
-                        self.latency.observe(time.perf_counter() - started)
-                    self._covered(flushed)
-            except BaseException as e:  # raised in a run-loop callback it would end the whole run: the task's
-                failed.append(e)
-            trio.lowlevel.reschedule(task, result)
-
-        def deliver(result) -> None:  # in the worker thread, when fn returned or raised
-            try:
-                token.run_sync_soon(back, result)
-            except trio.RunFinishedError:  # pragma: no cover - the run cannot end while this task waits
-                pass
-
-        failed: list[BaseException] = []
-        trio.lowlevel.start_thread_soon(fn, deliver, name="commit log flush")
-        flushed = await trio.lowlevel.wait_task_rescheduled(_not_abandoned)
-        if failed:
-            raise failed[0]
-        return flushed
+        if flushed > self.flushed_offset:
+            self.flush_count += 1
+            self.latency.observe(time.perf_counter() - started)
+        self._covered(flushed)
 
     def _covered(self, flushed: int) -> None:
         if flushed > self.flushed_offset:
@@ -204,9 +160,3 @@ class CommitLogFlusher:
         if len(waiters) > 4096:
             self._waiters = [w for w in waiters if not w[2].is_set()]
             heapq.heapify(self._waiters)
-
-
-def _not_abandoned(_raise_cancel) -> trio.lowlevel.Abort:
-    """A running flush is waited for even when its task is cancelled: the
-    cancel is delivered at the task's next checkpoint, after it returned."""
-    return trio.lowlevel.Abort.FAILED
