@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import trio
 
 from core.broker.flush import CommitLogFlusher
@@ -70,5 +71,32 @@ async def test_waiters_of_one_flush_are_woken_together(tmp_path):
                     waiters.start_soon(waiter, end)
             assert sorted(woken) == ends and flusher.flush_count == 1
             nursery.cancel_scope.cancel()
+    finally:
+        store.shutdown()
+
+
+async def test_a_failed_flush_fails_its_task_and_wakes_nobody(tmp_path):
+    """The flush's exception comes back to the flusher's task (the broker's
+    nursery fails loudly) and no waiter hears "durable"."""
+    store = MessageStore(small_store_config(tmp_path / "store"))
+    store.start()
+
+    def broken() -> int:
+        raise OSError(5, "Input/output error")
+
+    flusher = CommitLogFlusher(broken, lambda: store.max_phy_offset, interval_s=None,
+                               flushed=store.flushed_offset)
+    end = store.append(Message("T", b"never durable")).end_offset
+    woken = []
+    try:
+        with pytest.RaisesGroup(pytest.RaisesExc(OSError, match="Input/output"), flatten_subgroups=True):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(flusher.run)
+
+                async def waiter() -> None:
+                    woken.append(await flusher.wait_flushed(end, trio.current_time() + 10))
+
+                nursery.start_soon(waiter)
+        assert woken == [] and flusher.flushed_offset < end
     finally:
         store.shutdown()
