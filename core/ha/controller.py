@@ -29,6 +29,12 @@ Rules kept:
   master has stopped acknowledging before another exists.
 - A slave follows whoever the leader key names; when it names a broker that
   is not its current master, the slave's parts restart to follow it.
+- A slave the leader key names gives the lead up (deletes the key), unless
+  its promotion is under way (``HANode.becoming_master``): the slave's parts
+  stop before the role is taken, and that can outlast a round of the watch
+  (a loaded disk's fsyncs). Giving up a lead just won made the new master
+  fence itself ("the leader key is gone") right after it opened its MQTT
+  listener, and again at every election while stops stayed slow.
 """
 
 from __future__ import annotations
@@ -180,7 +186,8 @@ class Controller:
             if leader is not None:
                 gone_since = None
                 if leader["id"] == self.me:
-                    if not node.is_master:
+                    # elected, the slave's parts still stopping: the lead is ours, keep it
+                    if not node.is_master and not node.becoming_master:
                         log.warning("etcd names this broker leader but it is a slave: giving the lead up")
                         await self._resign()
                     continue

@@ -18,6 +18,11 @@ Rules kept:
 - NOTIFY_BROKER_ROLE_CHANGED (1008) is obeyed only for a newer epoch (a
   stale order from a deposed controller changes nothing); it is answered
   before the parts stop.
+- ``role`` changes only when a change is applied, after the old parts have
+  stopped (their store shut down: fsyncs, seconds on a loaded disk); until
+  then ``becoming_master`` tells that a master role is on its way, so the
+  etcd controller does not take a slave that was just elected for one that
+  must give the lead up.
 """
 
 from __future__ import annotations
@@ -71,7 +76,8 @@ class HANode:
         self.rc: RemotingClient | None = None
         self.controller = None  # core.ha.controller.Controller when etcd is configured
         self.metadata = None  # core.ha.metadata.SlaveMetadataSync on a slave
-        self._change: RoleChange | None = None
+        self._change: RoleChange | None = None  # requested, not yet taken by the process loop
+        self._applying: RoleChange | None = None  # taken (the parts stopping), not yet applied
         self._changed = trio.Event()
         self.changes = 0
         self.own_addr = ""  # the remoting address this broker registers
@@ -81,6 +87,11 @@ class HANode:
     @property
     def is_master(self) -> bool:
         return self.role is not BrokerRole.SLAVE
+
+    @property
+    def becoming_master(self) -> bool:
+        """A change to a master role is requested or under way, not yet applied."""
+        return any(c is not None and c.role is not BrokerRole.SLAVE for c in (self._change, self._applying))
 
     def run_config(self) -> BrokerConfig:
         """The config of the next run: role, and the id to register with."""
@@ -96,10 +107,12 @@ class HANode:
         await self._changed.wait()
         self._changed = trio.Event()
         change, self._change = self._change, None
+        self._applying = change
         return change
 
     def apply(self, change: RoleChange) -> None:
         """Take ``change`` for the next run (called between runs)."""
+        self._applying = None
         self.changes += 1
         if change.role is not BrokerRole.SLAVE:
             self.role = change.role
