@@ -28,7 +28,8 @@ Rules kept:
   slave.  No new master can be elected before the key expires, so a cut-off
   master has stopped acknowledging before another exists.
 - A slave follows whoever the leader key names; when it names a broker that
-  is not its current master, the slave's parts restart to follow it.
+  is not its current master, the slave's parts restart to follow it (once:
+  not again while that change is under way, ``HANode.next_change``).
 - A slave the leader key names gives the lead up (deletes the key), unless
   its promotion is under way (``HANode.becoming_master``): the slave's parts
   stop before the role is taken, and that can outlast a round of the watch
@@ -238,6 +239,8 @@ class Controller:
             return
         change = RoleChange(BrokerRole.SLAVE, int(leader.get("epoch", 0)), leader["addr"], leader["haAddr"],
                             slave_id, f"etcd names {leader['addr']} (id {leader['id']}) master")
+        if not initial and node.next_change == change:
+            return  # asked for already, the parts still stopping: a second ask would restart them again
         if initial:
             node.apply(change)
         else:

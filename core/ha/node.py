@@ -20,9 +20,9 @@ Rules kept:
   before the parts stop.
 - ``role`` changes only when a change is applied, after the old parts have
   stopped (their store shut down: fsyncs, seconds on a loaded disk); until
-  then ``becoming_master`` tells that a master role is on its way, so the
-  etcd controller does not take a slave that was just elected for one that
-  must give the lead up.
+  then ``next_change`` and ``becoming_master`` tell what is on its way, so
+  the etcd controller neither takes a slave that was just elected for one
+  that must give the lead up, nor asks again for a change already coming.
 """
 
 from __future__ import annotations
@@ -89,9 +89,15 @@ class HANode:
         return self.role is not BrokerRole.SLAVE
 
     @property
+    def next_change(self) -> RoleChange | None:
+        """The newest change requested or under way (the parts stopping), not yet applied."""
+        return self._change if self._change is not None else self._applying
+
+    @property
     def becoming_master(self) -> bool:
-        """A change to a master role is requested or under way, not yet applied."""
-        return any(c is not None and c.role is not BrokerRole.SLAVE for c in (self._change, self._applying))
+        """The next change (``next_change``) gives this broker a master role."""
+        change = self.next_change
+        return change is not None and change.role is not BrokerRole.SLAVE
 
     def run_config(self) -> BrokerConfig:
         """The config of the next run: role, and the id to register with."""
