@@ -19,7 +19,7 @@ Rules kept:
   stale order from a deposed controller changes nothing); it is answered
   before the parts stop.
 - ``role`` changes only when a change is applied, after the old parts have
-  stopped (their store shut down: fsyncs, seconds on a loaded disk); until
+  stopped (their store shut down: fsyncs, slow on a loaded disk); until
   then ``next_change`` and ``becoming_master`` tell what is on its way, so
   the etcd controller neither takes a slave that was just elected for one
   that must give the lead up, nor asks again for a change already coming.

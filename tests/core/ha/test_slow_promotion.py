@@ -2,7 +2,8 @@
 
 The process loop (``gateway.broker_node``) answers a role change, stops the
 slave's parts (the store's shutdown fsyncs the log, the queues and the
-index: seconds on a loaded disk), and only then takes the master role. The
+index: on a loaded disk, longer than the watch's half second), and only
+then takes the master role. The
 controller's watch goes on meanwhile, every half second. It used to read
 "etcd names this broker leader but it is a slave" and give the lead up; the
 node then came up as master with no leader key, fenced itself ("the leader
@@ -70,7 +71,7 @@ async def test_a_slave_asks_once_to_follow_a_new_master_while_its_parts_stop_slo
     node = HANode(config, store_config.store_path_root_dir)
     controller = node.controller = Controller(node, config)
     masters = [{"id": 0, "addr": f"127.0.0.1:{p}", "haAddr": f"127.0.0.1:{p + 1}", "epoch": e}
-               for e, p in ((1, 1), (2, 3))]  # nobody listens there: the slave's link only retries
+               for e, p in ((1, 1), (2, 3))]  # addresses only: no replication link is opened here
     async with EtcdClient([etcd.endpoint]) as client, open_broker(config, store_config) as broker, \
             trio.open_nursery() as nursery:
         await client.put(controller.k_leader, json.dumps(masters[0]))  # no lease: it stays
