@@ -52,11 +52,15 @@ def _newer(source: str, compiled: str) -> bool:
     return os.path.exists(source) and os.stat(source).st_mtime > os.stat(compiled).st_mtime
 
 
+def _find_stale() -> list[str]:
+    return [source for source, compiled in _compiled_modules() if _newer(source, compiled)]
+
+
 def stale_kernels() -> list[str]:
     """The sources newer than their compiled copies, found at the first call."""
     global _stale
     if _stale is None:
-        _stale = [source for source, compiled in _compiled_modules() if _newer(source, compiled)]
+        _stale = _find_stale()
     return _stale
 
 
@@ -104,7 +108,7 @@ def status() -> str:
     built = sum(1 for _ in _compiled_modules())
     if not built:
         return "pure Python (not built)"
-    stale = [source for source, compiled in _compiled_modules() if _newer(source, compiled)]
+    stale = _find_stale()  # now, not as found at import: a `make build` since may have mended them
     if stale:
         return f"pure Python ({len(stale)} of {built} kernels older than their source: run `make build`)"
     return f"compiled ({built} modules)"

@@ -14,8 +14,6 @@ from libc.string cimport memcpy
 from gateway.mqtt.qos cimport OutboundFlows
 
 
-
-
 cdef class SessionState:
     cdef public object conn, pending, flows, refs, mem
 
