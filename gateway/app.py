@@ -58,7 +58,7 @@ from gateway.cluster import ClusterSync
 from gateway.auth import is_loopback
 from gateway.listeners import ListenerSpec, ListenerStats, listener_specs_from_dict, serve_listeners
 from gateway.mapping import Outbound, now_ms, session_queue_name
-from gateway.meta import META_TOPIC, record
+from gateway.meta import META_TOPIC, RecordsRefused, record
 from gateway.meta_log import MetaLog
 from gateway.nodes import live_key
 from gateway.mqtt import InboundFlows, Publish, ReasonCode
@@ -211,18 +211,20 @@ class MQTTGateway:
             return False
         return True
 
-    async def save_session(self, sess: Session, gone: int | None = None) -> None:
-        await self.write_records([record("sess", sess.client_id, sess.to_record(gone=gone))])
+    async def save_session(self, sess: Session, gone: int | None = None) -> bool:
+        return await self.write_records([record("sess", sess.client_id, sess.to_record(gone=gone))])
 
-    async def save_subscriptions(self, sess: Session) -> None:
+    async def save_subscriptions(self, sess: Session) -> bool:
         """After (un)subscribe: a persistent session's record; on a node of a
-        cluster, a non-persistent one's ``"live"`` record (the other nodes route to it)."""
+        cluster, a non-persistent one's ``"live"`` record (the other nodes route
+        to it). False when the broker refused it (logged)."""
         if sess.persistent:
-            await self.save_session(sess)
-        elif self.cluster is not None:
+            return await self.save_session(sess)
+        if self.cluster is not None:
             subs = {text: opts.to_list() for text, (_, opts) in sess.subs.items()}
-            await self.write_records([record("live", live_key(self.node_id, sess.client_id),
-                                             {"subs": subs, "v": sess.version} if subs else None)])
+            return await self.write_records([record("live", live_key(self.node_id, sess.client_id),
+                                                    {"subs": subs, "v": sess.version} if subs else None)])
+        return True
 
     async def _adopt(self, stub: Session, clean_start: bool) -> Session | None:
         """A client id whose session another node had (a stub here): the stub
@@ -329,20 +331,25 @@ class MQTTGateway:
     # ---- sessions -------------------------------------------------------------------------
 
     async def open_session(self, conn: Connection, cid: str, *, clean_start: bool, expiry: int,
-                           version: int) -> tuple[Session, bool]:
-        """The session of a CONNECT; on a node with etcd, only once the client id
-        is owned here (``gateway.owners.OwnerUnavailable`` when it cannot be)."""
+                           version: int) -> tuple[Session, bool, bool]:
+        """(session, present, stored) of a CONNECT; on a node with etcd, only
+        once the client id is owned here (``gateway.owners.OwnerUnavailable``
+        when it cannot be). ``RecordsRefused``, before anything changes, while
+        the broker takes no writes; ``stored`` False when the broker refused the
+        session's records all the same (a full disk, a race with a fencing)."""
         if self.cluster is None:
             return await self._open_session(conn, cid, clean_start=clean_start, expiry=expiry, version=version)
         async with self.cluster.claim(cid, clean_start):
             return await self._open_session(conn, cid, clean_start=clean_start, expiry=expiry, version=version)
 
     async def _open_session(self, conn: Connection, cid: str, *, clean_start: bool, expiry: int,
-                            version: int) -> tuple[Session, bool]:
+                            version: int) -> tuple[Session, bool, bool]:
         router = self.router
         if self.cluster is not None:
             await self.cluster.catch_up()
             await self.cluster.wait_release(cid)
+        if not self.backend.writable():
+            raise RecordsRefused("the broker takes no writes now")
         old = router.sessions.get(cid)
         if old is not None and old.conn is not None:
             other = old.conn
@@ -380,8 +387,7 @@ class MQTTGateway:
         if sess.persistent:
             items.append(record("sess", cid, sess.to_record(gone=None)))
         items.append(self.wills.record_item(cid, conn.will))
-        await self.write_records(items)
-        return sess, present
+        return sess, present, await self.write_records(items)
 
     async def connection_closed(self, conn: Connection) -> None:
         sess = conn.session

@@ -16,7 +16,11 @@ On a gateway node, a CONNECT the node cannot decide is refused with Server
 unavailable (0x88; 3.1.1: return code 3) and one log line, and the client
 tries again: its client id owned elsewhere in etcd (``OwnerUnavailable``), or
 the cluster's meta records not readable to their end (``MetaUnavailable``:
-a session that just left another node would be resumed stale here)."""
+a session that just left another node would be resumed stale here). So is
+every CONNECT while the broker takes no writes (``RecordsRefused``: it lost
+its master lease, or its write permission is off). When the broker refuses
+the session's records all the same (a full disk), the CONNACK is followed by
+a close (5.0: DISCONNECT 0x89, Server busy)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from gateway.cluster import MetaUnavailable
+from gateway.meta import RecordsRefused
 from gateway.owners import OwnerUnavailable
 from gateway.mqtt import Auth, ConnAck, Connect, Disconnect, ReasonCode, RemoteProtocolError
 from gateway.scram import ScramExchange, ScramFailed
@@ -178,8 +183,9 @@ async def _admit(conn: Connection, c: Connect, username: str | None, auth_data: 
     conn.keepalive = keepalive
     conn.will = c.will
     try:
-        sess, present = await gw.open_session(conn, cid, clean_start=c.clean_start, expiry=expiry, version=v)
-    except (OwnerUnavailable, MetaUnavailable) as e:  # never two owners, nor a stale session: the client tries again
+        sess, present, stored = await gw.open_session(conn, cid, clean_start=c.clean_start, expiry=expiry, version=v)
+    except (OwnerUnavailable, MetaUnavailable, RecordsRefused) as e:
+        # never two owners, a stale session, nor one its broker cannot keep: the client tries again
         return _refuse(conn, R.SERVER_UNAVAILABLE, f"client {cid}: {e}", tell="server unavailable: try again")
     ack = dict(session_present=present)
     if v == 5:
@@ -200,6 +206,16 @@ async def _admit(conn: Connection, c: Connect, username: str | None, auth_data: 
     conn.send_event(ConnAck(**ack))
     gw.stats.connected += 1
     gw.stats.connects += 1
+    if not stored:
+        # The session is open, but the broker refused its records (logged): the
+        # connection closes as a disconnect does, leaving no will, and the client
+        # reconnects to be told what was kept.
+        log.warning("client %s: closed (0x89, server busy): its session records were not stored", cid)
+        conn.will = None
+        if v == 5:
+            conn.send_event(Disconnect(reason_code=R.SERVER_BUSY))
+        conn.closing = True  # the reader's end writes what is queued, CONNACK first
+        return
     if present:
         await sess.redeliver(conn)
     conn.live = True

@@ -40,6 +40,12 @@ SNAP = "snap"  # compaction's marker kind (gateway.meta_log)
 _KINDS_AND_SNAP = (*KINDS, SNAP)
 
 
+class RecordsRefused(Exception):
+    """The broker takes no writes now (it lost its master lease, is a slave, or
+    has its write permission off), so a change whose record it would refuse is
+    not made: the client is told, and tries again."""
+
+
 def record(kind: str, key: str, value) -> tuple[Message, int]:
     """A (message, queue id) pair for ``broker.send_many``."""
     assert kind in KINDS

@@ -1,6 +1,14 @@
 """SUBSCRIBE and UNSUBSCRIBE of a connection: filters checked against the
 ACL, the session and the router's trie updated, retained messages queued
-after the SUBACK."""
+after the SUBACK.
+
+A change the session's record must keep (a persistent session; on a gateway
+node, any session) is granted only once the broker has stored that record.
+When it refuses (it lost its master lease, a full disk), the packet's changes
+are undone and the client is told: SUBACK 0x80 for each filter, 5.0 UNSUBACK
+0x80; a 3.1.1 UNSUBACK has no way to say it, so that connection is closed
+without one. A failover thus never finds a subscription the client was
+granted missing from the session it resumes."""
 
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ async def subscribe(conn: Connection, ev: Subscribe) -> None:
     sess = conn.session
     codes = []
     retained = []
+    before: dict[str, tuple | None] = {}  # each filter's subscription before this packet
     for s in ev.subscriptions:
         text = s.topic_filter
         try:
@@ -40,6 +49,8 @@ async def subscribe(conn: Connection, ev: Subscribe) -> None:
             continue
         opts = SubOptions(s.qos, s.no_local, s.retain_as_published, s.retain_handling,
                           ev.subscription_identifier)
+        if text not in before:
+            before[text] = sess.subs.get(text)
         new = sess.subscribe(text, opts)
         gw.router.trie.subscribe(sess.client_id, text, opts)
         codes.append(s.qos)
@@ -48,7 +59,10 @@ async def subscribe(conn: Connection, ev: Subscribe) -> None:
     deliveries = []
     for flt, opts in retained:
         deliveries += await gw.retained_for(flt, opts)
-    await gw.save_subscriptions(sess)
+    if before and not await gw.save_subscriptions(sess):
+        _undo(conn, before, "SUBSCRIBE")
+        codes = [c if c >= 0x80 else R.UNSPECIFIED_ERROR for c in codes]
+        deliveries = []
     conn.send_event(SubAck(packet_id=ev.packet_id, reason_codes=codes))
     if deliveries:
         sess.pending.extend(deliveries)
@@ -59,6 +73,7 @@ async def unsubscribe(conn: Connection, ev: Unsubscribe) -> None:
     gw = conn.gw
     sess = conn.session
     codes = []
+    before: dict[str, tuple | None] = {}
     for text in ev.topic_filters:
         try:
             parse_filter(text)
@@ -66,8 +81,29 @@ async def unsubscribe(conn: Connection, ev: Unsubscribe) -> None:
             log.info("client %s: bad filter %r in UNSUBSCRIBE: %s", conn.client_id, text, e)
             codes.append(R.TOPIC_FILTER_INVALID)
             continue
+        if text not in before:
+            before[text] = sess.subs.get(text)
         existed = sess.unsubscribe(text)
         gw.router.trie.unsubscribe(sess.client_id, text)
         codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)
-    await gw.save_subscriptions(sess)
+    if any(before.values()) and not await gw.save_subscriptions(sess):
+        _undo(conn, before, "UNSUBSCRIBE")
+        if conn.version != 5:
+            conn.closing = True  # the reader ends, and the connection with it
+            return
+        codes = [c if c >= 0x80 else R.UNSPECIFIED_ERROR for c in codes]
     conn.send_event(UnsubAck(packet_id=ev.packet_id, reason_codes=codes if conn.version == 5 else ()))
+
+
+def _undo(conn: Connection, before: dict[str, tuple | None], what: str) -> None:
+    """Put back the subscriptions of ``before`` (filter: (parsed, options), or
+    None for none) in the session and the trie: the broker refused their record."""
+    sess, trie = conn.session, conn.gw.router.trie
+    for text, was in before.items():
+        if was is None:
+            sess.unsubscribe(text)
+            trie.unsubscribe(sess.client_id, text)
+        else:
+            sess.subscribe(text, was[1])
+            trie.subscribe(sess.client_id, text, was[1])
+    log.warning("client %s: %s not applied: the broker did not store the session's record", conn.client_id, what)
