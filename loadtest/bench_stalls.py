@@ -3,6 +3,7 @@ depend on how loaded the machine is.
 
     python -m loadtest.bench_stalls [--qos 0] [--count 5000] [--rate 1000]
                                     [--slow-ms 0.5] [--stall-ms 0.2] [--keep DIR]
+                                    [--config FILE]
 
 Starts ``mqgate serve`` (this tree, a fresh data directory, free ports) in a
 process of its own that records, from the moment it is ready
@@ -262,7 +263,8 @@ def summarize(rec: dict, sent: list[int], arrived: list[int], slow_ms: float) ->
     }
 
 
-def run(qos: int, count: int, warmup: int, rate: float, slow_ms: float, stall_ms: float, keep: Path | None) -> dict:
+def run(qos: int, count: int, warmup: int, rate: float, slow_ms: float, stall_ms: float, keep: Path | None,
+        config: Path | None = None) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-stalls-", dir=keep))
     port = brokers.free_port()
     record = tmp / "server.json"
@@ -270,6 +272,8 @@ def run(qos: int, count: int, warmup: int, rate: float, slow_ms: float, stall_ms
            "serve", "--data-dir", str(tmp / "data"), "--mqtt-port", str(port), "--ws-port", "0",
            "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", str(brokers.free_port()),
            "--http-port", str(brokers.free_port())]
+    if config is not None:
+        cmd += ["--config", str(config.resolve())]
     with open(tmp / "server.log", "w") as log:
         server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -311,11 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow-ms", type=float, default=0.5)
     p.add_argument("--stall-ms", type=float, default=0.2)
     p.add_argument("--keep", type=Path, default=None, help="keep the server's data, log and record under DIR")
+    p.add_argument("--config", type=Path, default=None, help="a TOML file for the server (mqgate serve --config)")
     p.add_argument("--serve", metavar="OUT", default=None, help=argparse.SUPPRESS)
     args, rest = p.parse_known_args(argv)
     if args.serve is not None:
         return _serve(args.serve, rest[1:] if rest[:1] == ["--"] else rest, args.stall_ms / 1e3)
-    print(json.dumps(run(args.qos, args.count, args.warmup, args.rate, args.slow_ms, args.stall_ms, args.keep)))
+    print(json.dumps(run(args.qos, args.count, args.warmup, args.rate, args.slow_ms, args.stall_ms, args.keep, args.config)))
     return 0
 
 
