@@ -72,6 +72,7 @@ class BrokerConfig:
     broker_permission: int = _key("brokerPermission", "4 read | 2 write; a broker without write refuses sends", PERM_READ | PERM_WRITE)
     flush_disk_type: FlushDiskType = _key("flushDiskType", "ASYNC_FLUSH (periodic) or SYNC_FLUSH (ack after fsync)", FlushDiskType.ASYNC_FLUSH)
     flush_interval_commit_log: int = _key("flushIntervalCommitLog", "ms between periodic flushes in ASYNC_FLUSH", 500)
+    flush_interval_consume_queue: int = _key("flushIntervalConsumeQueue", "ms between flushes of the consume queues, index and checkpoint (rebuilt from the commit log after a crash)", 1000)
     sync_flush_timeout: int = _key("syncFlushTimeout", "ms a SYNC_FLUSH send waits for fsync before FLUSH_DISK_TIMEOUT", 5000)
     broker_fast_failure_enable: bool = _key("brokerFastFailureEnable", "answer sends that waited too long in the broker, or came while the disk is busy, SYSTEM_BUSY (flow control)", True)
     wait_time_mills_in_send_queue: int = _key("waitTimeMillsInSendQueue", "ms a send may wait in the broker before it is answered SYSTEM_BUSY [TIMEOUT_CLEAN_QUEUE]", 200)
@@ -118,7 +119,7 @@ class BrokerConfig:
     etcd_key_prefix: str = _key("etcdKeyPrefix", "prefix of every key this broker group keeps in etcd", "/mqgate")
 
     def __post_init__(self) -> None:
-        positive = ("flush_interval_commit_log", "sync_flush_timeout", "default_topic_queue_nums", "short_polling_time_mills",
+        positive = ("flush_interval_commit_log", "flush_interval_consume_queue", "sync_flush_timeout", "default_topic_queue_nums", "short_polling_time_mills",
                     "wait_time_mills_in_send_queue", "os_page_cache_busy_time_out_mills",
                     "max_message_size", "clean_resource_interval", "flush_consumer_offset_interval", "default_query_max_num",
                     "register_name_server_period", "transaction_timeout", "transaction_check_interval",

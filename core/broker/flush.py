@@ -10,13 +10,20 @@ returns, wakes every waiter whose offset is covered, so N concurrent
 senders share one fsync instead of N (group commit). While a flush runs,
 new waiters queue up for the next one.
 
-Two kinds of flush (RocketMQ's GroupCommitService and FlushRealTimeService):
+Two kinds of flush (RocketMQ's GroupCommitService and FlushRealTimeService,
+and its FlushConsumeQueueService):
 - for waiters, ``flush_log`` when given: the commit log alone, one
   fdatasync. An ack needs nothing else: consume queues, index and
-  checkpoint are rebuilt from the log by recovery.
+  checkpoint are rebuilt from the log by recovery. With ``log_interval_s``
+  (ASYNC_FLUSH: there are no waiters), ``flush_log`` every that many
+  seconds when something was written since the last one.
 - every ``interval`` seconds, when something was written since the last
   one, the full ``flush`` (log, consume queues, index, checkpoint); without
-  ``flush_log`` waiters get the full flush too.
+  ``flush_log`` waiters get the full flush too. Its index sync alone writes
+  a page of the slot table per message (the keys hash all over it), so it
+  runs less often than the log's (flushIntervalConsumeQueue, 1 s, against
+  flushIntervalCommitLog, 0.5 s, as in RocketMQ): a crash replays at most
+  that much more of the log.
 
 With ``flush_log`` the two run in tasks of their own: the periodic full
 flush (several fsyncs and the index build, tens of ms on a busy disk) never
@@ -25,8 +32,8 @@ lets them overlap (its commit log is a thread-safe group commit of its own,
 and the rest of a full flush is serialised by the store).
 
 Rules kept here:
-- At most one waiters' flush and one periodic full flush run at a time, and
-  only this task's two loops call them.
+- At most one waiters' flush and one periodic flush (the full one, or in
+  ASYNC_FLUSH the log's) run at a time, and only this task's loops call them.
 - A waiter is woken exactly when ``flushed_offset >= its offset``; a waiter
   past its deadline gets False (FLUSH_DISK_TIMEOUT), never a hang. Every
   waiter queued when a flush returns is woken by it (if covered) in one
@@ -56,14 +63,16 @@ log = logging.getLogger(__name__)
 
 class CommitLogFlusher:
     def __init__(self, flush: Callable[[], int], written: Callable[[], int], *, interval_s: float | None, flushed: int = 0,
-                 flush_log: Callable[[], int] | None = None):
+                 flush_log: Callable[[], int] | None = None, log_interval_s: float | None = None):
         """``flush`` is the blocking full flush returning the flushed offset;
         ``written`` returns the current end of the log (cheap, trio thread);
-        ``flush_log`` (optional) the blocking commit-log-only flush for waiters."""
+        ``flush_log`` (optional) the blocking commit-log-only flush for
+        waiters, and every ``log_interval_s`` when given."""
         self._flush = flush
         self._flush_log = flush_log
         self._written = written
         self._interval_s = interval_s
+        self._log_interval_s = log_interval_s
         self.flushed_offset = flushed
         self._fully_flushed = flushed  # offset covered by the last full flush
         self.flush_count = 0
@@ -99,7 +108,7 @@ class CommitLogFlusher:
             await self._serve_waiters(self._flush_log or self._flush, self._interval_s)
             return
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._periodic, self._interval_s)
+            nursery.start_soon(self._periodic, self._interval_s, self._log_interval_s)
             task_status.started()
             await self._serve_waiters(self._flush_log, None)
 
@@ -124,11 +133,21 @@ class CommitLogFlusher:
             if self._waiters and self.flushed_offset > before:
                 self._kick.set()  # waiters that arrived during that flush need another
 
-    async def _periodic(self, interval: float) -> None:
-        """The full flush every ``interval`` s when something was written since the last."""
+    async def _periodic(self, interval: float, log_interval: float | None) -> None:
+        """The full flush every ``interval`` s when something was written since
+        the last; with ``log_interval``, one period in ``interval /
+        log_interval`` is the full flush's and the others the log's flush (one
+        flush a period: each is a worker thread's round trip, which the event
+        loop feels)."""
+        every = 1 if log_interval is None else max(1, round(interval / log_interval))
+        tick = 0
         while True:
-            await trio.sleep(interval)  # a period, not a wait for an event
-            if self._written() > self._fully_flushed:
+            await trio.sleep(interval if log_interval is None else log_interval)  # a period, not a wait for an event
+            tick += 1
+            if tick % every:
+                if self._written() > self.flushed_offset:
+                    await self._run_flush(self._flush_log)
+            elif self._written() > self._fully_flushed:
                 await self._run_flush(self._flush)
 
     async def _run_flush(self, fn: Callable[[], int]) -> None:

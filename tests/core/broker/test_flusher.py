@@ -100,3 +100,45 @@ async def test_a_failed_flush_fails_its_task_and_wakes_nobody(tmp_path):
         assert woken == [] and flusher.flushed_offset < end
     finally:
         store.shutdown()
+
+
+
+async def test_async_flush_syncs_the_log_on_its_own_period_and_the_rest_on_theirs(tmp_path):
+    """ASYNC_FLUSH (no waiters): a flush every ``log_interval_s``, the full one
+    (queues, index, checkpoint: a page of the index's slot table per message)
+    once every ``interval_s``, the log's alone the other times
+    (flushIntervalCommitLog 0.5 s and flushIntervalConsumeQueue 1 s by
+    default, as in RocketMQ); nothing when nothing was written."""
+    store = MessageStore(small_store_config(tmp_path / "store"))
+    store.start()
+    calls = {"log": 0, "full": 0}
+
+    def counted(kind, fn):
+        def flush() -> int:
+            calls[kind] += 1
+            return fn()
+        return flush
+
+    async def flushed_by(log_interval_s: float | None, interval_s: float) -> dict:
+        calls.update(log=0, full=0)
+        flusher = CommitLogFlusher(counted("full", store.flush), lambda: store.max_phy_offset, interval_s=interval_s,
+                                   flushed=store.flushed_offset, flush_log=counted("log", store.flush_log),
+                                   log_interval_s=log_interval_s)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flusher.run)
+            end = store.append(Message("T", b"flushed by a period")).end_offset
+            with trio.fail_after(10):
+                while flusher.flushed_offset < end:
+                    await trio.sleep(0.01)
+            assert store.flushed_offset >= end
+            await trio.sleep(0.3)  # several periods of the short one: nothing new written, no flush
+            nursery.cancel_scope.cancel()
+        return dict(calls)
+
+    try:
+        assert await flushed_by(log_interval_s=0.05, interval_s=600) == {"log": 1, "full": 0}
+        # one period in two is the full flush's: the log's first, then queues, index and checkpoint
+        assert await flushed_by(log_interval_s=0.05, interval_s=0.1) == {"log": 1, "full": 1}
+        assert await flushed_by(log_interval_s=None, interval_s=0.05) == {"log": 0, "full": 1}
+    finally:
+        store.shutdown()
