@@ -162,6 +162,7 @@ class CommitLog:
     def _make(self, start: int) -> MappedFile:
         seg = MappedFile.create(self.directory, start, self.segment_size, warm=self.warm)
         fsync_dir(self.directory)
+        seg.prefault(0)  # made ahead (warm), the first append into it does not pay the fault
         return seg
 
     def _roll(self, start: int) -> MappedFile:
@@ -190,6 +191,7 @@ class CommitLog:
         elif self.warm:
             self._warm_tail(self.segment_for(pos), pos)
         self.current = self.segment_for(pos)
+        self.current.prefault(pos - self.current.start)  # at start, not in the first append
         self.write_pos = pos
         self.last_store_ts = last_store_ts
         self.flushed = pos

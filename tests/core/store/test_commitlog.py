@@ -116,3 +116,28 @@ def test_flush_slower_than_timeout_is_flush_disk_timeout(tmp_path):
     assert s.get_messages("T", 0, 0).status is GetMessageStatus.FOUND
     assert s.wait_flushed(r.end_offset, 1.0)
     s.shutdown()
+
+
+def test_the_write_fault_is_taken_at_start_and_changes_no_byte(tmp_path):
+    """`set_write_pos` (after recovery) takes the page fault of the next write
+    itself (`MappedFile.prefault`), not the first append: the bytes before and
+    at the write position read back the same, and a restart appends after them."""
+    s = MessageStore(small_config(tmp_path))
+    s.start()
+    first = s.append(Message(topic="T", body=b"before the restart"))
+    s.flush()
+    s.shutdown()
+    seg = os.path.join(tmp_path, "commitlog", "00000000000000000000")
+    with open(seg, "rb") as f:
+        before = f.read()
+    s = MessageStore(small_config(tmp_path))
+    s.start()
+    with open(seg, "rb") as f:
+        assert f.read() == before
+    cl = s.commitlog
+    cl.current.prefault(cl.write_pos - cl.current.start)
+    cl.current.prefault(cl.current.size)  # past the end: nothing
+    second = s.append(Message(topic="T", body=b"after it"))
+    assert second.physical_offset == first.physical_offset + entry_size(len(b"before the restart"))
+    assert [decode_message(m).body for m in s.get_messages("T", 0, 0, 10).messages] == [b"before the restart", b"after it"]
+    s.shutdown()
