@@ -335,8 +335,9 @@ class MQTTGateway:
         """(session, present, stored) of a CONNECT; on a node with etcd, only
         once the client id is owned here (``gateway.owners.OwnerUnavailable``
         when it cannot be). ``RecordsRefused``, before anything changes, while
-        the broker takes no writes; ``stored`` False when the broker refused the
-        session's records all the same (a full disk, a race with a fencing)."""
+        the broker takes no writes and the CONNECT would write a record;
+        ``stored`` False when the broker refused the session's records all the
+        same (a full disk, a race with a fencing)."""
         if self.cluster is None:
             return await self._open_session(conn, cid, clean_start=clean_start, expiry=expiry, version=version)
         async with self.cluster.claim(cid, clean_start):
@@ -348,7 +349,8 @@ class MQTTGateway:
         if self.cluster is not None:
             await self.cluster.catch_up()
             await self.cluster.wait_release(cid)
-        if not self.backend.writable():
+        if not self.backend.writable() and (expiry > 0 or conn.will is not None or self.cluster is not None
+                                            or cid in router.sessions):  # a CONNECT that writes a record
             raise RecordsRefused("the broker takes no writes now")
         old = router.sessions.get(cid)
         if old is not None and old.conn is not None:

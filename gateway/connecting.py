@@ -17,10 +17,11 @@ unavailable (0x88; 3.1.1: return code 3) and one log line, and the client
 tries again: its client id owned elsewhere in etcd (``OwnerUnavailable``), or
 the cluster's meta records not readable to their end (``MetaUnavailable``:
 a session that just left another node would be resumed stale here). So is
-every CONNECT while the broker takes no writes (``RecordsRefused``: it lost
-its master lease, or its write permission is off). When the broker refuses
-the session's records all the same (a full disk), the CONNACK is followed by
-a close (5.0: DISCONNECT 0x89, Server busy)."""
+every CONNECT that would write a record (a persistent session, a will, a
+gateway node, a session this server has) while the broker takes no writes
+(``RecordsRefused``: it lost its master lease, or its write permission is
+off). When the broker refuses the session's records all the same (a full
+disk), the CONNACK is followed by a close (5.0: DISCONNECT 0x89, Server busy)."""
 
 from __future__ import annotations
 
@@ -208,10 +209,12 @@ async def _admit(conn: Connection, c: Connect, username: str | None, auth_data: 
     gw.stats.connects += 1
     if not stored:
         # The session is open, but the broker refused its records (logged): the
-        # connection closes as a disconnect does, leaving no will, and the client
-        # reconnects to be told what was kept.
+        # server closes the connection (its will goes as for any such close)
+        # and the client reconnects. A new session was never recorded, so it
+        # ends with this connection: the next CONNACK does not say it is present.
         log.warning("client %s: closed (0x89, server busy): its session records were not stored", cid)
-        conn.will = None
+        if not present:
+            sess.expiry = 0
         if v == 5:
             conn.send_event(Disconnect(reason_code=R.SERVER_BUSY))
         conn.closing = True  # the reader's end writes what is queued, CONNACK first

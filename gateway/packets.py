@@ -65,12 +65,14 @@ async def handle(conn: Connection, events: list) -> None:
         elif t is Connect:
             await accept_connect(conn, ev)
             sess = conn.session
-            if sess is None:
+            if sess is None or conn.closing:  # refused, or closed after its CONNACK
                 return
         elif t is Subscribe:
             await subscribe(conn, ev)
         elif t is Unsubscribe:
             await unsubscribe(conn, ev)
+            if conn.closing:  # 3.1.1, its record refused
+                return
         elif t is Disconnect:
             _disconnect(conn, ev)
             return

@@ -4,8 +4,9 @@ after the SUBACK.
 
 A change the session's record must keep (a persistent session; on a gateway
 node, any session) is granted only once the broker has stored that record.
-When it refuses (it lost its master lease, a full disk), the packet's changes
-are undone and the client is told: SUBACK 0x80 for each filter, 5.0 UNSUBACK
+While the broker takes no writes (it lost its master lease) nothing is
+changed; when it refuses the record all the same (a full disk), the packet's
+changes are undone. Either way the client is told: SUBACK 0x80 for each filter, 5.0 UNSUBACK
 0x80; a 3.1.1 UNSUBACK has no way to say it, so that connection is closed
 without one. A failover thus never finds a subscription the client was
 granted missing from the session it resumes."""
@@ -29,6 +30,9 @@ R = ReasonCode
 async def subscribe(conn: Connection, ev: Subscribe) -> None:
     gw = conn.gw
     sess = conn.session
+    if _unrecordable(conn, "SUBSCRIBE"):
+        conn.send_event(SubAck(packet_id=ev.packet_id, reason_codes=[R.UNSPECIFIED_ERROR] * len(ev.subscriptions)))
+        return
     codes = []
     retained = []
     before: dict[str, tuple | None] = {}  # each filter's subscription before this packet
@@ -72,6 +76,8 @@ async def subscribe(conn: Connection, ev: Subscribe) -> None:
 async def unsubscribe(conn: Connection, ev: Unsubscribe) -> None:
     gw = conn.gw
     sess = conn.session
+    if _unrecordable(conn, "UNSUBSCRIBE"):
+        return _refuse_unsubscribe(conn, ev, [R.UNSPECIFIED_ERROR] * len(ev.topic_filters))
     codes = []
     before: dict[str, tuple | None] = {}
     for text in ev.topic_filters:
@@ -88,11 +94,24 @@ async def unsubscribe(conn: Connection, ev: Unsubscribe) -> None:
         codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)
     if any(before.values()) and not await gw.save_subscriptions(sess):
         _undo(conn, before, "UNSUBSCRIBE")
-        if conn.version != 5:
-            conn.closing = True  # the reader ends, and the connection with it
-            return
-        codes = [c if c >= 0x80 else R.UNSPECIFIED_ERROR for c in codes]
+        return _refuse_unsubscribe(conn, ev, [c if c >= 0x80 else R.UNSPECIFIED_ERROR for c in codes])
     conn.send_event(UnsubAck(packet_id=ev.packet_id, reason_codes=codes if conn.version == 5 else ()))
+
+
+def _refuse_unsubscribe(conn: Connection, ev: Unsubscribe, codes: list) -> None:
+    if conn.version != 5:
+        conn.closing = True  # no UNSUBACK can say it: the reader ends, and the connection with it
+    else:
+        conn.send_event(UnsubAck(packet_id=ev.packet_id, reason_codes=codes))
+
+
+def _unrecordable(conn: Connection, what: str) -> bool:
+    """The session's subscriptions have a record, and the broker takes no writes now."""
+    gw = conn.gw
+    if (conn.session.persistent or gw.cluster is not None) and not gw.backend.writable():
+        log.warning("client %s: %s not applied: the broker takes no writes now", conn.client_id, what)
+        return True
+    return False
 
 
 def _undo(conn: Connection, before: dict[str, tuple | None], what: str) -> None:

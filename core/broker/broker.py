@@ -146,13 +146,13 @@ class Broker(SendPath, PullPath):
             ahead.on_request = lambda: token.run_sync_soon(self._ahead_wanted.set)
         await trio.to_thread.run_sync(self._open_blocking)
         self._written = self._log_end()
-        # SYNC_FLUSH acks wait for the commit log alone, ASYNC_FLUSH flushes it
-        # every flushIntervalCommitLog; queues, index and checkpoint follow
-        # every flushIntervalConsumeQueue in both modes
+        # SYNC_FLUSH acks wait for the commit log alone, ASYNC_FLUSH (any role)
+        # flushes it every flushIntervalCommitLog; queues, index and checkpoint
+        # follow every flushIntervalConsumeQueue in both modes
         self._flusher = CommitLogFlusher(self.store.flush, self._log_end,
                                          interval_s=self.config.flush_interval_consume_queue / 1000,
                                          flushed=self._log_end(), flush_log=self.store.flush_log,
-                                         log_interval_s=None if self._must_wait else self.config.flush_interval_commit_log / 1000)
+                                         log_interval_s=None if self._sync_flush else self.config.flush_interval_commit_log / 1000)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self._flusher.run)

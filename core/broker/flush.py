@@ -22,8 +22,8 @@ and its FlushConsumeQueueService):
   ``flush_log`` waiters get the full flush too. Its index sync alone writes
   a page of the slot table per message (the keys hash all over it), so it
   runs less often than the log's (flushIntervalConsumeQueue, 1 s, against
-  flushIntervalCommitLog, 0.5 s, as in RocketMQ): a crash replays at most
-  that much more of the log.
+  flushIntervalCommitLog, 0.5 s, as in RocketMQ). Recovery rebuilds them
+  from the log after a crash, from a checkpoint up to that much older.
 
 With ``flush_log`` the two run in tasks of their own: the periodic full
 flush (several fsyncs and the index build, tens of ms on a busy disk) never

@@ -26,7 +26,9 @@ The facade, `MessageStore(config: StoreConfig)`:
 - ``wait_flushed(offset, timeout_s=None) -> bool`` (group commit, shared
   fsync); ``flush_log() -> flushed_offset`` (the log alone: what a SYNC_FLUSH
   ack needs); ``flush() -> flushed_offset`` (log, then queues, index,
-  checkpoint: call it every flushIntervalCommitLog ms in either flush mode).
+  checkpoint: the broker calls it every flushIntervalConsumeQueue ms in
+  either flush mode, and ``flush_log`` every flushIntervalCommitLog ms in
+  between in ASYNC_FLUSH).
 - ``add_dispatch_listener(cb)`` / ``remove_dispatch_listener(cb)``:
   ``cb(topic, queue_id, next_queue_offset)`` once per queue an append call
   wrote to (multi-dispatch queues included), with its newest offset, on the

@@ -33,10 +33,10 @@ class StoreConfig:
     # mappedFileSizeConsumeQueue: bytes per consume-queue file, a multiple of 20
     # (300,000 units = 6,000,000 bytes, RocketMQ's default).
     mapped_file_size_consume_queue: int = 300_000 * CQ_UNIT_SIZE
-    # flushDiskType: ASYNC_FLUSH (the caller calls flush() every
+    # flushDiskType: ASYNC_FLUSH (the caller flushes the log every
     # flush_interval_commit_log ms) or SYNC_FLUSH (put waits for group commit).
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    # flushIntervalCommitLog: ms between the caller's flush() calls in ASYNC_FLUSH.
+    # flushIntervalCommitLog: ms between the caller's log flushes in ASYNC_FLUSH.
     flush_interval_commit_log: int = 500
     # syncFlushTimeout: ms a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT.
     sync_flush_timeout: int = 5000

@@ -25,6 +25,9 @@ Rules kept:
   refuses new blocks (thin provisioning running out) fails the creation
   (``OSError``, no file left) rather than a later sync of acknowledged data.
   `zero_from` on a warm file writes zeros too, so it stays warm.
+- `prefault` stores a byte back unchanged: only its owner calls it, before
+  anyone appends into that page (the commit log, at its write position after
+  recovery and on a segment it makes).
 - `sync` after `close` is a no-op, and a close waits for a running sync: the
   flusher syncs outside the store lock, so retention or ``delete_queue`` may
   close a file it is syncing.

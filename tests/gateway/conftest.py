@@ -172,7 +172,8 @@ async def memory_gateway(root, settings=None):
     runs the autojump clock leaps to the next deadline, so they would make
     virtual time race ahead."""
     cfg = BrokerConfig(default_topic_queue_nums=4, listen_port=0, flush_interval_commit_log=10**9,
-                       flush_consumer_offset_interval=10**9, clean_resource_interval=10**9)
+                       flush_interval_consume_queue=10**9, flush_consumer_offset_interval=10**9,
+                       clean_resource_interval=10**9)
     async with open_broker(cfg, small_store_config(root)) as broker:
         gw = MQTTGateway(broker, GatewaySettings.from_dict(settings or {"sysInterval": 0}))
         async with trio.open_nursery() as nursery:

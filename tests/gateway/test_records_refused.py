@@ -18,7 +18,7 @@ import trio
 from .conftest import Client, running_gateway
 from core.broker import PERM_READ, PERM_WRITE
 from gateway.meta import META_TOPIC
-from gateway.mqtt import ConnAck, Disconnect, Publish, PubAck, ReasonCode, UnsubAck, Unsubscribe
+from gateway.mqtt import Disconnect, Publish, PubAck, ReasonCode, UnsubAck, Unsubscribe, Will
 
 R = ReasonCode
 
@@ -59,19 +59,30 @@ async def _publish(port: int, *topics: str) -> None:
     await pub.disconnect()
 
 
-async def test_a_fenced_broker_refuses_connects_with_server_unavailable(tmp_path):
+async def test_a_fenced_broker_refuses_what_it_would_have_to_record(tmp_path):
     async with running_gateway(tmp_path / "store") as (broker, gw, port):
+        kept, _ = await Client.connect(port, "kept", clean_start=False, session_expiry_interval=3600)
+        await kept.subscribe("k/#", qos=1)
         broker.fenced = True
         for version in (5, 4):  # 3.1.1: return code 3, read back as 0x88
-            c, ack = await Client.connect(port, f"dev{version}", version=version, expect=R.SERVER_UNAVAILABLE,
-                                          clean_start=False, session_expiry_interval=3600 if version == 5 else None)
+            c, _ = await Client.connect(port, f"dev{version}", version=version, expect=R.SERVER_UNAVAILABLE,
+                                        clean_start=False, session_expiry_interval=3600 if version == 5 else None)
             assert await c.recv() is None  # closed after the CONNACK
             assert f"dev{version}" not in gw.router.sessions
-        assert gw.stats.connected == 0
+        # nothing to record: a clean session without a will connects (and may read)
+        clean, _ = await Client.connect(port, "clean")
+        await clean.disconnect()
+        # a persistent session's SUBSCRIBE changes nothing
+        assert (await kept.subscribe("n/#", "k/#", qos=0)).reason_codes == (R.UNSPECIFIED_ERROR,) * 2
+        assert list(gw.router.sessions["kept"].subs) == ["k/#"]
         broker.fenced = False
+        assert gw.stats.connected == 1
         c, ack = await Client.connect(port, "dev5", clean_start=False, session_expiry_interval=3600)
         assert not ack.session_present
+        await _publish(port, "n/1", "k/1")
+        assert await _received(kept, ["k/1"]) == ["k/1"]
         await c.disconnect()
+        await kept.disconnect()
 
 
 async def test_a_refused_session_record_closes_the_connection_after_its_connack(tmp_path):
@@ -87,14 +98,25 @@ async def test_a_refused_session_record_closes_the_connection_after_its_connack(
             if version == 5:
                 assert (await c.expect(Disconnect)).reason_code == R.SERVER_BUSY
             assert await c.recv() is None
+        # a new session: never recorded, so it ends with its connection; its will goes
+        watcher, _ = await Client.connect(port, "watcher")
+        await watcher.subscribe("wills/#", qos=1)
+        c, ack = await Client.connect(port, "new", clean_start=False, session_expiry_interval=3600,
+                                      will=Will(topic="wills/new", payload=b"gone", qos=1))
+        assert not ack.session_present
+        assert (await c.expect(Disconnect)).reason_code == R.SERVER_BUSY
+        assert await _received(watcher, ["wills/new"]) == ["wills/new"]
         with trio.fail_after(5):
-            while gw.stats.connected:
+            while gw.stats.connected > 1 or "new" in gw.router.sessions:
                 await trio.sleep(0.01)
         await _meta_topic_writable(broker, True)
         c, ack = await Client.connect(port, "dev", clean_start=False, session_expiry_interval=3600)
         assert ack.session_present and "a/#" in gw.router.sessions["dev"].subs
         await _publish(port, "a/1")
         assert await _received(c, ["a/1"]) == ["a/1"]
+        await c.disconnect()
+        c, ack = await Client.connect(port, "new", clean_start=False, session_expiry_interval=3600)
+        assert not ack.session_present
         await c.disconnect()
 
 

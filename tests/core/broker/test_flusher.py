@@ -4,11 +4,13 @@ flush (queues, index, checkpoint) that runs meanwhile (issue 13, S2)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 import trio
 
+from core.broker import BrokerRole, FlushDiskType, open_broker
 from core.broker.flush import CommitLogFlusher
 from core.store import MessageStore
 from core.store.message import Message
@@ -102,7 +104,6 @@ async def test_a_failed_flush_fails_its_task_and_wakes_nobody(tmp_path):
         store.shutdown()
 
 
-
 async def test_async_flush_syncs_the_log_on_its_own_period_and_the_rest_on_theirs(tmp_path):
     """ASYNC_FLUSH (no waiters): a flush every ``log_interval_s``, the full one
     (queues, index, checkpoint: a page of the index's slot table per message)
@@ -119,7 +120,7 @@ async def test_async_flush_syncs_the_log_on_its_own_period_and_the_rest_on_their
             return fn()
         return flush
 
-    async def flushed_by(log_interval_s: float | None, interval_s: float) -> dict:
+    async def flushed_by(log_interval_s: float | None, interval_s: float, expected: dict) -> dict:
         calls.update(log=0, full=0)
         flusher = CommitLogFlusher(counted("full", store.flush), lambda: store.max_phy_offset, interval_s=interval_s,
                                    flushed=store.flushed_offset, flush_log=counted("log", store.flush_log),
@@ -128,7 +129,7 @@ async def test_async_flush_syncs_the_log_on_its_own_period_and_the_rest_on_their
             await nursery.start(flusher.run)
             end = store.append(Message("T", b"flushed by a period")).end_offset
             with trio.fail_after(10):
-                while flusher.flushed_offset < end:
+                while calls != expected or flusher.flushed_offset < end:  # counted as it starts
                     await trio.sleep(0.01)
             assert store.flushed_offset >= end
             await trio.sleep(0.3)  # several periods of the short one: nothing new written, no flush
@@ -136,9 +137,27 @@ async def test_async_flush_syncs_the_log_on_its_own_period_and_the_rest_on_their
         return dict(calls)
 
     try:
-        assert await flushed_by(log_interval_s=0.05, interval_s=600) == {"log": 1, "full": 0}
+        expected = {"log": 1, "full": 0}
+        assert await flushed_by(0.05, 600, expected) == expected
         # one period in two is the full flush's: the log's first, then queues, index and checkpoint
-        assert await flushed_by(log_interval_s=0.05, interval_s=0.1) == {"log": 1, "full": 1}
-        assert await flushed_by(log_interval_s=None, interval_s=0.05) == {"log": 0, "full": 1}
+        expected = {"log": 1, "full": 1}
+        assert await flushed_by(0.05, 0.1, expected) == expected
+        expected = {"log": 0, "full": 1}
+        assert await flushed_by(None, 0.05, expected) == expected
     finally:
         store.shutdown()
+
+
+@pytest.mark.parametrize("role", ["ASYNC_MASTER", "SYNC_MASTER"])
+async def test_an_async_flush_broker_flushes_its_log_on_flush_interval_commit_log(broker_config, store_config, role):
+    """ASYNC_FLUSH in either master role (a SYNC_MASTER's sends wait for the
+    slave, not for the disk): the log is flushed every flushIntervalCommitLog,
+    whatever flushIntervalConsumeQueue says."""
+    cfg = dataclasses.replace(broker_config, broker_role=BrokerRole[role], flush_disk_type=FlushDiskType.ASYNC_FLUSH,
+                              flush_interval_commit_log=50, flush_interval_consume_queue=10**9, listen_port=0)
+    async with open_broker(cfg, store_config) as broker:
+        await broker.send(Message(topic="T", body=b"flushed within 50 ms or so"))
+        end = broker.store.max_phy_offset
+        with trio.fail_after(10):  # the full flush's period is out of reach
+            while broker.store.flushed_offset < end:
+                await trio.sleep(0.01)
