@@ -214,6 +214,10 @@ class MQTTGateway:
     async def save_session(self, sess: Session, gone: int | None = None) -> bool:
         return await self.write_records([record("sess", sess.client_id, sess.to_record(gone=gone))])
 
+    def records_subscriptions(self, sess: Session) -> bool:
+        """Whether ``sess``'s subscriptions have a record (`save_subscriptions`)."""
+        return sess.persistent or self.cluster is not None
+
     async def save_subscriptions(self, sess: Session) -> bool:
         """After (un)subscribe: a persistent session's record; on a node of a
         cluster, a non-persistent one's ``"live"`` record (the other nodes route

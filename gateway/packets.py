@@ -65,14 +65,12 @@ async def handle(conn: Connection, events: list) -> None:
         elif t is Connect:
             await accept_connect(conn, ev)
             sess = conn.session
-            if sess is None or conn.closing:  # refused, or closed after its CONNACK
+            if sess is None:  # refused, or an authentication exchange under way
                 return
         elif t is Subscribe:
             await subscribe(conn, ev)
         elif t is Unsubscribe:
             await unsubscribe(conn, ev)
-            if conn.closing:  # 3.1.1, its record refused
-                return
         elif t is Disconnect:
             _disconnect(conn, ev)
             return
@@ -82,8 +80,10 @@ async def handle(conn: Connection, events: list) -> None:
         elif t is Auth:
             await on_auth(conn, ev)
             sess = conn.session  # set by the end of a CONNECT's exchange
-            if sess is None or conn.closing:
+            if sess is None:
                 return
+        if conn.closing:  # the packet ended the connection: nothing more of this read is acted on
+            return
     if run:
         _acks(conn, run)
     if batch:

@@ -6,9 +6,9 @@ A change the session's record must keep (a persistent session; on a gateway
 node, any session) is granted only once the broker has stored that record.
 While the broker takes no writes (it lost its master lease) nothing is
 changed; when it refuses the record all the same (a full disk), the packet's
-changes are undone. Either way the client is told: SUBACK 0x80 for each filter, 5.0 UNSUBACK
-0x80; a 3.1.1 UNSUBACK has no way to say it, so that connection is closed
-without one. A failover thus never finds a subscription the client was
+changes are undone. Either way the client is told: SUBACK 0x80 for each
+filter, 5.0 UNSUBACK 0x80; a 3.1.1 UNSUBACK has no way to say it, so that
+connection is closed without one. A failover thus never finds a subscription the client was
 granted missing from the session it resumes."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _refuse_unsubscribe(conn: Connection, ev: Unsubscribe, codes: list) -> None:
 def _unrecordable(conn: Connection, what: str) -> bool:
     """The session's subscriptions have a record, and the broker takes no writes now."""
     gw = conn.gw
-    if (conn.session.persistent or gw.cluster is not None) and not gw.backend.writable():
+    if gw.records_subscriptions(conn.session) and not gw.backend.writable():
         log.warning("client %s: %s not applied: the broker takes no writes now", conn.client_id, what)
         return True
     return False

@@ -139,10 +139,10 @@ class CommitLogFlusher:
         log_interval`` is the full flush's and the others the log's flush (one
         flush a period: each is a worker thread's round trip, which the event
         loop feels)."""
-        every = 1 if log_interval is None else max(1, round(interval / log_interval))
+        period, every = (interval, 1) if log_interval is None else (log_interval, max(1, round(interval / log_interval)))
         tick = 0
         while True:
-            await trio.sleep(interval if log_interval is None else log_interval)  # a period, not a wait for an event
+            await trio.sleep(period)  # a period, not a wait for an event
             tick += 1
             if tick % every:
                 if self._written() > self.flushed_offset:
