@@ -46,7 +46,8 @@ class BrokerBackend(Protocol):
 
     timers_supported: Callable[[], bool]
 
-    async def send_many(self, items: Iterable[tuple[Message, int | None]]) -> list[SendResult]: ...
+    async def send_many(self, items: Iterable[tuple[Message, int | None]], *,
+                        checkpoint: bool = True) -> list[SendResult]: ...
 
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult: ...
 

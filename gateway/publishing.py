@@ -64,7 +64,9 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     # Readers woken by the same I/O poll run in random order; one checkpoint
     # lets the others act first, so a SUBSCRIBE another client sent before
     # this PUBLISH is in force when it is routed (one per read, not per packet).
-    await trio.lowlevel.checkpoint()
+    # Not needed when no other reader woke with this one (gateway/connection.py).
+    if not conn.woken_alone:
+        await trio.lowlevel.checkpoint()
     gw = conn.gw
     sess = conn.session
     quota = conn.quota
@@ -164,7 +166,9 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     # Once a message is stored, the retained index must follow it even if this
     # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
     with trio.CancelScope(shield=True):
-        results = await gw.backend.send_many(items) if items else []
+        # no checkpoint of its own when it need not wait: this read's wake-up was
+        # one, and the reader's next wait is another
+        results = await gw.backend.send_many(items, checkpoint=False) if items else []
         await _after_store(conn, plan, items, results)
     if error is not None:
         raise error

@@ -29,6 +29,7 @@ from __future__ import annotations
 import select
 
 import trio
+from outcome import Value
 
 try:  # the message trio's run loop reads when a task parks itself (see the module docstring)
     from trio._core._traps import WaitTaskRescheduled as _PARK
@@ -45,7 +46,9 @@ _SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
 
 class Waiter:
-    """One task parked until ``fd`` is readable (``await`` it once). It is
+    """One task parked until ``fd`` is readable (``await`` it once: True
+    when ``fd`` was the only socket of its epoll poll, so no other reader
+    woke with it; else False, or None when the watcher stopped). It is
     its own iterator for ``await`` and its own abort function: a cancelled
     wait leaves the watcher's dict, and a later event for ``fd`` finds nobody."""
 
@@ -99,10 +102,12 @@ class Readiness:
             task_status.started()
             while True:
                 await trio.lowlevel.wait_readable(epoll.fileno())
-                for fd, _events in epoll.poll(0):
+                ready = epoll.poll(0)
+                alone = len(ready) == 1
+                for fd, _events in ready:
                     waiter = waiting.pop(fd, None)
                     if waiter is not None:
-                        reschedule(waiter.task)
+                        reschedule(waiter.task, Value(alone))
         finally:
             self._epoll = None
             epoll.close()

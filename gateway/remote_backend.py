@@ -188,7 +188,9 @@ class RemoteBackend:
 
     # ---- sends -------------------------------------------------------------------------
 
-    async def send_many(self, items: Iterable[tuple[Message, int | None]]) -> list[SendResult]:
+    async def send_many(self, items: Iterable[tuple[Message, int | None]], *,
+                        checkpoint: bool = True) -> list[SendResult]:
+        """``checkpoint`` is for the local broker's sake: a remote send always waits."""
         return [await self.send(msg, qid) for msg, qid in items]
 
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:

@@ -88,7 +88,8 @@ class SendPath(SendChecks):
             await trio.lowlevel.checkpoint()
         return results[0]
 
-    async def send_many(self, items: Iterable[tuple[Message, int | None]], *, internal: bool = False) -> list[SendResult]:
+    async def send_many(self, items: Iterable[tuple[Message, int | None]], *, internal: bool = False,
+                        checkpoint: bool = True) -> list[SendResult]:
         """Store independent messages (any topics) with one append and one flush wait.
 
         The hot path of the gateway and the timer service: every message is
@@ -96,7 +97,11 @@ class SendPath(SendChecks):
         first), then the batch is stamped, put through the hooks and encoded
         (`_prepare_many`), then all of it goes to the store together
         (`MessageStore.append_many`): no await from the first put hook to
-        the last stored hook.
+        the last stored hook. With ``checkpoint=False`` a call that need not
+        wait (no topic to create, nothing to make durable first) returns
+        without a trio checkpoint: for a caller that has just been through
+        one and goes through another before it runs long (the gateway's
+        reader, between two waits for input).
         """
         if items.__class__ is not list:
             items = list(items)
@@ -118,7 +123,7 @@ class SendPath(SendChecks):
         end, waiting = self._store_prepared(prepared, results) if prepared else (0, None)
         if waiting:
             await self._await_durable(end, waiting)
-        else:
+        elif checkpoint:
             await trio.lowlevel.checkpoint()
         return results
 

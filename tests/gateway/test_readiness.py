@@ -2,7 +2,8 @@
 
 Real socket pairs; the watcher runs in the test's nursery. Shown, with the
 waiter's own park message and with trio's public call: a waiter
-wakes when its socket has input (and only then), a cancelled wait leaves no
+wakes when its socket has input (and only then) and learns whether its
+socket was the only one of that poll, a cancelled wait leaves no
 entry and a later event for it is dropped, a descriptor number used again by a
 new socket is registered again, and stopping the watcher wakes whoever still
 waits (their read then goes through trio). An idle connection of a real
@@ -129,6 +130,46 @@ async def test_stopping_the_watcher_wakes_the_waiters_and_later_arms_say_none(pa
     assert readiness.arm(a.fileno()) is None
     a.close()
     b.close()
+
+
+async def test_a_wake_says_whether_its_socket_was_alone_in_its_poll(park):
+    """What a waiter's ``await`` answers: True for the only socket of its
+    poll, False for each of two sockets found ready in the same poll (the
+    gateway's reader then keeps its ordering checkpoint before routing a
+    PUBLISH, gateway/publishing.py), None when the watcher stops."""
+    readiness = Readiness()
+    (a, b), (c, d), (e, f), (g, h) = pairs = [socket.socketpair() for _ in range(4)]
+    answers: dict = {}
+
+    async def wait(fd: int) -> None:
+        waiter = readiness.arm(fd)
+        assert waiter is not None
+        answers[fd] = await waiter
+
+    async def until(*fds: int) -> None:
+        with trio.fail_after(5):
+            while not all(fd in answers for fd in fds):
+                await trio.sleep(0.01)
+
+    async with trio.open_nursery() as outer:
+        async with trio.open_nursery() as watcher:
+            await watcher.start(readiness.run)
+            for s in (a, c, e, g):
+                outer.start_soon(wait, s.fileno())
+            await wait_all_tasks_blocked()
+            b.send(b"x")
+            await until(a.fileno())
+            assert answers == {a.fileno(): True}
+            d.send(b"y")  # no checkpoint between the two sends: one poll finds both
+            f.send(b"z")
+            await until(c.fileno(), e.fileno())
+            assert answers[c.fileno()] is False and answers[e.fileno()] is False
+            watcher.cancel_scope.cancel()
+        await until(g.fileno())
+    assert answers[g.fileno()] is None
+    for pair in pairs:
+        for s in pair:
+            s.close()
 
 
 async def test_an_idle_gateway_connection_waits_in_the_gateways_epoll(gateway_factory, client_cls):
