@@ -45,6 +45,8 @@ class BrokerBackend(Protocol):
     """The broker operations of the MQTT gateway (see the module docstring)."""
 
     timers_supported: Callable[[], bool]
+    # a stored send may wait before it is answered (for the disk, a slave, the network)
+    sends_wait: bool
 
     async def send_many(self, items: Iterable[tuple[Message, int | None]], *,
                         checkpoint: bool = True) -> list[SendResult]: ...
@@ -93,6 +95,7 @@ class LocalBackend:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.sends_wait = broker.sends_wait
         self.send_many = broker.send_many
         self.send = broker.send
         self.add_put_hook = broker.add_put_hook

@@ -78,6 +78,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     items = []
     plan = []  # (publish, item index or None, refusal code, reason string)
     qos2 = False
+    retained = False  # a retained publish in the batch: its index is written after the store (an await)
     error = None
     configs = {}  # broker topic -> config, resolved once per batch
     # MQTT topic -> (topic, broker topic, delay, queue, base properties by QoS)
@@ -109,6 +110,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
                 plan.append((pub, None, R.QUOTA_EXCEEDED, f"quota exceeded: at most {quota.rate} messages/s"))
                 continue
             retain = pub.retain
+            retained = retained or retain
             known = None if retain else checked.get(pub.topic)
             if known is None:
                 try:
@@ -163,15 +165,28 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
         # The packet ids go into the durable state with the messages (one flush).
         pids = inbound.packet_ids(InboundStage.QOS2_UNACKED, InboundStage.QOS2_RECEIVED)
         items.append(record("in2", sess.client_id, pids))
-    # Once a message is stored, the retained index must follow it even if this
-    # connection is cancelled meanwhile (takeover): shielded, bounded by the flush.
-    with trio.CancelScope(shield=True):
-        # no checkpoint of its own when it need not wait: this read's wake-up was
-        # one, and the reader's next wait is another
-        results = await gw.backend.send_many(items, checkpoint=False) if items else []
-        await _after_store(conn, plan, items, results)
+    if not items:
+        await _after_store(conn, plan, items, [])
+    elif gw.backend.sends_wait or retained or qos2:
+        # Once a message is stored, its ack, retained index and QoS 2 state must
+        # follow it even if this connection is cancelled meanwhile (takeover):
+        # shielded, bounded by the flush.
+        with trio.CancelScope(shield=True):
+            await _store(conn, plan, items)
+    else:
+        # Nothing here waits (the broker answers at once; no retained index and no
+        # QoS 2 state to write after): no checkpoint, so no cancellation, comes
+        # between the store and the acks, and no shield (a cancel scope) is needed.
+        await _store(conn, plan, items)
     if error is not None:
         raise error
+
+
+async def _store(conn: Connection, plan, items) -> None:
+    # no checkpoint of send_many's own when it need not wait: this read's wake-up
+    # was one, and the reader's next wait is another
+    results = await conn.gw.backend.send_many(items, checkpoint=False)
+    await _after_store(conn, plan, items, results)
 
 
 async def _after_store(conn: Connection, plan, items, results) -> None:

@@ -101,6 +101,8 @@ def split_entries(body: bytes) -> list[bytes]:
 
 
 class RemoteBackend:
+    sends_wait = True  # every send is a request to a broker
+
     def __init__(self, api: ClientApi, namesrv: list[str], *, node_id: str, default_queue_nums: int = 4,
                  timers: bool = True) -> None:
         self.api = api

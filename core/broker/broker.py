@@ -115,6 +115,12 @@ class Broker(SendPath, PullPath):
         self.fenced = False
         self._sync_flush_timeout_s = config.sync_flush_timeout / 1000
 
+    @property
+    def sends_wait(self) -> bool:
+        """Whether a stored send waits before it is answered (SYNC_FLUSH: for
+        the disk; SYNC_MASTER: for a slave). Fixed for the broker's life."""
+        return self._must_wait
+
     def _system_topics(self) -> dict[str, TopicConfig]:
         c = self.config
         rw = PERM_READ | PERM_WRITE
