@@ -108,6 +108,10 @@ class MQTTGateway:
         self._nursery: trio.Nursery | None = None
         self.readiness = Readiness()  # where idle plain-TCP connections wait for input
         self.woken: list | None = None  # connections woken in this trio step, while ``run`` runs (step_writes)
+        # Connections read through trio's receive_some (TLS, WebSocket) now open: such a
+        # reader may act on its input one loop pass after its wake-up, so while any is
+        # open a plain read woken alone keeps its ordering checkpoint (publishing.py).
+        self.stream_readers = 0
 
     # ---- running ----------------------------------------------------------------------
 

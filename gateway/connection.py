@@ -37,9 +37,13 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   have been acted on first, so a SUBSCRIBE that arrived before another
   client's PUBLISH is in force for it. A plain TCP read whose socket was
   the only one of its poll in the gateway's epoll (``woken_alone``) skips
-  that checkpoint: no other reader woke with it, and the readers trio woke
-  in the same loop pass as that poll have already run (each trio step
-  costs about 36,000 instructions, a single-message read about 400,000).
+  that checkpoint while no TLS or WebSocket connection is open
+  (``MQTTGateway.stream_readers``) and its connection is not closing: no
+  other plain reader woke with it, and plain readers act on their input in
+  the step that reads it (a TLS or WebSocket reader may act one loop pass
+  after its wake-up: a TLS record already decrypted, input already there,
+  each costs trio a step). A trio step costs about 36,000 instructions, a
+  single-message read about 400,000.
 * A PUBCOMP is released only after the inbound QoS 2 state that forgets
   its packet id is durable (persistent sessions), and a PUBREL only after
   the session state with that outbound flow past PUBREC is durable (one
@@ -73,7 +77,7 @@ from gateway.publish_output import NO_OUTPUT, NOBODY, READER, TASK, PublishOutpu
 from gateway.packets import handle
 from gateway.quota import PublishQuota
 from gateway.sessions import Delivery, encode_delivery
-from gateway.step_writes import QUEUED, write_out
+from gateway.step_writes import QUEUED, write_collected, write_out
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
@@ -323,6 +327,9 @@ class Connection(PublishOutput):
         bytes. Run as the listener's task itself (plain TCP, ``leave`` given),
         it also does the listener's part: close the socket, call ``leave``,
         log and count its own failure."""
+        plain = type(self.stream) is trio.SocketStream
+        if not plain:
+            self.gw.stream_readers += 1
         try:
             try:
                 keepalive_phase = False
@@ -333,7 +340,7 @@ class Connection(PublishOutput):
                         # A plain TCP socket is read with one non-blocking read
                         # (``_read_now``), not through trio's receive_some: a read
                         # costs no trio step of its own.
-                        fd = self.stream.socket.fileno() if type(self.stream) is trio.SocketStream else -1
+                        fd = self.stream.socket.fileno() if plain else -1
                         at_once = True  # the task's start was the first read's checkpoint
                         while self.session is None and not self.closing:
                             await self._turn(await (self._recv_plain(fd, at_once) if fd >= 0 else self._recv()))
@@ -389,6 +396,8 @@ class Connection(PublishOutput):
             log.exception("%s connection %d from %s: handler failed", self.info.listener, self.info.connection_id,
                           self.info.peer)
         finally:
+            if not plain:
+                self.gw.stream_readers -= 1
             if self._leave is not None:  # run as the listener's task (MQTTGateway.handle_plain): its part here
                 self.stream.socket.close()  # closed already, unless _end failed
                 self._leave()
@@ -516,6 +525,9 @@ class Connection(PublishOutput):
             self._acting = False
         if not more:
             self.closing = True
+        woken = self.gw.woken
+        if woken:  # what this read routed to others goes out before its own acks
+            write_collected(woken)
         if self.closing or (self._writer_of != NOBODY and self._writer_of != QUEUED):
             return  # a writer task writes (QUEUED: the end of this step would, it is claimed here)
         sess = self.session

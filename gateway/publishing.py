@@ -1,6 +1,6 @@
 """The PUBLISH path of a connection: check, map, store (one ``send_many`` per
-read, after one checkpoint: see gateway/connection.py), then acknowledge in
-arrival order.
+read, after one checkpoint unless the read woke alone: see
+gateway/connection.py), then acknowledge in arrival order.
 
 * The acks of a read go out after ``send_many`` returns, so under
   SYNC_FLUSH after the one group commit that covers the whole batch. A
@@ -64,10 +64,12 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     # Readers woken by the same I/O poll run in random order; one checkpoint
     # lets the others act first, so a SUBSCRIBE another client sent before
     # this PUBLISH is in force when it is routed (one per read, not per packet).
-    # Not needed when no other reader woke with this one (gateway/connection.py).
-    if not conn.woken_alone:
-        await trio.lowlevel.checkpoint()
+    # Not needed when no other reader woke with this one and every reader is a
+    # plain one (gateway/connection.py); taken by a closing connection (a
+    # takeover's kick cancels its read there, before anything is stored).
     gw = conn.gw
+    if not conn.woken_alone or conn.closing or gw.stream_readers:
+        await trio.lowlevel.checkpoint()
     sess = conn.session
     quota = conn.quota
     if quota is not None and conn.version < 5:

@@ -33,7 +33,9 @@ Rules kept here (the writer/reader protocol is ``gateway.connection``'s):
 * The reader writes its own output after a read the same way
   (``write_out`` from ``Connection._turn``), but what the kernel does not
   take it writes itself with ``send_all``, not through a writer task: its
-  client's reads wait for its writes.
+  client's reads wait for its writes. Before it, it writes the connections
+  collected so far (``write_collected``): a read's deliveries go out before
+  its acks, even when the read is acted on in one step.
 * ``after_task_step`` never raises (trio would disable the instrument):
   a connection whose write fails for any other reason is logged and ended.
   Without the instrument (a gateway object used outside ``run``) ``woken``
@@ -63,12 +65,21 @@ class StepWrites(trio.abc.Instrument):
     def after_task_step(self, task) -> None:
         woken = self.woken
         if woken:
-            batch = woken.copy()
-            woken.clear()
             try:
-                write_woken(batch)
+                write_collected(woken)
             except BaseException:  # an error here would disable the instrument: every later wake would wait
                 log.exception("writing the connections woken in a step failed")
+
+
+def write_collected(woken: list) -> None:
+    """Write now the connections collected so far in this step (the gateway's
+    ``woken``, emptied): what `StepWrites` does when the step ends. A reader
+    calls it before writing its own output, so a read's deliveries go out
+    before its acks, as Mosquitto writes them (a subscriber is not kept
+    behind the publisher's PUBACK)."""
+    batch = woken.copy()
+    woken.clear()
+    write_woken(batch)
 
 
 def write_woken(woken: list) -> None:

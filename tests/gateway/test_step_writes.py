@@ -126,3 +126,48 @@ async def test_a_failed_write_ends_only_that_subscriber(gateway_factory, client_
         assert gw.stats.connected == 2
         for c in (broken, other, pub):
             await c.close()
+
+
+async def test_a_reads_deliveries_are_written_before_its_acks(gateway_factory, client_cls):
+    """A QoS 1 PUBLISH read alone is acted on in one step; the subscriber's
+    copy is written before the publisher's PUBACK (as Mosquitto writes them),
+    so a publisher that has its PUBACK finds the copy already on its way.
+    Seen from a thread with blocking reads of the two raw sockets: each
+    time the PUBACK is in, the subscriber's socket is already readable
+    (loopback delivers one thread's writes in order). With the PUBACK
+    written first, the thread, which runs while the server's write waits
+    for nothing but releases the GIL, often finds it empty."""
+    import os
+    import select
+
+    from gateway.mqtt import encode
+
+    async with gateway_factory({"sysInterval": 0}) as (broker, gw, port):
+        sub, _ = await client_cls.connect(port, "order-sub", version=4)
+        await sub.subscribe("order/t", qos=1)
+        pub, _ = await client_cls.connect(port, "order-pub", version=4)
+        s_fd, p_fd = sub.stream.socket.fileno(), pub.stream.socket.fileno()
+
+        def rounds(n: int) -> list[int]:
+            late = []
+            for i in range(1, n + 1):
+                os.write(p_fd, encode(Publish(topic="order/t", payload=b"%d" % i, qos=1, packet_id=i), 4))
+                got = b""
+                while len(got) < 4:  # the PUBACK: 0x40 0x02 and the packet id
+                    select.select([p_fd], [], [], 5)
+                    got += os.read(p_fd, 4 - len(got))
+                assert got == bytes([0x40, 2, i >> 8, i & 0xFF]), got
+                if not select.select([s_fd], [], [], 0)[0]:
+                    late.append(i)
+                copy = b""
+                while not copy.endswith(b"%d" % i):  # the copy, then its PUBACK back
+                    select.select([s_fd], [], [], 5)
+                    copy += os.read(s_fd, 4096)
+                pid = copy[-len(b"%d" % i) - 2:-len(b"%d" % i)]
+                os.write(s_fd, b"\x40\x02" + pid)
+            return late
+
+        late = await trio.to_thread.run_sync(rounds, 600)
+        assert late == [], f"the PUBACK came before the subscriber's copy in rounds {late}"
+        for c in (sub, pub):
+            await c.close()
