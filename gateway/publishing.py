@@ -66,9 +66,12 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     # this PUBLISH is in force when it is routed (one per read, not per packet).
     # Not needed when no other reader woke with this one and every reader is a
     # plain one (gateway/connection.py); taken by a closing connection (a
-    # takeover's kick cancels its read there, before anything is stored).
+    # takeover's kick cancels its read there, before anything is stored), and
+    # when sends wait for the disk or a slave: there a step is nothing against
+    # the wait, and the reads that act meanwhile join the same group commit.
     gw = conn.gw
-    if not conn.woken_alone or conn.closing or gw.stream_readers:
+    backend = gw.backend
+    if not conn.woken_alone or conn.closing or gw.stream_readers or backend.sends_wait:
         await trio.lowlevel.checkpoint()
     sess = conn.session
     quota = conn.quota
@@ -119,7 +122,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
                     topic, name, delay = check_publish(conn, pub)
                     cfg = configs.get(name)
                     if cfg is None:
-                        cfg = gw.backend.get_topic(name)
+                        cfg = backend.get_topic(name)
                         if cfg is None:  # not there yet: auto-create (the only await, once per topic)
                             cfg = await gw.topic_config(name)
                             checked.clear()  # the ACL may have been reloaded meanwhile
@@ -169,7 +172,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
         items.append(record("in2", sess.client_id, pids))
     if not items:
         await _after_store(conn, plan, items, [])
-    elif gw.backend.sends_wait or retained or qos2:
+    elif backend.sends_wait or retained or qos2:
         # Once a message is stored, its ack, retained index and QoS 2 state must
         # follow it even if this connection is cancelled meanwhile (takeover):
         # shielded, bounded by the flush.

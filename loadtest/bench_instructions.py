@@ -5,6 +5,7 @@ does not depend on the machine or on what else it is doing.
                                           [--qos 0] [--publishers 4] [--settle]
                                           [--flush-sync] [--keep DIR]
     python -m loadtest.bench_instructions --connections 1000 [--settle] ...
+    python -m loadtest.bench_instructions --rate 100 --count 500 [--settle] ...
 
 Each target is run twice under ``valgrind --tool=callgrind``, from start to
 a SIGTERM: once with a fan-in of ``--count`` messages (``--publishers``
@@ -16,6 +17,14 @@ until the broker is idle; without it, lazy start-up work overlaps the load
 by a different amount in each run). (Timers that tick while the longer run lasts are not removed;
 they weigh little against the messages. callgrind_control cannot be used
 instead: an idle broker sits in epoll and never reads its commands.)
+
+``--rate R`` paces the load instead: one raw publisher sends the messages
+one at a time, R a second, to one raw subscriber (`bench_stalls.drive`,
+L0's shape): each message is a read of its own, so the figure is the cost
+of a message that arrives alone, per-read work included (a fan-in's reads
+carry tens of messages each). The periodic work of the longer run's extra
+``count / R`` seconds is in its difference: measure a target idle to see
+how much (ours: about 1.2M instructions a second).
 
 ``--connections N`` counts a connection instead of a message: the load is
 S5's storm (raw 3.1.1 clean-session clients, keepalive 0) of N, then 2N
@@ -57,6 +66,14 @@ def _fan_in(port: int, total: int, publishers: int, qos: int) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"load generator failed: {out.stderr.strip()[-500:]}")
     return json.loads(out.stdout.splitlines()[-1])
+
+
+def _paced(port: int, total: int, qos: int, rate: float) -> dict:
+    from .bench_stalls import drive
+
+    _sent, arrived = drive(port, qos, total, 0, rate)
+    delivered = sum(1 for t in arrived if t)
+    return {"delivered": delivered, "lost": total - delivered}
 
 
 def _storm(port: int, connections: int) -> dict:
@@ -104,8 +121,9 @@ def wait_idle(pid: int, timeout: float = 600.0, window: float = 2.0) -> bool:
 
 
 def measure(target: str, count: int, publishers: int, qos: int, settle: bool = False,
-            flush_sync: bool = False, keep: Path | None = None, connections: int = 0) -> dict:
-    """``count`` messages, or (``connections``) that many connections, then twice as many."""
+            flush_sync: bool = False, keep: Path | None = None, connections: int = 0, rate: float = 0.0) -> dict:
+    """``count`` messages (a fan-in, or at ``rate`` one at a time), or
+    (``connections``) that many connections, then twice as many."""
     dumps = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     runs = []
     try:
@@ -116,7 +134,12 @@ def measure(target: str, count: int, publishers: int, qos: int, settle: bool = F
             with b:
                 if settle and not wait_idle(b.pid):
                     raise RuntimeError(f"{target}: still busy 600 s after its start (--no-settle to measure anyway)")
-                rec = _storm(b.port, n) if connections else _fan_in(b.port, n, publishers, qos)
+                if connections:
+                    rec = _storm(b.port, n)
+                elif rate:
+                    rec = _paced(b.port, n, qos, rate)
+                else:
+                    rec = _fan_in(b.port, n, publishers, qos)
             if not out.exists():
                 raise RuntimeError(f"{target}: callgrind wrote no counts (did the broker exit on SIGTERM?)")
             if connections:
@@ -146,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=None, help="keep the callgrind outputs in this folder")
     ap.add_argument("--connections", type=int, default=0,
                     help="count a connection instead of a message: storms of N, then 2N connections (as S5)")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="send the messages one at a time, this many a second, from one publisher (as L0)")
     a = ap.parse_args(argv)
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
@@ -155,11 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         result = {"connections": a.connections, "targets": {}}
         key = "instructions_per_connection"
     else:
-        result = {"qos": a.qos, "publishers": a.publishers, "count": a.count, "flush_sync": a.flush_sync, "targets": {}}
+        result = {"qos": a.qos, "publishers": 1 if a.rate else a.publishers, "count": a.count,
+                  "flush_sync": a.flush_sync, "rate": a.rate or None, "targets": {}}
         key = "instructions_per_message"
     for t in targets:
         result["targets"][t] = measure(t, a.count, a.publishers, a.qos, a.settle, a.flush_sync, a.keep,
-                                       a.connections)
+                                       a.connections, a.rate)
         print(json.dumps({t: result["targets"][t]}), file=sys.stderr)
     first = result["targets"][targets[0]][key]
     for t in targets[1:]:

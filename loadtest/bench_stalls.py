@@ -159,7 +159,7 @@ def _await_packet(sock: socket.socket, reader: codec.PacketReader) -> codec.Pack
             return reader
 
 
-def _drive(port: int, qos: int, count: int, warmup: int, rate: float) -> tuple[list[int], list[int]]:
+def drive(port: int, qos: int, count: int, warmup: int, rate: float) -> tuple[list[int], list[int]]:
     """Send times and arrival times (ns) of the counted messages (0: never arrived)."""
     sub, sub_reader = _connect(port, "stalls-sub")
     sub.sendall(codec.subscribe(1, [(_TOPIC, qos)]))
@@ -278,7 +278,7 @@ def run(qos: int, count: int, warmup: int, rate: float, slow_ms: float, stall_ms
         server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_for(lambda: "ready" in (tmp / "server.log").read_text(), 60)
-        sent, arrived = _drive(port, qos, count, warmup, rate)
+        sent, arrived = drive(port, qos, count, warmup, rate)
     finally:
         server.send_signal(signal.SIGINT)
         try:

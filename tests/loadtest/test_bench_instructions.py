@@ -35,3 +35,19 @@ def test_settle_waits_until_the_broker_process_is_idle():
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_paced_messages_of_mosquitto_each_a_read_of_its_own():
+    """``--rate``: one publisher sends the messages one at a time (L0's
+    shape); every message arrives and the difference of the two runs is
+    the cost of one more message."""
+    run = subprocess.run([sys.executable, "-m", "loadtest.bench_instructions", "--targets", "mosquitto",
+                          "--count", "20", "--rate", "50"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    assert result["rate"] == 50 and result["publishers"] == 1
+    m = result["targets"]["mosquitto"]
+    assert [(r["messages"], r["delivered"], r["lost"]) for r in m["runs"]] == [(20, 20, 0), (40, 40, 0)]
+    first, second = (r["instructions"] for r in m["runs"])
+    assert 1_000_000 < first < second
+    assert m["instructions_per_message"] == round((second - first) / 20) > 0
