@@ -108,10 +108,12 @@ class MQTTGateway:
         self._nursery: trio.Nursery | None = None
         self.readiness = Readiness()  # where idle plain-TCP connections wait for input
         self.woken: list | None = None  # connections woken in this trio step, while ``run`` runs (step_writes)
-        # Connections read through trio's receive_some (TLS, WebSocket) now open: such a
-        # reader may act on its input one loop pass after its wake-up, so while any is
-        # open a plain read woken alone keeps its ordering checkpoint (publishing.py).
-        self.stream_readers = 0
+        # Connections whose reads may be acted on without a wake-up from the gateway's
+        # epoll: TLS and WebSocket ones for their whole life (trio's receive_some may act
+        # a loop pass after the wake-up), plain ones until their CONNECT is acted on (the
+        # first read is taken at once, in the task's first step). While any is open, a
+        # plain read woken alone keeps its ordering checkpoint (publishing.py).
+        self.unpolled_readers = 0
 
     # ---- running ----------------------------------------------------------------------
 

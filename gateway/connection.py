@@ -37,13 +37,16 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   have been acted on first, so a SUBSCRIBE that arrived before another
   client's PUBLISH is in force for it. A plain TCP read whose socket was
   the only one of its poll in the gateway's epoll (``woken_alone``) skips
-  that checkpoint while no TLS or WebSocket connection is open
-  (``MQTTGateway.stream_readers``) and its connection is not closing: no
-  other plain reader woke with it, and plain readers act on their input in
-  the step that reads it (a TLS or WebSocket reader may act one loop pass
-  after its wake-up: a TLS record already decrypted, input already there,
-  each costs trio a step). A trio step costs about 36,000 instructions, a
-  single-message read about 400,000.
+  that checkpoint when no reader acts outside that epoll's wake-ups
+  (``MQTTGateway.unpolled_readers``: a TLS or WebSocket connection, whose
+  reader may act one loop pass after its wake-up, a TLS record already
+  decrypted or input already there each costing trio a step; a plain one
+  whose first read, taken at once, may carry CONNECT and SUBSCRIBE), its
+  connection is not closing, and sends do not wait (SYNC_FLUSH,
+  SYNC_MASTER, gateway nodes). No other plain reader woke with it, and a
+  plain reader past its CONNECT acts on its input in the step that reads
+  it. A trio step costs about 36,000 instructions, a single-message read
+  about 400,000.
 * A PUBCOMP is released only after the inbound QoS 2 state that forgets
   its packet id is durable (persistent sessions), and a PUBREL only after
   the session state with that outbound flow past PUBREC is durable (one
@@ -138,6 +141,9 @@ class Connection(PublishOutput):
         self.auth = None  # connecting.PendingAuth while an enhanced authentication exchange is under way
         self.quota = PublishQuota(lim.max_publish_rate) if lim.max_publish_rate else None
         self._leave = leave
+        # Counted from here, the step that starts the connection (the accept loop's), until
+        # its reads come through the gateway's epoll (``run``): see MQTTGateway.unpolled_readers.
+        gw.unpolled_readers += 1
         # the last read's wake-up woke no other reader (gateway/readiness.py): its
         # publishes need no checkpoint before they are routed (publishing.publish_batch)
         self.woken_alone = False
@@ -328,8 +334,7 @@ class Connection(PublishOutput):
         it also does the listener's part: close the socket, call ``leave``,
         log and count its own failure."""
         plain = type(self.stream) is trio.SocketStream
-        if not plain:
-            self.gw.stream_readers += 1
+        unpolled = True  # counted in gw.unpolled_readers since __init__
         try:
             try:
                 keepalive_phase = False
@@ -345,6 +350,9 @@ class Connection(PublishOutput):
                         while self.session is None and not self.closing:
                             await self._turn(await (self._recv_plain(fd, at_once) if fd >= 0 else self._recv()))
                             at_once = False
+                        if fd >= 0:  # from here every read comes through the gateway's epoll
+                            self.gw.unpolled_readers -= 1
+                            unpolled = False
                         keepalive_phase = True
                         period = self.keepalive * 1.5 if self.keepalive else math.inf
                         # A plain TCP connection waits for input here, not inside
@@ -396,8 +404,8 @@ class Connection(PublishOutput):
             log.exception("%s connection %d from %s: handler failed", self.info.listener, self.info.connection_id,
                           self.info.peer)
         finally:
-            if not plain:
-                self.gw.stream_readers -= 1
+            if unpolled:
+                self.gw.unpolled_readers -= 1
             if self._leave is not None:  # run as the listener's task (MQTTGateway.handle_plain): its part here
                 self.stream.socket.close()  # closed already, unless _end failed
                 self._leave()

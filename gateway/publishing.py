@@ -64,14 +64,14 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
     # Readers woken by the same I/O poll run in random order; one checkpoint
     # lets the others act first, so a SUBSCRIBE another client sent before
     # this PUBLISH is in force when it is routed (one per read, not per packet).
-    # Not needed when no other reader woke with this one and every reader is a
-    # plain one (gateway/connection.py); taken by a closing connection (a
+    # Not needed when no other reader woke with this one and every reader acts in
+    # the step of its epoll wake-up (gateway/connection.py); taken by a closing connection (a
     # takeover's kick cancels its read there, before anything is stored), and
     # when sends wait for the disk or a slave: there a step is nothing against
     # the wait, and the reads that act meanwhile join the same group commit.
     gw = conn.gw
     backend = gw.backend
-    if not conn.woken_alone or conn.closing or gw.stream_readers or backend.sends_wait:
+    if not conn.woken_alone or conn.closing or gw.unpolled_readers or backend.sends_wait:
         await trio.lowlevel.checkpoint()
     sess = conn.session
     quota = conn.quota

@@ -34,8 +34,9 @@ Rules kept here (the writer/reader protocol is ``gateway.connection``'s):
   (``write_out`` from ``Connection._turn``), but what the kernel does not
   take it writes itself with ``send_all``, not through a writer task: its
   client's reads wait for its writes. Before it, it writes the connections
-  collected so far (``write_collected``): a read's deliveries go out before
-  its acks, even when the read is acted on in one step.
+  collected so far (``write_collected``): a read's deliveries written
+  directly go out before its acks, even when the read is acted on in one
+  step.
 * ``after_task_step`` never raises (trio would disable the instrument):
   a connection whose write fails for any other reason is logged and ended.
   Without the instrument (a gateway object used outside ``run``) ``woken``
@@ -74,9 +75,10 @@ class StepWrites(trio.abc.Instrument):
 def write_collected(woken: list) -> None:
     """Write now the connections collected so far in this step (the gateway's
     ``woken``, emptied): what `StepWrites` does when the step ends. A reader
-    calls it before writing its own output, so a read's deliveries go out
-    before its acks, as Mosquitto writes them (a subscriber is not kept
-    behind the publisher's PUBACK)."""
+    calls it before writing its own output, so the deliveries its read
+    makes that are written directly (plain TCP, no due pump, the kernel
+    takes them) go out before its acks, as Mosquitto writes them; the
+    others go to writer tasks, as before."""
     batch = woken.copy()
     woken.clear()
     write_woken(batch)

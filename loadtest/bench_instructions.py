@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=0.0,
                     help="send the messages one at a time, this many a second, from one publisher (as L0)")
     a = ap.parse_args(argv)
+    if a.rate and a.qos == 2:
+        ap.error("--rate sends QoS 0 or 1 (the paced load of loadtest.bench_stalls)")
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ gateway on an OS-chosen port, and a minimal MQTT client built on
 
 from __future__ import annotations
 
+import os
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -14,7 +15,8 @@ from core.broker import BrokerConfig, open_broker
 from core.store import StoreConfig
 from gateway.app import MQTTGateway
 from gateway.listeners import ListenerSpec
-from gateway.mqtt import ConnAck, Connect, Disconnect, PingReq, Publish, Subscribe, Subscription, encode
+from gateway.mqtt import (ConnAck, Connect, Disconnect, PingReq, PubAck, Publish, SubAck, Subscribe, Subscription,
+                          UnsubAck, Unsubscribe, encode)
 from gateway.mqtt._decode import decode_packet, read_fixed_header
 from gateway.settings import GatewaySettings
 
@@ -131,6 +133,30 @@ class Client:
     async def close(self) -> None:
         await self.stream.aclose()
 
+
+
+async def subscribe_with_a_publish(sub: "Client", write_subscribe, pub: "Client", i: int) -> bool:
+    """One round of the SUBSCRIBE/PUBLISH race (5.0 clients): ``write_subscribe``
+    puts ``sub``'s SUBSCRIBE of ``race/t`` (packet id ``i``, the encoded
+    bytes given) on the wire, then ``pub``'s QoS 1 PUBLISH of ``i`` goes out
+    with no checkpoint between the two writes, so the server finds both in
+    one wake-up. True when the subscription was in force for that PUBLISH
+    (the subscriber gets it before a later one); the subscription is
+    removed again."""
+    write_subscribe(encode(Subscribe(packet_id=i, subscriptions=[Subscription(topic_filter="race/t", qos=1)]), 5))
+    os.write(pub.stream.socket.fileno(), encode(Publish(topic="race/t", payload=b"%d" % i, qos=1, packet_id=i), 5))
+    await sub.expect(SubAck)
+    await pub.expect(PubAck)
+    await pub.publish("race/t", b"after")
+    m = await sub.expect(Publish)
+    in_force = m.payload == b"%d" % i
+    if in_force:
+        await sub.send(PubAck(packet_id=m.packet_id))
+        m = await sub.expect(Publish)
+    assert m.payload == b"after"
+    await sub.send(Unsubscribe(packet_id=i, topic_filters=["race/t"]))
+    await sub.expect(UnsubAck)
+    return in_force
 
 @pytest.fixture
 def gateway_factory(tmp_path):

@@ -32,7 +32,9 @@ import pytest
 import trio
 
 from gateway.mqtt import (Connect, Disconnect, PubAck, PubRec, PubRel, Publish, ReasonCode, SubAck, Subscribe,
-                          Subscription, UnsubAck, Unsubscribe, encode)
+                          Subscription, encode)
+
+from .conftest import subscribe_with_a_publish
 
 
 async def _first_publish(client, topic_filter: str, marker: str) -> Publish:
@@ -117,20 +119,10 @@ async def test_subscribe_read_with_a_publish_takes_effect_first(gateway_factory,
     async with gateway_factory() as (broker, gw, port):
         a, _ = await client_cls.connect(port, "race-a")
         b, _ = await client_cls.connect(port, "race-b")
+        fd = b.stream.socket.fileno()
         for i in range(1, 21):
-            os.write(b.stream.socket.fileno(), encode(Subscribe(
-                packet_id=i, subscriptions=[Subscription(topic_filter="race/t", qos=1)]), 5))
-            os.write(a.stream.socket.fileno(), encode(Publish(topic="race/t", payload=b"%d" % i, qos=1,
-                                                              packet_id=i), 5))
-            await b.expect(SubAck)
-            await a.expect(PubAck)
-            await a.publish("race/t", b"after")
-            m = await b.expect(Publish)
-            assert m.payload == b"%d" % i, f"round {i}: the publish overtook the subscription"
-            await b.send(PubAck(packet_id=m.packet_id))
-            assert (await b.expect(Publish)).payload == b"after"
-            await b.send(Unsubscribe(packet_id=i, topic_filters=["race/t"]))
-            await b.expect(UnsubAck)
+            assert await subscribe_with_a_publish(b, lambda data: os.write(fd, data), a, i), \
+                f"round {i}: the publish overtook the subscription"
 
 
 async def test_receive_maximum_exceeded_disconnect_is_readable(gateway_factory, client_cls):

@@ -16,6 +16,7 @@ PUBLISH overtook the SUBSCRIBE in about half of the rounds.
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 import subprocess
 
@@ -24,11 +25,10 @@ import trio
 from core.broker import BrokerConfig, open_broker
 from gateway.app import MQTTGateway
 from gateway.listeners import ListenerSpec, TlsConfig
-from gateway.mqtt import (Connect, ConnAck, PubAck, Publish, SubAck, Subscribe, Subscription, UnsubAck, Unsubscribe,
-                          encode)
+from gateway.mqtt import Connect, ConnAck, PubAck, Publish, SubAck, Subscribe, Subscription, encode
 from gateway.settings import GatewaySettings
 
-from .conftest import Client, small_store_config
+from .conftest import Client, small_store_config, subscribe_with_a_publish
 
 
 class _TlsPipe:
@@ -101,27 +101,48 @@ async def test_a_tls_subscribe_read_with_a_plain_publish_takes_effect_first(tmp_
             assert isinstance(await b.recv(), ConnAck)
             a, _ = await Client.connect(ports["tcp"], "plain-a")
             overtaken = []
+            fd = pipe.stream.socket.fileno()
             for i in range(1, 41):
                 await trio.sleep(0.01)  # both readers parked, waiting for input
-                sub = encode(Subscribe(packet_id=i, subscriptions=[Subscription(topic_filter="race/t", qos=1)]), 5)
-                # no checkpoint between the two writes: the server finds both in one wake-up
-                os.write(pipe.stream.socket.fileno(), pipe.records(sub[:3], sub[3:]))
-                os.write(a.stream.socket.fileno(), encode(Publish(topic="race/t", payload=b"%d" % i, qos=1,
-                                                                  packet_id=i), 5))
-                await b.expect(SubAck)
-                await a.expect(PubAck)
-                await a.publish("race/t", b"after")
-                m = await b.expect(Publish)
-                if m.payload != b"%d" % i:
+                # the SUBSCRIBE as two TLS records in one TCP write
+                if not await subscribe_with_a_publish(b, lambda data: os.write(fd, pipe.records(data[:3], data[3:])),
+                                                      a, i):
                     overtaken.append(i)
-                else:
-                    await b.send(PubAck(packet_id=m.packet_id))
-                    m = await b.expect(Publish)
-                assert m.payload == b"after"
-                await b.send(Unsubscribe(packet_id=i, topic_filters=["race/t"]))
-                await b.expect(UnsubAck)
             assert overtaken == [], f"the PUBLISH overtook the earlier SUBSCRIBE in rounds {overtaken}"
-            assert gw.stream_readers == 1
+            assert gw.unpolled_readers == 1  # the TLS connection; the plain one is past its CONNECT
             await b.close()
             await a.close()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_new_connections_subscribe_read_with_a_plain_publish_takes_effect_first(gateway_factory):
+    """A new plain connection's first read is taken at once, in its task's
+    first step, not after a wake-up from the gateway's epoll: a CONNECT and
+    SUBSCRIBE sent together, accepted in the same loop pass as another
+    client's PUBLISH is found alone, are in force when that PUBLISH is
+    routed (the connection counts in ``unpolled_readers`` until its CONNECT
+    is acted on). Without it the PUBLISH overtook the SUBSCRIBE in about
+    half of the rounds."""
+    async with gateway_factory() as (broker, gw, port):
+        a, _ = await Client.connect(port, "plain-a")
+        missed = []
+        for i in range(1, 31):
+            await trio.sleep(0.01)  # the publisher's reader parked, waiting for input
+            # connected by the kernel (the listener's backlog), written, and the PUBLISH
+            # after it, with no checkpoint between: one loop pass finds both
+            x = socket.create_connection(("127.0.0.1", port))
+            x.sendall(encode(Connect(protocol_version=5, client_id=f"new-{i}", clean_start=True), 5)
+                      + encode(Subscribe(packet_id=1, subscriptions=[Subscription(topic_filter="race/t", qos=1)]), 5))
+            os.write(a.stream.socket.fileno(), encode(Publish(topic="race/t", payload=b"%d" % i, qos=1,
+                                                              packet_id=i), 5))
+            b = Client(trio.SocketStream(trio.socket.from_stdlib_socket(x)), 5)
+            assert isinstance(await b.recv(), ConnAck)
+            await b.expect(SubAck)
+            await a.expect(PubAck)
+            await a.publish("race/t", b"after")
+            if (await b.expect(Publish)).payload != b"%d" % i:
+                missed.append(i)
+            await b.close()
+        assert missed == [], f"the PUBLISH overtook the new connection's SUBSCRIBE in rounds {missed}"
+        assert gw.unpolled_readers == 0
+        await a.close()

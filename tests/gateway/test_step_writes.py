@@ -134,9 +134,10 @@ async def test_a_reads_deliveries_are_written_before_its_acks(gateway_factory, c
     so a publisher that has its PUBACK finds the copy already on its way.
     Seen from a thread with blocking reads of the two raw sockets: each
     time the PUBACK is in, the subscriber's socket is already readable
-    (loopback delivers one thread's writes in order). With the PUBACK
-    written first, the thread, which runs while the server's write waits
-    for nothing but releases the GIL, often finds it empty."""
+    (loopback hands each write to the receiving socket within the sending
+    call, on the sender's CPU). With the PUBACK written first, the thread,
+    which runs while the server's write releases the GIL, found the copy
+    not yet sent in 1-10 of 600 rounds."""
     import os
     import select
 
@@ -148,20 +149,23 @@ async def test_a_reads_deliveries_are_written_before_its_acks(gateway_factory, c
         pub, _ = await client_cls.connect(port, "order-pub", version=4)
         s_fd, p_fd = sub.stream.socket.fileno(), pub.stream.socket.fileno()
 
+        def wait_readable(fd: int, what: str) -> None:
+            assert select.select([fd], [], [], 10)[0], f"no {what} within 10 s"
+
         def rounds(n: int) -> list[int]:
             late = []
             for i in range(1, n + 1):
                 os.write(p_fd, encode(Publish(topic="order/t", payload=b"%d" % i, qos=1, packet_id=i), 4))
                 got = b""
                 while len(got) < 4:  # the PUBACK: 0x40 0x02 and the packet id
-                    select.select([p_fd], [], [], 5)
+                    wait_readable(p_fd, f"PUBACK {i}")
                     got += os.read(p_fd, 4 - len(got))
                 assert got == bytes([0x40, 2, i >> 8, i & 0xFF]), got
                 if not select.select([s_fd], [], [], 0)[0]:
                     late.append(i)
                 copy = b""
                 while not copy.endswith(b"%d" % i):  # the copy, then its PUBACK back
-                    select.select([s_fd], [], [], 5)
+                    wait_readable(s_fd, f"copy of message {i}")
                     copy += os.read(s_fd, 4096)
                 pid = copy[-len(b"%d" % i) - 2:-len(b"%d" % i)]
                 os.write(s_fd, b"\x40\x02" + pid)
