@@ -170,9 +170,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
         # The packet ids go into the durable state with the messages (one flush).
         pids = inbound.packet_ids(InboundStage.QOS2_UNACKED, InboundStage.QOS2_RECEIVED)
         items.append(record("in2", sess.client_id, pids))
-    if not items:
-        await _after_store(conn, plan, items, [])
-    elif backend.sends_wait or retained or qos2:
+    if backend.sends_wait or retained or qos2:
         # Once a message is stored, its ack, retained index and QoS 2 state must
         # follow it even if this connection is cancelled meanwhile (takeover):
         # shielded, bounded by the flush.
@@ -190,7 +188,7 @@ async def publish_batch(conn: Connection, batch: list[Publish]) -> None:
 async def _store(conn: Connection, plan, items) -> None:
     # no checkpoint of send_many's own when it need not wait: this read's wake-up
     # was one, and the reader's next wait is another
-    results = await conn.gw.backend.send_many(items, checkpoint=False)
+    results = await conn.gw.backend.send_many(items, checkpoint=False) if items else []
     await _after_store(conn, plan, items, results)
 
 

@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 
 from . import brokers
+from .bench_stalls import drive
 
 
 def _fan_in(port: int, total: int, publishers: int, qos: int) -> dict:
@@ -69,8 +70,6 @@ def _fan_in(port: int, total: int, publishers: int, qos: int) -> dict:
 
 
 def _paced(port: int, total: int, qos: int, rate: float) -> dict:
-    from .bench_stalls import drive
-
     _sent, arrived = drive(port, qos, total, 0, rate)
     delivered = sum(1 for t in arrived if t)
     return {"delivered": delivered, "lost": total - delivered}
