@@ -62,6 +62,7 @@ from gateway.meta import META_TOPIC, RecordsRefused, record
 from gateway.meta_log import MetaLog
 from gateway.nodes import live_key
 from gateway.mqtt import InboundFlows, Publish, ReasonCode
+from gateway.keepalive import Keepalive
 from gateway.readiness import Readiness
 from gateway.step_writes import StepWrites
 from gateway.restore import restore_gateway
@@ -107,6 +108,7 @@ class MQTTGateway:
         self._retained_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.readiness = Readiness()  # where idle plain-TCP connections wait for input
+        self.keepalive = Keepalive()  # closes connections silent for 1.5 x their keepalive
         self.woken: list | None = None  # connections woken in this trio step, while ``run`` runs (step_writes)
         # Connections whose reads may be acted on without a wake-up from the gateway's
         # epoll: TLS and WebSocket ones for their whole life (trio's receive_some may act
@@ -151,6 +153,7 @@ class MQTTGateway:
         else:
             nursery.start_soon(self.meta.run)
         await nursery.start(self.readiness.run)
+        await nursery.start(self.keepalive.run)
         nursery.start_soon(self._retained_records)
         if self.tracer is not None:
             await nursery.start(self.tracer.run)

@@ -59,8 +59,10 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   lose the DISCONNECT that says why. Nothing is sent after the client's
   own DISCONNECT, even for packets read with it.
 * Keepalive: no packet for 1.5 x keepalive closes the connection (5.0:
-  DISCONNECT 0x8D). Waiting for CONNECT is bounded by ``connectTimeout``,
-  writes by ``writeTimeout``.
+  DISCONNECT 0x8D); a read notes when it ended (``read_at``) and the
+  gateway's one keepalive task (``gateway.keepalive``) looks at it when its
+  deadline comes, so a read moves no deadline. Waiting for CONNECT is
+  bounded by ``connectTimeout``, writes by ``writeTimeout``.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from core.trace import DeliveryOutcome
+from gateway.keepalive import Keepalive
 from gateway.mapping import now_ms
 from gateway.meta import record
 from gateway.mqtt import ConnectionState, Disconnect, InboundStage, MQTTConnection, ReasonCode, RemoteProtocolError
@@ -100,7 +103,8 @@ class Connection(PublishOutput):
     __slots__ = ("gw", "stream", "info", "_held", "_held_rel", "session",
                  "client_id", "username", "acl", "keepalive", "will", "taken_over", "server_stopping",
                  "takeover_ends_session", "_done", "_finished", "peer_closed", "_reader_scope", "_nursery",
-                 "_acting", "_behind", "_room", "_writer_done", "auth", "quota", "_leave", "woken_alone")
+                 "_acting", "_behind", "_room", "_writer_done", "auth", "quota", "_leave", "woken_alone",
+                 "read_at", "_keepalive_entry")
 
     def __init__(self, gw: MQTTGateway, stream: trio.abc.Stream, info, nursery: trio.Nursery, leave=None) -> None:
         """``nursery`` runs the writer task when one is needed; ``leave``: the
@@ -147,6 +151,8 @@ class Connection(PublishOutput):
         # the last read's wake-up woke no other reader (gateway/readiness.py): its
         # publishes need no checkpoint before they are routed (publishing.publish_batch)
         self.woken_alone = False
+        self.read_at = 0.0  # trio's clock when the last read was acted on (keepalive > 0: gateway.keepalive)
+        self._keepalive_entry: list | None = None
 
     @property
     def done(self) -> trio.Event:
@@ -324,11 +330,10 @@ class Connection(PublishOutput):
         write what is left (``_drain``), clean up and close (``_end``).
 
         One cancel scope for the reading part (a scope per phase or per read
-        is an allocation per idle connection): ``kick`` cancels it, and its
-        deadline is the connect timeout until CONNECT, then the keepalive
-        (moved per read; with keepalive 0 none). Everything that cancels it
-        sets ``closing`` first, so a cancellation without ``closing`` is a
-        deadline. The read loops are inline, not in a method of their own:
+        is an allocation per idle connection): ``kick`` and the keepalive task
+        cancel it, and its deadline is the connect timeout until CONNECT, then
+        none. Everything that cancels it sets ``closing`` first, so a
+        cancellation without ``closing`` is the connect timeout. The read loops are inline, not in a method of their own:
         every coroutine frame on an idle connection's stack costs about 250
         bytes. Run as the listener's task itself (plain TCP, ``leave`` given),
         it also does the listener's part: close the socket, call ``leave``,
@@ -337,7 +342,6 @@ class Connection(PublishOutput):
         unpolled = True  # counted in gw.unpolled_readers since __init__
         try:
             try:
-                keepalive_phase = False
                 scope = trio.CancelScope(deadline=trio.current_time() + self.gw.settings.limits.connect_timeout)
                 with scope:
                     self._reader_scope = scope
@@ -353,8 +357,6 @@ class Connection(PublishOutput):
                         if fd >= 0:  # from here every read comes through the gateway's epoll
                             self.gw.unpolled_readers -= 1
                             unpolled = False
-                        keepalive_phase = True
-                        period = self.keepalive * 1.5 if self.keepalive else math.inf
                         # A plain TCP connection waits for input here, not inside
                         # a read: an idle one then holds no receive stack (about
                         # 1.7 KB of frames). TLS and WebSocket streams may hold input
@@ -362,10 +364,13 @@ class Connection(PublishOutput):
                         # It waits in the gateway's one epoll (gateway/readiness.py), on
                         # one Waiter (no frame of trio's: ~1.5 KB less than wait_readable).
                         readiness = self.gw.readiness
-                        scope.deadline = math.inf  # with no keepalive it stays so (a deadline set costs a heap update)
+                        scope.deadline = math.inf
+                        clock = None
+                        if self.keepalive and not self.closing:
+                            clock = trio.lowlevel.current_clock()
+                            self.read_at = clock.current_time()
+                            self._keepalive_entry = self.gw.keepalive.watch(self, self.keepalive * 1.5)
                         while not self.closing:
-                            if period != math.inf:
-                                scope.deadline = trio.current_time() + period
                             alone = False
                             if fd >= 0:
                                 try:
@@ -383,16 +388,19 @@ class Connection(PublishOutput):
                             else:
                                 data = await self._recv()
                             self.woken_alone = alone
-                            if period != math.inf:
-                                scope.deadline = math.inf  # acting on a read is never cut by the keepalive
                             await self._turn(data)
+                            if clock is not None:
+                                self.read_at = clock.current_time()
                     except RemoteProtocolError as e:
                         self._protocol_error(e)
                     finally:
                         self._reader_scope = None
+                        if self._keepalive_entry is not None:
+                            Keepalive.forget(self._keepalive_entry)
                 if scope.cancelled_caught and not self.closing:
-                    self.closing = True  # first: the DISCONNECT starts no writer, _drain writes it
-                    self._timed_out(keepalive_phase)
+                    self.closing = True
+                    log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer,
+                             self.gw.settings.limits.connect_timeout)
                 self.closing = True
                 await self._drain()
             finally:
@@ -410,14 +418,22 @@ class Connection(PublishOutput):
                 self.stream.socket.close()  # closed already, unless _end failed
                 self._leave()
 
-    def _timed_out(self, keepalive_phase: bool) -> None:
-        if not keepalive_phase:
-            log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer,
-                     self.gw.settings.limits.connect_timeout)
-        else:
-            log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
-            if self.version == 5:
-                self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
+    @property
+    def busy_reading(self) -> bool:
+        """The reader is acting on a read or writing its output: the keepalive
+        does not cut it (``read_at`` is set when it is done)."""
+        return self._acting or self._writer_of == READER
+
+    def keepalive_expired(self) -> None:
+        """No packet for 1.5 x keepalive (called by gateway.keepalive, never
+        while ``busy_reading``): close, telling a 5.0 client why."""
+        if self.closing:
+            return
+        self.closing = True  # first: the DISCONNECT starts no writer, the reader's end writes it
+        log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
+        if self.version == 5:
+            self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
+        self._stop_reader()
 
     async def _end(self) -> None:
         # Cancelled from outside (not by kick): the server is stopping.

@@ -187,3 +187,47 @@ async def test_sys_topics_carry_every_counter_and_each_listener(clock, memory_fa
         for topic in ("errors/store", "clients/refused", "clients/auth-failures", "messages/denied",
                       "messages/quota-exceeded", "listeners/sockets-refused", "listeners/handshake-failures"):
             assert seen[f"$SYS/broker/{topic}"] == b"0", topic
+
+
+async def test_keepalive_counts_from_the_last_packet(clock, memory_factory, memory_connect):
+    """The keepalive task looks at a connection when its first deadline comes,
+    finds it read since, and waits for the deadline counted from that read."""
+    from gateway.mqtt import PingResp
+
+    async with memory_factory() as (broker, gw, nursery):
+        c, _ = await memory_connect(gw, nursery, "ka", keep_alive=10)
+        await trio.sleep(9)
+        await c.ping()
+        await c.expect(PingResp, timeout=BIG)
+        last = trio.current_time()
+        d = await c.recv(timeout=BIG)
+        assert isinstance(d, Disconnect) and d.reason_code == ReasonCode.KEEP_ALIVE_TIMEOUT
+        assert 14.9 <= trio.current_time() - last < 20
+
+
+async def test_a_shorter_keepalive_is_not_held_up_by_a_longer_one(clock, memory_factory, memory_connect):
+    """The keepalive task sleeps until the earliest deadline; a connection
+    with a nearer one, watched while it sleeps, brings it forward."""
+    async with memory_factory() as (broker, gw, nursery):
+        long, _ = await memory_connect(gw, nursery, "long", keep_alive=100)
+        await trio.sleep(1)
+        short, _ = await memory_connect(gw, nursery, "short", keep_alive=4)
+        start = trio.current_time()
+        d = await short.recv(timeout=BIG)
+        assert isinstance(d, Disconnect) and d.reason_code == ReasonCode.KEEP_ALIVE_TIMEOUT
+        assert 5.9 <= trio.current_time() - start < 10
+        assert gw.stats.connected == 1 and gw.keepalive.watching == 1
+
+
+async def test_ended_connections_leave_the_keepalive(clock, memory_factory, memory_connect):
+    async with memory_factory() as (broker, gw, nursery):
+        clients = [(await memory_connect(gw, nursery, f"c{i}", keep_alive=60))[0] for i in range(5)]
+        none, _ = await memory_connect(gw, nursery, "none", keep_alive=0)
+        assert gw.keepalive.watching == 5  # keepalive 0: not watched
+        for c in clients:
+            await c.disconnect()
+        while gw.stats.connected > 1:
+            await trio.sleep(0.1)
+        assert gw.keepalive.watching == 0  # the heap holds no ended connection
+        await trio.sleep(91)  # their deadlines came: the entries are gone too
+        assert len(gw.keepalive) == 0 and gw.stats.connected == 1
