@@ -112,6 +112,9 @@ class TimerConfig:
     checkpoint_interval_s: float = 1.0  # how often progress is saved (a crash may re-fire up to this much)
 
 
+IDLE_SAVE_S = 60.0  # how often an idle wheel's progress is saved (`TimerMessageService._idle_since_save`)
+
+
 class TimerError(ValueError):
     """The timer properties of a message cannot be honoured; the text says why."""
 
@@ -152,6 +155,9 @@ class TimerMessageService:
         self._attempts: dict[int, int] = {}  # commit log offset -> deliveries refused for its topic (`_fire_due`)
         self._stored_through = (0, 0)  # from the checkpoint: (time, log position), see `_fired_through`
         self._wake = trio.Event()
+        # what the last saved checkpoint held: (trio time of the save, timer queue offset, timer log
+        # end, timers pending); None before the first save of this run
+        self._saved: tuple[float, int, int, int] | None = None
         self.fired = 0
         self.rolled = 0
         self.scheduled = 0
@@ -248,7 +254,7 @@ class TimerMessageService:
                         await self.broker.wait_for_messages(TIMER_TOPIC, 0, self._queue_offset)
         finally:
             with trio.CancelScope(shield=True):
-                await self._checkpoint()
+                await self._checkpoint(force=True)
                 await trio.to_thread.run_sync(self.wheel.close)
 
     async def _checkpoint_loop(self) -> None:
@@ -460,15 +466,30 @@ class TimerMessageService:
             log.warning("%d timer deliveries of this batch refused, tried again later", len(refused))
         return refused
 
-    async def _checkpoint(self) -> None:
+    def _idle_since_save(self) -> bool:
+        """Nothing filed, pending or in flight now or at the last save, and
+        nothing filed since: only the clock has moved. A crash then re-reads
+        at most ``IDLE_SAVE_S`` of empty slots, and fires nothing twice (none
+        was filed)."""
+        saved = self._saved
+        if saved is None or trio.current_time() - saved[0] >= IDLE_SAVE_S:
+            return False
+        wheel = self.wheel
+        return (saved[3] == 0 and wheel.checkpoint.counter == 0 and not self._pending and not self._retry
+                and self._delivering is None and saved[1] == self._queue_offset and saved[2] == wheel.log.write_pos)
+
+    async def _checkpoint(self, *, force: bool = False) -> None:
         """Flush the wheel and log, then record how far enqueue and firing got.
 
         The positions are taken *before* the flush, so the saved checkpoint
-        never claims more than what is on disk.
+        never claims more than what is on disk. An idle wheel (see
+        `_idle_since_save`) is saved every ``IDLE_SAVE_S`` only, not every
+        interval: a broker with no timers writes nothing each second.
         """
         wheel = self.wheel
-        if wheel is None:
+        if wheel is None or (not force and self._idle_since_save()):
             return
+        saving = (trio.current_time(), self._queue_offset, wheel.log.write_pos, wheel.checkpoint.counter)
         snapshot = dataclasses.replace(wheel.checkpoint, last_timer_queue_offset=self._queue_offset,
                                        last_read_time_ms=self._read_time, timestamp=self.now_ms(),
                                        last_timerlog_flush_pos=wheel.log.write_pos,
@@ -487,6 +508,7 @@ class TimerMessageService:
             # which is safe), and the next interval tries again.
             log.error("timer checkpoint not saved, will retry: %s", e)
             return
+        self._saved = saving
         live = wheel.checkpoint  # what TimerWheelStore.close() saves last
         for name in ("last_timer_queue_offset", "last_read_time_ms", "timestamp", "fired_through_ms", "fired_through_pos"):
             setattr(live, name, getattr(snapshot, name))

@@ -419,3 +419,40 @@ async def test_fired_timer_log_files_are_deleted_and_the_rest_still_fire(autojum
                 got.add(m.properties["UNIQ_KEY"])
         assert got == keys
         nursery.cancel_scope.cancel()
+
+
+async def test_an_idle_wheel_saves_its_progress_once_a_minute_not_every_interval(autojump_clock, tmp_path):
+    """With no timer filed, pending or fired since the last save, only the
+    clock moves: the checkpoint (a 4 KiB page written, fsynced and renamed
+    into place, and a sync of the wheel) is saved every ``IDLE_SAVE_S``
+    rather than every interval. Filing a timer and firing it each save at
+    the next interval, as before."""
+    from core.timers import IDLE_SAVE_S
+
+    async with trio.open_nursery() as nursery:
+        # 1 s slots: the timer loop wakes once a virtual second, each wake a few real ms
+        broker, service = await start(nursery, tmp_path, dataclasses.replace(TEST_TIMERS, precision_ms=1000))
+        path = service.wheel.checkpoint.path
+        arrivals = Arrivals(broker)
+        await trio.sleep(3)  # the first interval saves: nothing was saved in this run yet
+
+        def saved():
+            return path.stat().st_ino, path.stat().st_mtime_ns  # a save renames a new file into place
+
+        quiet = saved()
+        await trio.sleep(30)
+        assert saved() == quiet, "an idle wheel saved its checkpoint within a minute"
+        r = await broker.send(Message("T", b"t", properties={"TIMER_DELAY_MS": "2000"}))
+        await trio.sleep(1.2)
+        filed = saved()
+        assert filed != quiet and service.pending == 1  # filed: saved at the next interval
+        await trio.sleep(2.5)
+        assert arrivals.count == 1 and r.uniq_key in arrivals.times and service.pending == 0
+        await trio.sleep(1.2)
+        fired = saved()
+        assert fired != filed  # fired: saved at the next interval
+        await trio.sleep(30)
+        assert saved() == fired
+        await trio.sleep(IDLE_SAVE_S)
+        assert saved() != fired  # idle, but a minute has passed
+        nursery.cancel_scope.cancel()
