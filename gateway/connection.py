@@ -369,7 +369,7 @@ class Connection(PublishOutput):
                         if self.keepalive and not self.closing:
                             clock = trio.lowlevel.current_clock()
                             self.read_at = clock.current_time()
-                            self._keepalive_entry = self.gw.keepalive.watch(self, self.keepalive * 1.5)
+                            self._keepalive_entry = self.gw.keepalive.watch(self)
                         while not self.closing:
                             alone = False
                             if fd >= 0:

@@ -13,8 +13,10 @@ fired: ``period`` after the end of its last read. A reader acting on a
 read (or writing its output) is never expired; it is looked at again a
 period later.
 
-An entry is a list ``[due, order, connection, period]``; a connection that
-ends lets go of its own (``forget``), so the heap holds no ended connection.
+An entry is a list ``[due, order, connection]`` (about 130 bytes with its
+numbers, as much as the entry a deadline kept in trio's heap); a connection
+that ends lets go of its own (``forget``), so the heap holds no ended
+connection.
 """
 
 from __future__ import annotations
@@ -47,11 +49,11 @@ class Keepalive:
         """Connections watched (counted: for tests and diagnostics)."""
         return sum(1 for entry in self._heap if entry[2] is not None)
 
-    def watch(self, conn, period: float) -> list:
-        """Expire ``conn`` when it has not read for ``period`` s (from now on,
-        while it reads, it sets ``read_at``); the entry, for ``forget``."""
-        due = trio.current_time() + period
-        entry = [due, next(self._order), conn, period]
+    def watch(self, conn) -> list:
+        """Expire ``conn`` when it has not read for 1.5 x its keepalive (from
+        now on; while it reads, it sets ``read_at``); the entry, for ``forget``."""
+        due = trio.current_time() + conn.keepalive * 1.5
+        entry = [due, next(self._order), conn]
         heapq.heappush(self._heap, entry)
         sleep = self._sleep
         if sleep is not None and due < sleep.deadline:
@@ -86,9 +88,9 @@ class Keepalive:
                 heapq.heappop(heap)
                 continue
             if conn.busy_reading:
-                due = now + entry[3]  # acting on a read is never cut by the keepalive
+                due = now + conn.keepalive * 1.5  # acting on a read is never cut by the keepalive
             else:
-                due = conn.read_at + entry[3]
+                due = conn.read_at + conn.keepalive * 1.5
             if due > now:
                 entry[0] = due
                 heapq.heapreplace(heap, entry)  # the same entry, sifted to its new place
