@@ -45,8 +45,9 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   connection is not closing, and sends do not wait (SYNC_FLUSH,
   SYNC_MASTER, gateway nodes). No other plain reader woke with it, and a
   plain reader past its CONNECT acts on its input in the step that reads
-  it. A trio step costs about 36,000 instructions, a single-message read
-  about 400,000.
+  it. A pass of trio's loop with one task step costs about 30,000
+  instructions, a single-message read about 290,000 (docs/PERFORMANCE.md,
+  round 11).
 * A PUBCOMP is released only after the inbound QoS 2 state that forgets
   its packet id is durable (persistent sessions), and a PUBREL only after
   the session state with that outbound flow past PUBREC is durable (one
