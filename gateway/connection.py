@@ -76,7 +76,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from core.trace import DeliveryOutcome
-from gateway.keepalive import Keepalive
 from gateway.mapping import now_ms
 from gateway.meta import record
 from gateway.mqtt import ConnectionState, Disconnect, InboundStage, MQTTConnection, ReasonCode, RemoteProtocolError
@@ -397,7 +396,7 @@ class Connection(PublishOutput):
                     finally:
                         self._reader_scope = None
                         if self._keepalive_entry is not None:
-                            Keepalive.forget(self._keepalive_entry)
+                            self.gw.keepalive.forget(self._keepalive_entry)
                 if scope.cancelled_caught and not self.closing:
                     self.closing = True
                     log.info("connection %s: no CONNECT within %.0f s, closed", self.info.peer,
@@ -432,9 +431,11 @@ class Connection(PublishOutput):
             return
         self.closing = True  # first: the DISCONNECT starts no writer, the reader's end writes it
         log.info("client %s: keepalive (%d s) expired", self.client_id, self.keepalive)
-        if self.version == 5:
-            self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
-        self._stop_reader()
+        try:
+            if self.version == 5:
+                self.send_event(Disconnect(reason_code=R.KEEP_ALIVE_TIMEOUT))
+        finally:
+            self._stop_reader()
 
     async def _end(self) -> None:
         # Cancelled from outside (not by kick): the server is stopping.

@@ -8,46 +8,64 @@ one task (``Keepalive.run``) looks at a connection when its deadline as
 last noted comes: one that has read since goes back at its new deadline,
 one that has not is closed (``Connection.keepalive_expired``). A
 connection is looked at about once per period however many packets it
-sends, and it expires when a deadline moved at every read would have
-fired: ``period`` after the end of its last read. A reader acting on a
-read (or writing its output) is never expired; it is looked at again a
-period later.
+sends. A reader acting on a read (or writing its output) is never
+expired; it is looked at again a period later.
+
+The task wakes on a grid of ``GRAIN`` s (the first point of it at or after
+the earliest deadline), as Mosquitto checks keepalives once a second: a
+connection expires at most ``GRAIN`` s after 1.5 x keepalive from the end of
+its last read, and a fleet of idle clients costs the task at most one wake
+per ``GRAIN`` however their deadlines spread.
 
 An entry is a list ``[due, order, connection]`` (about 130 bytes with its
-numbers, as much as the entry a deadline kept in trio's heap); a connection
-that ends lets go of its own (``forget``), so the heap holds no ended
-connection.
+numbers, as much as the entry a deadline kept in trio's heap). A
+connection that ends lets go of its entry (``forget``), and once ended
+connections' entries outnumber the live ones (and 1,000) the heap is
+rebuilt without them, as trio prunes its deadline heap: connections that
+come and go do not pile up entries until their deadlines.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import math
 
 import trio
 
-__all__ = ["Keepalive"]
+__all__ = ["GRAIN", "Keepalive"]
+
+log = logging.getLogger("mqgate.gateway")
+
+GRAIN = 0.5  # seconds: the grid the task wakes on
+
+
+def _waking_at(due: float) -> float:
+    return math.ceil(due / GRAIN) * GRAIN
 
 
 class Keepalive:
     """The heap of watched connections; ``run`` is its task."""
 
-    __slots__ = ("_heap", "_order", "_sleep")
+    __slots__ = ("_heap", "_order", "_sleep", "_ended")
 
     def __init__(self) -> None:
         self._heap: list[list] = []
         self._order = itertools.count()
         self._sleep: trio.CancelScope | None = None  # the task's sleep, while it sleeps
+        self._ended = 0  # entries in the heap whose connection has ended
 
-    def __len__(self) -> int:
-        """Entries in the heap, ended connections' included until they come up."""
+    @property
+    def entries(self) -> int:
+        """Entries in the heap, ended connections' included until they come
+        up or the heap is rebuilt."""
         return len(self._heap)
 
     @property
     def watching(self) -> int:
-        """Connections watched (counted: for tests and diagnostics)."""
-        return sum(1 for entry in self._heap if entry[2] is not None)
+        """Connections watched."""
+        return len(self._heap) - self._ended
 
     def watch(self, conn) -> list:
         """Expire ``conn`` when it has not read for 1.5 x its keepalive (from
@@ -56,22 +74,31 @@ class Keepalive:
         entry = [due, next(self._order), conn]
         heapq.heappush(self._heap, entry)
         sleep = self._sleep
-        if sleep is not None and due < sleep.deadline:
-            sleep.deadline = due
+        if sleep is not None:
+            wake = _waking_at(due)
+            if wake < sleep.deadline:
+                sleep.deadline = wake
         return entry
 
-    @staticmethod
-    def forget(entry: list) -> None:
+    def forget(self, entry: list) -> None:
         """The connection ended: its entry no longer holds it (the task drops
-        the entry when it comes up)."""
+        the entry when it comes up, or the heap is rebuilt without it)."""
+        if entry[2] is None:
+            return  # expired: already out of the heap
         entry[2] = None
+        self._ended += 1
+        heap = self._heap
+        if self._ended > len(heap) - self._ended + 1000:
+            heap[:] = [e for e in heap if e[2] is not None]
+            heapq.heapify(heap)
+            self._ended = 0
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         heap = self._heap
         task_status.started()
         try:
             while True:
-                with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as sleep:
+                with trio.CancelScope(deadline=_waking_at(heap[0][0]) if heap else math.inf) as sleep:
                     self._sleep = sleep
                     await trio.sleep_forever()
                 self._sleep = None
@@ -86,6 +113,7 @@ class Keepalive:
             conn = entry[2]
             if conn is None:
                 heapq.heappop(heap)
+                self._ended -= 1
                 continue
             if conn.busy_reading:
                 due = now + conn.keepalive * 1.5  # acting on a read is never cut by the keepalive
@@ -96,5 +124,8 @@ class Keepalive:
                 heapq.heapreplace(heap, entry)  # the same entry, sifted to its new place
             else:
                 heapq.heappop(heap)
-                entry[2] = None
-                conn.keepalive_expired()
+                entry[2] = None  # out of the heap: the connection's forget has nothing to count
+                try:
+                    conn.keepalive_expired()
+                except Exception:  # a bug there ends that connection, never this task (every keepalive)
+                    log.exception("client %s: closing on keepalive failed", conn.client_id)

@@ -230,4 +230,50 @@ async def test_ended_connections_leave_the_keepalive(clock, memory_factory, memo
             await trio.sleep(0.1)
         assert gw.keepalive.watching == 0  # the heap holds no ended connection
         await trio.sleep(91)  # their deadlines came: the entries are gone too
-        assert len(gw.keepalive) == 0 and gw.stats.connected == 1
+        assert gw.keepalive.entries == 0 and gw.stats.connected == 1
+
+
+async def test_connections_that_come_and_go_do_not_pile_up_entries(clock, memory_factory, memory_connect):
+    """An ended connection's entry waits for its deadline (here 27 hours
+    away) only while ended entries do not outnumber the live ones by 1,000:
+    then the heap is rebuilt without them."""
+    async with memory_factory() as (broker, gw, nursery):
+        stay, _ = await memory_connect(gw, nursery, "stay", keep_alive=65535)
+        for i in range(1500):
+            c, _ = await memory_connect(gw, nursery, "churn", keep_alive=65535)
+            await c.disconnect()
+        while gw.stats.connected > 1:
+            await trio.sleep(0.1)
+        assert gw.keepalive.watching == 1
+        assert gw.keepalive.entries <= 1002, gw.keepalive.entries
+
+
+async def test_a_reader_writing_its_own_output_is_not_cut_by_the_keepalive(clock, memory_factory):
+    """A client that publishes to its own subscription and then reads
+    nothing: its reader blocks writing the copy to it (a lockstep stream
+    takes a write only when the other side reads), and waits so for longer
+    than 1.5 x keepalive. The keepalive does not close it meanwhile: the
+    copy, then a PINGRESP, come when it reads again. (Its writeTimeout, 30
+    s, is what bounds such a wait.)"""
+    from trio.testing import lockstep_stream_pair
+
+    from .conftest import Client
+    from gateway.listeners import ConnectionInfo
+    from gateway.mqtt import ConnAck, Connect, PingResp
+
+    async with memory_factory() as (broker, gw, nursery):
+        client_stream, server_stream = lockstep_stream_pair()
+        info = ConnectionInfo(transport="tcp", listener="memory", peer=("memory", 0), local_port=0,
+                              connection_id=id(client_stream))
+        nursery.start_soon(gw.handle, server_stream, info)
+        c = Client(client_stream, 5, default_timeout=BIG)
+        await c.send(Connect(protocol_version=5, client_id="busy", clean_start=True, keep_alive=2))
+        assert isinstance(await c.recv(), ConnAck)
+        await c.subscribe("busy/t")
+        await c.publish("busy/t", b"to myself")
+        await trio.sleep(10)  # 1.5 x keepalive is 3 s: the reader is writing all this time
+        m = await c.recv()
+        assert isinstance(m, Publish) and m.payload == b"to myself", m
+        await c.ping()
+        await c.expect(PingResp)
+        assert gw.stats.connected == 1

@@ -42,3 +42,20 @@ print("ok")
 def test_collect_before_start_then_settle_freezes_and_raises_the_young_threshold():
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+ORDER = """
+import gateway.serve as serve
+from gateway.config import ServeConfig
+calls = []
+serve.collect_before_start = lambda: calls.append("collect")
+serve.trio.run = lambda *args, **kw: calls.append("trio.run")
+serve.run_server(ServeConfig(namesrv_port=0), "namesrv")
+assert calls == ["collect", "trio.run"], calls
+print("ok")
+"""
+
+
+def test_a_server_process_collects_before_its_event_loop_starts():
+    out = subprocess.run([sys.executable, "-c", ORDER], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
