@@ -276,6 +276,9 @@ class TimerMessageService:
             if next_offset == self._queue_offset:
                 await trio.lowlevel.checkpoint()
                 return
+            if not units:  # every unit of the batch gone (retention) or blank: nothing to file, move past
+                self._queue_offset = next_offset
+                continue
             taken = self._taken
             # every unit goes to the wheel (a crash replays unfired slots from there); one whose slot
             # is already taken also joins the in-memory queue, to fire at its due time
