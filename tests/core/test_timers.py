@@ -502,3 +502,27 @@ async def test_a_timer_queue_whose_entries_retention_deleted_is_passed_over(auto
         await trio.sleep(2)
         assert list(arrivals.times) == [r.uniq_key] and service.filed_through == 4
         nursery.cancel_scope.cancel()
+
+
+async def test_a_checkpoint_the_disk_refuses_is_logged_and_tried_again(autojump_clock, tmp_path, caplog):
+    """With a timer pending the wheel saves every interval; a disk that
+    refuses the checkpoint's page is logged and the service goes on (the
+    timer still fires once the disk takes writes again)."""
+    import logging
+
+    from faults import max_file_size
+
+    async with trio.open_nursery() as nursery:
+        broker, service = await start(nursery, tmp_path)
+        arrivals = Arrivals(broker)
+        r = await broker.send(Message("T", b"t", properties={"TIMER_DELAY_MS": "6000"}))
+        await trio.sleep(1.2)
+        assert service.pending == 1
+        with caplog.at_level(logging.ERROR, logger="core.timers"):
+            with max_file_size(1024):  # the checkpoint writes a 4 KiB page
+                await trio.sleep(2.2)
+            assert "timer checkpoint not saved, will retry" in caplog.text
+        await trio.sleep(4)
+        assert list(arrivals.times) == [r.uniq_key] and service.pending == 0
+        assert TimerCheckpoint.load(service.wheel.checkpoint.path).counter == 0  # saved again since
+        nursery.cancel_scope.cancel()
