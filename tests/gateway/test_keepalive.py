@@ -28,7 +28,7 @@ async def test_a_silent_plain_connection_is_closed_after_one_and_a_half_keepaliv
         d = await c.recv(timeout=5)
         waited = trio.current_time() - last
         assert isinstance(d, Disconnect) and d.reason_code == ReasonCode.KEEP_ALIVE_TIMEOUT
-        assert 1.45 <= waited < 3.0, waited
+        assert 1.45 <= waited < 4.0, waited  # 1.5 s, the task's 0.5 s grid and slack for a loaded machine
         assert await c.recv(timeout=5) is None
         assert gw.keepalive.watching == 0 and gw.stats.connected == 1  # sub (keepalive 0) stays
 
@@ -38,4 +38,4 @@ async def test_a_311_client_is_closed_without_a_disconnect(gateway_factory, clie
         start = trio.current_time()  # before the CONNECT: the server's read of it comes later
         c, _ = await client_cls.connect(port, "ka4", version=4, keep_alive=1)
         assert await c.recv(timeout=5) is None
-        assert 1.45 <= trio.current_time() - start < 3.0
+        assert 1.45 <= trio.current_time() - start < 4.0
