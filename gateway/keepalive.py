@@ -101,8 +101,7 @@ class Keepalive:
                 with trio.CancelScope(deadline=_waking_at(heap[0][0]) if heap else math.inf) as sleep:
                     self._sleep = sleep
                     await trio.sleep_forever()
-                self._sleep = None
-                self._expire(trio.current_time())
+                self._expire(trio.current_time())  # no await: nobody moves the ended sleep meanwhile
         finally:
             self._sleep = None
 

@@ -169,13 +169,15 @@ def client_cls():
 
 
 async def memory_client(gw, nursery, client_id: str = "", *, version: int = 5, expect: int | None = 0,
-                        **connect_kw):
-    """A Client talking to ``gw`` over an in-memory stream (for MockClock tests)."""
+                        stream_pair=None, **connect_kw):
+    """A Client talking to ``gw`` over an in-memory stream (for MockClock tests);
+    ``stream_pair``: trio.testing's ``memory_stream_pair`` unless given (e.g.
+    ``lockstep_stream_pair``, which takes a write only when the other side reads)."""
     from trio.testing import memory_stream_pair
 
     from gateway.listeners import ConnectionInfo
 
-    client_stream, server_stream = memory_stream_pair()
+    client_stream, server_stream = (stream_pair or memory_stream_pair)()
     info = ConnectionInfo(transport="tcp", listener="memory", peer=("memory", 0), local_port=0,
                           connection_id=id(client_stream))
     nursery.start_soon(gw.handle, server_stream, info)

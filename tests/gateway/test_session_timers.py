@@ -248,7 +248,7 @@ async def test_connections_that_come_and_go_do_not_pile_up_entries(clock, memory
         assert gw.keepalive.entries <= 1002, gw.keepalive.entries
 
 
-async def test_a_reader_writing_its_own_output_is_not_cut_by_the_keepalive(clock, memory_factory):
+async def test_a_reader_writing_its_own_output_is_not_cut_by_the_keepalive(clock, memory_factory, memory_connect):
     """A client that publishes to its own subscription and then reads
     nothing: its reader blocks writing the copy to it (a lockstep stream
     takes a write only when the other side reads), and waits so for longer
@@ -257,18 +257,10 @@ async def test_a_reader_writing_its_own_output_is_not_cut_by_the_keepalive(clock
     s, is what bounds such a wait.)"""
     from trio.testing import lockstep_stream_pair
 
-    from .conftest import Client
-    from gateway.listeners import ConnectionInfo
-    from gateway.mqtt import ConnAck, Connect, PingResp
+    from gateway.mqtt import PingResp
 
     async with memory_factory() as (broker, gw, nursery):
-        client_stream, server_stream = lockstep_stream_pair()
-        info = ConnectionInfo(transport="tcp", listener="memory", peer=("memory", 0), local_port=0,
-                              connection_id=id(client_stream))
-        nursery.start_soon(gw.handle, server_stream, info)
-        c = Client(client_stream, 5, default_timeout=BIG)
-        await c.send(Connect(protocol_version=5, client_id="busy", clean_start=True, keep_alive=2))
-        assert isinstance(await c.recv(), ConnAck)
+        c, _ = await memory_connect(gw, nursery, "busy", keep_alive=2, stream_pair=lockstep_stream_pair)
         await c.subscribe("busy/t")
         await c.publish("busy/t", b"to myself")
         await trio.sleep(10)  # 1.5 x keepalive is 3 s: the reader is writing all this time
