@@ -27,7 +27,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
 
-from tests.support.serve_process import ServeProcess, free_port
+from serve_process import ServeProcess, free_port
 
 WAIT = 15.0
 

@@ -49,9 +49,9 @@ from gateway.mqtt import (ConnAck, Connect, Disconnect, PubComp, PubRec, PubRel,
 from gateway.owners import OWNER_TTL
 from gateway.remote_backend import RemoteBackend
 from tests.gateway.test_gateway_nodes import WAIT, Mqtt
-from tests.support.etcd_process import EtcdProcess
-from tests.support.mqtt_packets import split_packets as _split
-from tests.support.serve_process import ServeProcess, free_port
+from etcd_process import EtcdProcess
+from mqtt_packets import split_packets as _split
+from serve_process import ServeProcess, free_port
 
 
 class Raw:

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from tests.gateway.test_gateway_nodes import WAIT, Mqtt
-from tests.support.serve_process import ServeProcess, free_port
+from serve_process import ServeProcess, free_port
 
 N_RET = 100  # retained topics: live keys of the snapshot; cmp/ret/99 is the last one written by it
 RACE = f"cmp/ret/{N_RET - 1}"

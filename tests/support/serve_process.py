@@ -33,6 +33,14 @@ def _port_block() -> range:
     return range(start + start % 2, start + size, 2)
 
 
+# One rotation per test process: imported under a second name (say
+# ``tests.support.serve_process`` beside ``serve_process``), this module
+# would be a second copy with its own rotation through the same block, and
+# the two copies hand out the same port (CI: etcd's port given to a name
+# server started beside it).
+if __name__ not in ("serve_process", "__main__"):
+    raise ImportError(f"import serve_process by that name (tests/support is on sys.path), not as {__name__}: "
+                      "a second copy would hand out ports the first one did")
 _BLOCK = _port_block()
 _next = random.randrange(len(_BLOCK))
 
