@@ -394,7 +394,7 @@ class Connection(PublishOutput):
                                             await trio.lowlevel.wait_readable(fd)
                                         else:
                                             alone = await waiter
-                                            readiness.acted()
+                                            alone = readiness.acted() and alone
                                     data = self._read_now(fd)
                                 except trio.ClosedResourceError:
                                     # closed while trio waited for it: its descriptor number may be

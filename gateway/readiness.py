@@ -27,7 +27,9 @@ are routed a checkpoint later) is kept for hot ones by counting: an
 instrument (``_IoWoken``) notes how many tasks each of trio's I/O waits
 woke, and ``lined_up`` how many woken readers have not acted yet; a hot
 reader that is not the only task its wait woke, or that wakes while
-another reader is lined up, steps once more before it acts.
+another reader is lined up, steps once more before it acts; and a reader
+the watcher found alone in its poll is alone only if no hot reader woken
+with it is still lined up (``acted``).
 
 A ``Waiter`` speaks trio's lowest-level protocol itself (it yields trio's
 ``WaitTaskRescheduled`` message and unwraps the outcome trio sends back), as
@@ -139,9 +141,13 @@ class Readiness:
         # woke (each calls `acted` once its await returns) and those `wait_hot` lines up.
         self.lined_up = 0
 
-    def acted(self) -> None:
-        """A reader the watcher woke has resumed (its ``await`` of the Waiter returned)."""
+    def acted(self) -> bool:
+        """A reader the watcher woke has resumed (its ``await`` of the Waiter
+        returned): whether no other woken reader is still to act. The watcher's
+        poll does not see hot readers woken by the same I/O wait (lined up for
+        this pass), so a reader alone in the poll is alone only if this holds."""
         self.lined_up -= 1
+        return not self.lined_up
 
     def can_wait_hot(self) -> bool:
         return self._io_woken is not None and self.hot < self.hot_limit

@@ -9,10 +9,12 @@ idle connection stays with the watcher (no frame of trio's), and at most
 
 The ordering rule holds as for readers the watcher wakes: a SUBSCRIBE found
 in the same I/O wait as another client's PUBLISH, or one I/O wait before it,
-is in force when that PUBLISH is routed. Without the rule's two parts (a hot
-reader woken with another task lines up one pass later; one woken while a
-reader woken earlier has not acted yet lines up too) the PUBLISH overtook
-the SUBSCRIBE in about half of the rounds of the tests below.
+is in force when that PUBLISH is routed, whichever of the two waits hot.
+Without each part of the rule (a hot reader woken with another task lines
+up one pass later; one woken while a reader woken earlier has not acted yet
+lines up too; a reader the watcher found alone in its poll is not alone
+while a hot one woken with it is lined up) the PUBLISH overtook the
+SUBSCRIBE in about half of the rounds of one of the tests below.
 """
 
 from __future__ import annotations
@@ -131,5 +133,29 @@ async def test_a_subscribe_woken_one_io_wait_before_a_hot_publish_is_in_force(ga
             await b.send(Unsubscribe(packet_id=i, topic_filters=["race/t"]))
             await b.expect(UnsubAck)
         assert overtaken == [], f"the PUBLISH overtook the SUBSCRIBE in rounds {overtaken}"
+        for c in (a, b):
+            await c.close()
+
+
+async def test_a_hot_subscribe_in_the_same_io_wait_as_a_cold_publish_is_in_force(gateway_factory):
+    """The subscriber hot, the publisher waiting through the watcher, both
+    writes before the loop's next I/O wait: the watcher finds the publisher
+    alone in its poll, but the subscriber, woken by trio with the watcher,
+    is lined up for the same pass."""
+    async with gateway_factory() as (broker, gw, port):
+        a, _ = await Client.connect(port, "cold-pub")
+        b, _ = await Client.connect(port, "hot-sub")
+        fd = b.stream.socket.fileno()
+        overtaken = []
+        for i in range(1, 41):
+            await trio.sleep(HOT_GAP_S * 1.5)
+            await a.send(PingReq())  # input after a gap: the publisher's next wait is the watcher's
+            await a.expect(PingResp)
+            await _make_hot(gw, [b], 1)
+            if not await subscribe_with_a_publish(b, lambda data: os.write(fd, data), a, i):
+                overtaken.append(i)
+        assert overtaken == [], f"the PUBLISH overtook the SUBSCRIBE in rounds {overtaken}"
+        await wait_all_tasks_blocked()
+        assert gw.readiness.lined_up == 0
         for c in (a, b):
             await c.close()
