@@ -189,18 +189,24 @@ def test_reconsume_later_goes_through_retry_then_dlq(cluster, names):
     that has consumed before (module docstring: otherwise the first retry waits
     for the client's route and rebalance timers, over a minute once under load).
 
-    The consumer is a client instance of its own: the C++ client's transport
-    table is one per instance, under a lock that a loaded CI machine once held
-    past its 3 s try-lock ("GetTransport ... get timed_mutex timeout"); the
-    client then drops a failed sendMessageBack (it commits the retry queue's
-    offset past the message, where the Java client consumes it again), and
-    the chain stopped at 8 of 17 deliveries. Other tests' clients of this
-    process (one "DEFAULT" instance) no longer share that table with it."""
+    The C++ client's try-lock on its transport table fails at once whenever
+    another of its threads holds the lock, not after its 3 s: the library
+    (PyPI rocketmq, built with GCC 4.8) hands pthread_mutex_timedlock a
+    steady-clock deadline, which it reads as wall-clock time long past
+    (CI's log: "GetTransport ... get timed_mutex timeout" 0.2 ms after the
+    consume that needed it). A sendMessageBack that meets it is dropped: the
+    client commits the retry queue's offset past the message (the Java client
+    consumes it again), and the chain stopped at 8 of 17 deliveries once. So
+    the consumer is a client instance of its own (the process's other
+    clients, one "DEFAULT" instance, do not share its table), and the
+    listener fails 50 ms after the delivery: the client's next pull, sent as
+    the delivery came, has taken its transport by then, not at the moment
+    sendMessageBack takes its own."""
     topic, pg, cg = names("TopicRetry"), names("PG"), names("CG")
     create_topic(cluster, topic, 1)
     retry = retry_topic(cg)
     cluster.call(cluster.broker.ensure_topic, retry, 1)
-    inbox = Inbox(fail=lambda m: True)
+    inbox = Inbox(fail=lambda m: time.sleep(0.05) or True)
     c = consumer(cluster, cg, topic, inbox, instance=names("retry"))
     p = producer(cluster, pg)
     try:
