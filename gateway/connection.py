@@ -46,8 +46,8 @@ Rules kept here (ARCHITECTURE decisions 6 and 7):
   SYNC_MASTER, gateway nodes). No other plain reader woke with it, and a
   plain reader past its CONNECT acts on its input in the step that reads
   it.
-* A hot plain connection (its input came less than ``HOT_GAP_S`` after the
-  input before) waits in trio's own epoll (``Readiness.wait_hot``), at most
+* A hot plain connection (its last read was acted on less than
+  ``HOT_GAP_S`` after the one before) waits in trio's own epoll (``Readiness.wait_hot``), at most
   ``HOT_LIMIT`` at a time: its read runs in the pass that finds its input,
   not one pass after the watcher's. It skips the checkpoint only when that
   I/O wait woke no other task and no reader woken earlier is still to act;
@@ -375,9 +375,9 @@ class Connection(PublishOutput):
                         readiness = self.gw.readiness
                         scope.deadline = math.inf
                         clock = trio.lowlevel.current_clock()
-                        # when the last input came, and how long after the one before (below
-                        # HOT_GAP_S the next wait is in trio's own epoll: Readiness.wait_hot)
-                        woke, gap = -math.inf, math.inf
+                        # when the last read was acted on, and how long after the one before
+                        # (below HOT_GAP_S the next wait is in trio's own epoll: Readiness.wait_hot)
+                        done, gap = -math.inf, math.inf
                         watched = self.keepalive and not self.closing
                         if watched:
                             self.read_at = clock.current_time()
@@ -394,7 +394,6 @@ class Connection(PublishOutput):
                                             await trio.lowlevel.wait_readable(fd)
                                         else:
                                             alone = await waiter
-                                            alone = readiness.acted() and alone
                                     data = self._read_now(fd)
                                 except trio.ClosedResourceError:
                                     # closed while trio waited for it: its descriptor number may be
@@ -402,8 +401,6 @@ class Connection(PublishOutput):
                                     data = None
                                 except _STREAM_ERRORS:  # OSError included: a closed socket
                                     data = self._read_now(fd)  # (armed in this step) the read says what happened
-                                now = clock.current_time()
-                                gap, woke = now - woke, now
                                 if data is None:  # woken with nothing to read (the watcher stopped), or closed
                                     alone = False
                                     data = await self._recv()
@@ -411,8 +408,10 @@ class Connection(PublishOutput):
                                 data = await self._recv()
                             self.woken_alone = alone
                             await self._turn(data)
+                            now = clock.current_time()
+                            gap, done = now - done, now
                             if watched:
-                                self.read_at = clock.current_time()
+                                self.read_at = now
                     except RemoteProtocolError as e:
                         self._protocol_error(e)
                     finally:
@@ -540,13 +539,11 @@ class Connection(PublishOutput):
         data = self._read_now(fd) if at_once else None
         while data is None:
             try:
-                readiness = self.gw.readiness
-                waiter = readiness.arm(fd)
+                waiter = self.gw.readiness.arm(fd)
                 if waiter is None:
                     await trio.lowlevel.wait_readable(fd)
                 else:
                     await waiter
-                    readiness.acted()
             except _STREAM_ERRORS:
                 return await self._recv()
             data = self._read_now(fd)

@@ -29,7 +29,7 @@ woke, and ``lined_up`` how many woken readers have not acted yet; a hot
 reader that is not the only task its wait woke, or that wakes while
 another reader is lined up, steps once more before it acts; and a reader
 the watcher found alone in its poll is alone only if no hot reader woken
-with it is still lined up (``acted``).
+with it is still lined up (its ``Waiter`` counts itself off as it resumes).
 
 A ``Waiter`` speaks trio's lowest-level protocol itself (it yields trio's
 ``WaitTaskRescheduled`` message and unwraps the outcome trio sends back), as
@@ -74,33 +74,38 @@ _SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
 class Waiter:
     """One task parked until ``fd`` is readable (``await`` it once: True
-    when ``fd`` was the only socket of its epoll poll, so no other reader
-    woke with it; else False, or None when the watcher stopped). It is
-    its own iterator for ``await`` and its own abort function: a cancelled
-    wait leaves the watcher's dict, and a later event for ``fd`` finds nobody."""
+    when ``fd`` was the only socket of its epoll poll and no hot reader
+    woken with it is still to act, so no other reader acts with it; else
+    False, or None when the watcher stopped). It is its own iterator for
+    ``await`` and its own abort function: a cancelled wait leaves the
+    watcher's dict, and a later event for ``fd`` finds nobody."""
 
-    __slots__ = ("task", "fd", "_waiting")
+    __slots__ = ("task", "fd", "_readiness")
 
-    def __init__(self, task: trio.lowlevel.Task, fd: int, waiting: dict) -> None:
+    def __init__(self, task: trio.lowlevel.Task, fd: int, readiness: "Readiness") -> None:
         self.task = task
         self.fd = fd
-        self._waiting = waiting
+        self._readiness = readiness
 
     def __await__(self):
         if _PARK is None:  # pragma: no cover
-            return trio.lowlevel.wait_task_rescheduled(self).__await__()
+            return self._rescheduled().__await__()
         return self
+
+    async def _rescheduled(self):  # pragma: no cover - a trio without the park message
+        return self._readiness._acted(await trio.lowlevel.wait_task_rescheduled(self))
 
     def __next__(self):
         return _PARK(self)  # to trio's run loop: park this task, with self as its abort function
 
     def send(self, outcome):
-        """trio resumes the task with the outcome of the wait."""
-        raise StopIteration(outcome.unwrap())
+        """trio resumes the task with the outcome of the wait (an aborted
+        wait's Cancelled raises here: the watcher never counted it)."""
+        raise StopIteration(self._readiness._acted(outcome.unwrap()))
 
     def __call__(self, _raise_cancel) -> trio.lowlevel.Abort:
         """trio's abort function: the wait is cancelled."""
-        waiting = self._waiting
+        waiting = self._readiness._waiting
         if waiting.get(self.fd) is self:  # still armed: a later event finds nobody waiting and is dropped
             del waiting[self.fd]
         return _SUCCEEDED
@@ -138,16 +143,15 @@ class Readiness:
         self.hot = 0  # connections waiting in trio's own wait_readable (`wait_hot`)
         self.hot_limit = hot_limit
         # Readers woken for a later pass that have not acted yet: those the watcher
-        # woke (each calls `acted` once its await returns) and those `wait_hot` lines up.
+        # woke (counted off as their Waiter resumes) and those `wait_hot` lines up.
         self.lined_up = 0
 
-    def acted(self) -> bool:
-        """A reader the watcher woke has resumed (its ``await`` of the Waiter
-        returned): whether no other woken reader is still to act. The watcher's
-        poll does not see hot readers woken by the same I/O wait (lined up for
-        this pass), so a reader alone in the poll is alone only if this holds."""
+    def _acted(self, alone):
+        """A reader the watcher woke resumes with ``alone`` (its poll's
+        verdict): that, unless another woken reader is still to act. The
+        watcher's poll does not see hot readers woken by the same I/O wait."""
         self.lined_up -= 1
-        return not self.lined_up
+        return alone if not self.lined_up else False
 
     def can_wait_hot(self) -> bool:
         return self._io_woken is not None and self.hot < self.hot_limit
@@ -225,6 +229,5 @@ class Readiness:
             epoll.modify(fd, _IN_ONESHOT)
         except FileNotFoundError:
             epoll.register(fd, _IN_ONESHOT)
-        waiting = self._waiting
-        waiter = waiting[fd] = Waiter(trio.lowlevel.current_task(), fd, waiting)
+        waiter = self._waiting[fd] = Waiter(trio.lowlevel.current_task(), fd, self)
         return waiter
