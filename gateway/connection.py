@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import TYPE_CHECKING
 
 import trio
@@ -93,6 +92,7 @@ from gateway.quota import PublishQuota
 from gateway.sessions import Delivery, encode_delivery
 from gateway.step_writes import QUEUED, write_collected, write_out
 from gateway.readiness import HOT_GAP_S
+from gateway.socket_reads import STREAM_ERRORS, linger, read_now, recv, recv_plain
 
 if TYPE_CHECKING:
     from gateway.app import MQTTGateway
@@ -101,8 +101,6 @@ log = logging.getLogger("mqgate.gateway")
 R = ReasonCode
 _CONNECTED = ConnectionState.CONNECTED
 _CLOSED = ConnectionState.CLOSED
-_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-LINGER = 2.0  # seconds a connection we close keeps draining input (see Connection._linger)
 
 
 
@@ -319,7 +317,7 @@ class Connection(PublishOutput):
         """Started by ``wake``; ends once nothing waits (or the write fails)."""
         try:
             await self._flush()
-        except (trio.TooSlowError, *_STREAM_ERRORS):
+        except (trio.TooSlowError, *STREAM_ERRORS):
             self.closing = True
             self._stop_reader()
         except Exception:
@@ -356,12 +354,12 @@ class Connection(PublishOutput):
                     self._reader_scope = scope
                     try:
                         # A plain TCP socket is read with one non-blocking read
-                        # (``_read_now``), not through trio's receive_some: a read
+                        # (``socket_reads.read_now``), not through trio's receive_some: a read
                         # costs no trio step of its own.
                         fd = self.stream.socket.fileno() if plain else -1
                         at_once = True  # the task's start was the first read's checkpoint
                         while self.session is None and not self.closing:
-                            await self._turn(await (self._recv_plain(fd, at_once) if fd >= 0 else self._recv()))
+                            await self._turn(await (recv_plain(self, fd, at_once) if fd >= 0 else recv(self)))
                             at_once = False
                         if fd >= 0:  # from here every read comes through the gateway's epoll
                             self.gw.unpolled_readers -= 1
@@ -394,18 +392,18 @@ class Connection(PublishOutput):
                                             await trio.lowlevel.wait_readable(fd)
                                         else:
                                             alone = await waiter
-                                    data = self._read_now(fd)
+                                    data = read_now(self, fd)
                                 except trio.ClosedResourceError:
                                     # closed while trio waited for it: its descriptor number may be
                                     # another socket's by now, so the stream says what happened
                                     data = None
-                                except _STREAM_ERRORS:  # OSError included: a closed socket
-                                    data = self._read_now(fd)  # (armed in this step) the read says what happened
+                                except STREAM_ERRORS:  # OSError included: a closed socket
+                                    data = read_now(self, fd)  # (armed in this step) the read says what happened
                                 if data is None:  # woken with nothing to read (the watcher stopped), or closed
                                     alone = False
-                                    data = await self._recv()
+                                    data = await recv(self)
                             else:
-                                data = await self._recv()
+                                data = await recv(self)
                             self.woken_alone = alone
                             await self._turn(data)
                             now = clock.current_time()
@@ -471,7 +469,7 @@ class Connection(PublishOutput):
                 self._done.set()
         try:
             if not self.server_stopping and not self.peer_closed:
-                await self._linger()  # not shielded: a server shutdown cuts it short
+                await linger(self.stream)  # not shielded: a server shutdown cuts it short
         finally:
             stream = self.stream
             if type(stream) is trio.SocketStream:
@@ -480,7 +478,7 @@ class Connection(PublishOutput):
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + 1):
                     try:
                         await stream.aclose()
-                    except _STREAM_ERRORS:
+                    except STREAM_ERRORS:
                         pass
 
     async def _drain(self) -> None:
@@ -499,65 +497,8 @@ class Connection(PublishOutput):
                         await self._flush()
                     finally:
                         self._writer_of = NOBODY
-            except (trio.TooSlowError, *_STREAM_ERRORS):
+            except (trio.TooSlowError, *STREAM_ERRORS):
                 pass
-
-    async def _linger(self) -> None:
-        """We end the connection: half-close, then read and discard until the
-        client closes (at most ``LINGER`` s). Closing a socket with unread input
-        makes the kernel reset the connection: the client's next write fails
-        and it may never read our last packet (the DISCONNECT with its reason)."""
-        stream = self.stream
-        with trio.move_on_after(LINGER):
-            try:
-                if isinstance(stream, trio.abc.HalfCloseableStream):
-                    await stream.send_eof()
-                while await stream.receive_some(65536):
-                    pass
-            except (*_STREAM_ERRORS, trio.BusyResourceError):
-                pass
-
-    def _read_now(self, fd: int) -> bytes | None:
-        """One non-blocking read of a plain TCP socket (what receive_some does
-        without waiting, minus its trio step); None: nothing to read yet."""
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return None
-        except OSError:  # reset, closed: what receive_some would have met
-            data = b""
-        if not data:
-            self.peer_closed = True
-        self.gw.stats.bytes_in += len(data)
-        return data
-
-    async def _recv_plain(self, fd: int, at_once: bool) -> bytes:
-        """The next read of a plain TCP socket, after waiting for input in the
-        gateway's epoll; ``at_once``: first without waiting, when the caller
-        has just been through a checkpoint (else a client streaming a large
-        CONNECT would hold the event loop for all of its reads)."""
-        data = self._read_now(fd) if at_once else None
-        while data is None:
-            try:
-                waiter = self.gw.readiness.arm(fd)
-                if waiter is None:
-                    await trio.lowlevel.wait_readable(fd)
-                else:
-                    await waiter
-            except _STREAM_ERRORS:
-                return await self._recv()
-            data = self._read_now(fd)
-        return data
-
-    async def _recv(self) -> bytes:
-        try:
-            data = await self.stream.receive_some(65536)
-        except _STREAM_ERRORS:
-            data = b""
-        if not data:
-            self.peer_closed = True
-        self.gw.stats.bytes_in += len(data)
-        return data
 
     async def _turn(self, data: bytes) -> None:
         """Act on one read, then write what it produced, unless a writer task is
@@ -584,7 +525,7 @@ class Connection(PublishOutput):
             self._writer_of = READER  # the rest, waiting for room: this client's reads wait for it
             try:
                 await self._flush()
-            except (trio.TooSlowError, *_STREAM_ERRORS):
+            except (trio.TooSlowError, *STREAM_ERRORS):
                 self.closing = True
             finally:
                 self._writer_of = NOBODY
