@@ -135,15 +135,17 @@ class Client:
 
 
 
-async def subscribe_with_a_publish(sub: "Client", write_subscribe, pub: "Client", i: int) -> bool:
+async def subscribe_with_a_publish(sub: "Client", write_subscribe, pub: "Client", i: int, between=None) -> bool:
     """One round of the SUBSCRIBE/PUBLISH race (5.0 clients): ``write_subscribe``
     puts ``sub``'s SUBSCRIBE of ``race/t`` (packet id ``i``, the encoded
     bytes given) on the wire, then ``pub``'s QoS 1 PUBLISH of ``i`` goes out
     with no checkpoint between the two writes, so the server finds both in
-    one wake-up. True when the subscription was in force for that PUBLISH
-    (the subscriber gets it before a later one); the subscription is
-    removed again."""
+    one wake-up (``between``: awaited between the two writes instead). True
+    when the subscription was in force for that PUBLISH (the subscriber gets
+    it before a later one); the subscription is removed again."""
     write_subscribe(encode(Subscribe(packet_id=i, subscriptions=[Subscription(topic_filter="race/t", qos=1)]), 5))
+    if between is not None:
+        await between()
     os.write(pub.stream.socket.fileno(), encode(Publish(topic="race/t", payload=b"%d" % i, qos=1, packet_id=i), 5))
     await sub.expect(SubAck)
     await pub.expect(PubAck)

@@ -24,8 +24,7 @@ import os
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from gateway.mqtt import (PingReq, PingResp, PubAck, Publish, SubAck, Subscribe, Subscription, UnsubAck,
-                          Unsubscribe, encode)
+from gateway.mqtt import PingReq, PingResp
 from gateway.readiness import HOT_GAP_S
 
 from .conftest import Client, subscribe_with_a_publish
@@ -83,23 +82,37 @@ async def test_no_more_than_the_limit_wait_hot(gateway_factory):
             await c.close()
 
 
+async def _race(gw, a: Client, b: Client, prepare, between=None) -> None:
+    """40 rounds of ``b``'s SUBSCRIBE against ``a``'s PUBLISH
+    (`subscribe_with_a_publish`), each after ``prepare()``: the SUBSCRIBE is
+    in force every time, and no woken reader is left counted afterwards."""
+    fd = b.stream.socket.fileno()
+    overtaken = []
+    for i in range(1, 41):
+        await prepare()
+        if not await subscribe_with_a_publish(b, lambda data: os.write(fd, data), a, i, between):
+            overtaken.append(i)
+    assert overtaken == [], f"the PUBLISH overtook the SUBSCRIBE in rounds {overtaken}"
+    await wait_all_tasks_blocked()
+    assert gw.readiness.lined_up == 0
+    for c in (a, b):
+        await c.close()
+
+
+async def _go_cold(client: Client) -> None:
+    """Input after a gap: the connection's next wait is the watcher's."""
+    await trio.sleep(HOT_GAP_S * 1.5)
+    await client.send(PingReq())
+    await client.expect(PingResp)
+
+
 async def test_a_subscribe_in_the_same_io_wait_as_a_hot_publish_is_in_force(gateway_factory):
     """Subscriber and publisher both hot; both writes before the loop's next
     I/O wait: the publisher is woken with another task, and lines up."""
     async with gateway_factory() as (broker, gw, port):
         a, _ = await Client.connect(port, "hot-pub")
         b, _ = await Client.connect(port, "hot-sub")
-        fd = b.stream.socket.fileno()
-        overtaken = []
-        for i in range(1, 41):
-            await _make_hot(gw, [a, b], 2)
-            if not await subscribe_with_a_publish(b, lambda data: os.write(fd, data), a, i):
-                overtaken.append(i)
-        assert overtaken == [], f"the PUBLISH overtook the SUBSCRIBE in rounds {overtaken}"
-        await wait_all_tasks_blocked()
-        assert gw.readiness.lined_up == 0
-        for c in (a, b):
-            await c.close()
+        await _race(gw, a, b, lambda: _make_hot(gw, [a, b], 2))
 
 
 async def test_a_subscribe_woken_one_io_wait_before_a_hot_publish_is_in_force(gateway_factory):
@@ -109,32 +122,13 @@ async def test_a_subscribe_woken_one_io_wait_before_a_hot_publish_is_in_force(ga
     async with gateway_factory() as (broker, gw, port):
         a, _ = await Client.connect(port, "hot-pub")
         b, _ = await Client.connect(port, "cold-sub")
-        overtaken = []
-        for i in range(1, 41):
-            await trio.sleep(HOT_GAP_S * 1.5)
-            await b.send(PingReq())  # input after a gap: the subscriber's next wait is the watcher's
-            await b.expect(PingResp)
+
+        async def prepare():
+            await _go_cold(b)
             await _make_hot(gw, [a], 1)  # the subscriber waits through the watcher
-            os.write(b.stream.socket.fileno(),
-                     encode(Subscribe(packet_id=i, subscriptions=[Subscription(topic_filter="race/t", qos=1)]), 5))
-            await trio.lowlevel.cancel_shielded_checkpoint()  # a pass: the watcher finds the subscriber
-            os.write(a.stream.socket.fileno(),
-                     encode(Publish(topic="race/t", payload=b"%d" % i, qos=1, packet_id=i), 5))
-            await b.expect(SubAck)
-            await a.expect(PubAck)
-            await a.publish("race/t", b"after")
-            m = await b.expect(Publish)
-            if m.payload != b"%d" % i:
-                overtaken.append(i)
-            else:
-                await b.send(PubAck(packet_id=m.packet_id))
-                m = await b.expect(Publish)
-            assert m.payload == b"after"
-            await b.send(Unsubscribe(packet_id=i, topic_filters=["race/t"]))
-            await b.expect(UnsubAck)
-        assert overtaken == [], f"the PUBLISH overtook the SUBSCRIBE in rounds {overtaken}"
-        for c in (a, b):
-            await c.close()
+
+        # a pass between the writes: the watcher finds the subscriber
+        await _race(gw, a, b, prepare, between=trio.lowlevel.cancel_shielded_checkpoint)
 
 
 async def test_a_hot_subscribe_in_the_same_io_wait_as_a_cold_publish_is_in_force(gateway_factory):
@@ -145,17 +139,9 @@ async def test_a_hot_subscribe_in_the_same_io_wait_as_a_cold_publish_is_in_force
     async with gateway_factory() as (broker, gw, port):
         a, _ = await Client.connect(port, "cold-pub")
         b, _ = await Client.connect(port, "hot-sub")
-        fd = b.stream.socket.fileno()
-        overtaken = []
-        for i in range(1, 41):
-            await trio.sleep(HOT_GAP_S * 1.5)
-            await a.send(PingReq())  # input after a gap: the publisher's next wait is the watcher's
-            await a.expect(PingResp)
+
+        async def prepare():
+            await _go_cold(a)
             await _make_hot(gw, [b], 1)
-            if not await subscribe_with_a_publish(b, lambda data: os.write(fd, data), a, i):
-                overtaken.append(i)
-        assert overtaken == [], f"the PUBLISH overtook the SUBSCRIBE in rounds {overtaken}"
-        await wait_all_tasks_blocked()
-        assert gw.readiness.lined_up == 0
-        for c in (a, b):
-            await c.close()
+
+        await _race(gw, a, b, prepare)
